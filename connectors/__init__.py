@@ -1,0 +1,55 @@
+"""Connectors: the outside world behind small seams — chat models, embedders, databases, environments.
+
+This layer imports no other Evolve package.
+"""
+
+from connectors.chat import ChatClient, ChatModel, ResponseCache, load_chat, request_key
+from connectors.db import evolve_home, make_engine
+from connectors.embedders import (
+    Embedder,
+    HashEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    load_embedder,
+)
+from connectors.env import Environment, Observation
+from connectors.errors import (
+    ConfigError,
+    ConnectorError,
+    EvolveError,
+    ParseError,
+    ProviderTimeout,
+    RateLimited,
+    StoreError,
+)
+from connectors.fakes import ReplayChat, ScriptedChat
+from connectors.types import Completion, Message, Usage
+
+__all__ = [
+    "ChatClient",
+    "ChatModel",
+    "Completion",
+    "ConfigError",
+    "ConnectorError",
+    "Embedder",
+    "Environment",
+    "EvolveError",
+    "HashEmbedder",
+    "Message",
+    "Observation",
+    "OpenAIEmbedder",
+    "ParseError",
+    "ProviderTimeout",
+    "RateLimited",
+    "ReplayChat",
+    "ResponseCache",
+    "ScriptedChat",
+    "SentenceTransformerEmbedder",
+    "StoreError",
+    "Usage",
+    "evolve_home",
+    "load_chat",
+    "load_embedder",
+    "make_engine",
+    "request_key",
+]

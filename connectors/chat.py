@@ -1,0 +1,240 @@
+"""The chat seam: the ``ChatModel`` protocol, ``load_chat`` and the one wrapper around every backend.
+
+A backend implements ``complete(messages, **params) -> Completion`` (and, if it can do better than a
+loop, ``complete_batch``). Everything else — retries with backoff, the response cache, usage
+accounting per caller — lives once, in ``ChatClient``.
+
+Example:
+    >>> from connectors import load_chat
+    >>> chat = load_chat("fake/scripted", replies=["4"])
+    >>> chat.complete("What is 2 + 2?").text
+    '4'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import random
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from connectors.errors import ConfigError, ConnectorError, RateLimited
+from connectors.types import Completion, Message, Usage, as_messages
+
+log = logging.getLogger(__name__)
+
+Prompt = Sequence[Message | Mapping[str, str]] | str
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat backend: one method, returning a frozen ``Completion``."""
+
+    name: str
+
+    def complete(self, messages: Sequence[Message], **params: Any) -> Completion: ...
+
+
+# provider prefix -> "module:attribute"; the attribute is called as attr(model_name, **kwargs).
+PROVIDERS: dict[str, str] = {
+    "openai": "connectors.openai_chat:OpenAIChat",
+    "local": "connectors.local_chat:LocalChat",
+    "fake": "connectors.fakes:fake_chat",
+}
+
+
+def load_chat(spec: str, *, cache: ResponseCache | None = None, retries: int = 3, **kwargs: Any) -> ChatClient:
+    """Build a chat model from ``"provider/model"`` and wrap it in a ``ChatClient``.
+
+    Args:
+        spec: an explicit provider prefix and a model name, e.g. ``"openai/gpt-4o-mini"``,
+            ``"local/smollm2"``, ``"fake/scripted"``.
+        cache: an optional response cache shared by callers.
+        retries: how many times a retryable failure is retried.
+        **kwargs: passed to the backend's constructor (``base_url``, ``api_key``, ``replies``, ...).
+    """
+    if not isinstance(spec, str) or "/" not in spec:
+        raise ConfigError(f"chat model spec must look like 'provider/model' (providers: {sorted(PROVIDERS)}), got {spec!r}")
+    provider, model = spec.split("/", 1)
+    target = PROVIDERS.get(provider)
+    if target is None:
+        raise ConfigError(f"unknown chat provider {provider!r} in {spec!r}; expected one of {sorted(PROVIDERS)}")
+    factory = load_attr(target)
+    return ChatClient(factory(model, **kwargs), cache=cache, retries=retries)
+
+
+def load_attr(target: str) -> Any:
+    """Import ``"module:attribute"`` lazily (heavy backends load only when asked for)."""
+    module_name, attr = target.split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def request_key(model: str, messages: Sequence[Message], params: Mapping[str, Any], sample_index: int = 0) -> str:
+    """sha256 of the canonical JSON of one request; several samples of one prompt get distinct keys."""
+    payload = {
+        "model": model,
+        "messages": [m.to_dict() for m in messages],
+        "params": {k: params[k] for k in sorted(params)},
+        "sample_index": sample_index,
+    }
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A thread-safe response cache: in memory, or in a SQLite file when ``path`` is given."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._lock = threading.Lock()
+        self._mem: dict[str, Completion] = {}
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), check_same_thread=False)
+            self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, body TEXT NOT NULL)")
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            if key in self._mem:
+                return self._mem[key]
+            if self._db is None:
+                return None
+            row = self._db.execute("SELECT body FROM responses WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        return completion_from_json(row[0])
+
+    def put(self, key: str, completion: Completion) -> None:
+        with self._lock:
+            self._mem[key] = completion
+            if self._db is not None:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO responses (key, body) VALUES (?, ?)", (key, completion_to_json(completion))
+                )
+                self._db.commit()
+
+
+def completion_to_json(c: Completion) -> str:
+    return json.dumps(
+        {
+            "text": c.text,
+            "model": c.model,
+            "usage": [c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.cost],
+            "logprobs": list(c.logprobs) if c.logprobs is not None else None,
+            "finish_reason": c.finish_reason,
+        },
+        ensure_ascii=False,
+    )
+
+
+def completion_from_json(body: str) -> Completion:
+    d = json.loads(body)
+    p, c, cost = d["usage"]
+    logprobs = tuple(d["logprobs"]) if d.get("logprobs") is not None else None
+    return Completion(d["text"], d["model"], Usage(p, c, cost), logprobs, d.get("finish_reason"), cached=True)
+
+
+class ChatClient:
+    """The wrapper every backend goes through: retries, cache and usage accounting per caller.
+
+    ``seed`` (when given) is offset by ``sample_index`` so that several samples of one prompt differ
+    and each lands on its own cache line.
+
+    Example:
+        >>> from connectors.fakes import ScriptedChat
+        >>> chat = ChatClient(ScriptedChat(["hi"]))
+        >>> chat.complete("hello", caller="greeter").text, chat.usage_by_caller["greeter"].total_tokens > 0
+        ('hi', True)
+    """
+
+    def __init__(
+        self,
+        backend: ChatModel,
+        *,
+        cache: ResponseCache | None = None,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {retries}")
+        self.backend = backend
+        self.name = backend.name
+        self.cache = cache
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self.usage_by_caller: dict[str, Usage] = defaultdict(Usage)
+        self.calls = 0
+
+    @property
+    def usage(self) -> Usage:
+        """Everything spent through this client, all callers together."""
+        total = Usage()
+        for u in list(self.usage_by_caller.values()):
+            total = total + u
+        return total
+
+    def complete(self, messages: Prompt, *, sample_index: int = 0, caller: str = "default", **params: Any) -> Completion:
+        """One answer for one prompt (a string, dicts or ``Message``s)."""
+        return self.complete_batch([messages], sample_index=sample_index, caller=caller, **params)[0]
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, sample_index: int = 0, caller: str = "default", **params: Any
+    ) -> list[Completion]:
+        """Answers for many prompts; backends with ``complete_batch`` generate them together."""
+        msgs = [as_messages(p) for p in prompts]
+        call_params = dict(params)
+        if "seed" in call_params and call_params["seed"] is not None:
+            call_params["seed"] = int(call_params["seed"]) + sample_index
+        keys = [request_key(self.name, m, call_params, sample_index) for m in msgs]
+        out: list[Completion | None] = [self.cache.get(k) if self.cache else None for k in keys]
+        todo = [i for i, c in enumerate(out) if c is None]
+        if todo:
+            fresh = self._with_retries(lambda: self._call_backend([msgs[i] for i in todo], call_params))
+            for i, c in zip(todo, fresh):
+                out[i] = c
+                if self.cache is not None:
+                    self.cache.put(keys[i], c)
+                self._account(caller, c.usage)
+        return [c for c in out if c is not None]
+
+    def _call_backend(self, batch: list[list[Message]], params: dict[str, Any]) -> list[Completion]:
+        batch_fn = getattr(self.backend, "complete_batch", None)
+        if batch_fn is not None and len(batch) > 1:
+            result = list(batch_fn(batch, **params))
+        else:
+            result = [self.backend.complete(m, **params) for m in batch]
+        if len(result) != len(batch):
+            raise ConnectorError(f"{self.name}: backend returned {len(result)} completions for {len(batch)} prompts")
+        return result
+
+    def _with_retries(self, fn: Callable[[], list[Completion]]) -> list[Completion]:
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except ConnectorError as e:
+                if not e.retryable or attempt >= self.retries:
+                    raise
+                delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+                if isinstance(e, RateLimited) and e.retry_after is not None:
+                    delay = max(delay, e.retry_after)
+                log.warning("%s: %s; retry %d/%d in %.1fs", self.name, e, attempt + 1, self.retries, delay)
+                self._sleep(delay)
+                attempt += 1
+
+    def _account(self, caller: str, usage: Usage) -> None:
+        with self._lock:
+            self.usage_by_caller[caller] = self.usage_by_caller[caller] + usage
+            self.calls += 1

@@ -1,0 +1,28 @@
+"""The environment seam: ``reset(task) -> observation text``, ``step(action) -> Observation``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the environment says after an action: text, reward, whether the episode is over, extras.
+
+    ``text`` is the feedback an agent (and its memory) learns from, e.g. "wrong: the code is 4471".
+    """
+
+    text: str
+    reward: float
+    done: bool
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A task environment. ``task`` is whatever the environment's task set holds (usually a dict)."""
+
+    def reset(self, task: Mapping[str, Any]) -> str: ...
+
+    def step(self, action: str) -> Observation: ...
