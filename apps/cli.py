@@ -1,0 +1,113 @@
+"""The ``evolve`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from connectors import EvolveError, evolve_home, load_embedder, make_engine
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from apps.demo import run_demo
+
+    result = run_demo(rounds=args.rounds, home=args.home, seed=args.seed)
+    print(f"\nfacility codes — success rate per round ({result['model']}, {result['embedder']})\n")
+    print(result["table"])
+    print(f"\nlearning curve: {result['plot']}\nall figures:    {Path(result['plot']).with_name('demo.json')}")
+    print(f"took {result['seconds']:.0f} s")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from apps.report import round_table
+    from evolve.build import build
+    from evolve.spec import load_spec
+
+    spec = load_spec(args.spec)
+    rounds = args.rounds or spec.run.rounds
+    evolver = build(spec, progress=not args.quiet)
+    metrics = evolver.run(rounds)
+    print(round_table({spec.run.name: metrics}))
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from apps.report import plot_curves, round_table
+    from evolve import list_runs
+
+    curves = list_runs(make_engine(args.db))
+    if not curves:
+        raise EvolveError(f"no completed rounds in {args.db or 'the default database'}")
+    print(round_table(curves))
+    if args.out:
+        print(f"plot: {plot_curves(curves, args.out)}")
+
+
+def cmd_memory(args: argparse.Namespace) -> None:
+    from memory import MemoryStore
+
+    with MemoryStore(args.db, embedder=load_embedder(args.embedder)) as store:
+        if args.action == "stats":
+            print(json.dumps(store.stats(args.namespace), indent=2, default=str))
+        elif args.action == "show":
+            items = sorted(store.items(args.namespace), key=lambda it: -it.q)[: args.limit]
+            for it in items:
+                print(f"{it.id}  q={it.q:+.3f}  visits={it.visits}  [{it.namespace}]  {it.intent[:70]}")
+        elif args.action == "export":
+            print(f"exported {store.export(args.path, namespace=args.namespace)} items to {args.path}")
+        elif args.action == "import":
+            print(f"imported {store.import_(args.path)} items from {args.path}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evolve", description="Agents that get better at their job while they work.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="the embedded default end to end: no memory vs similarity vs Q-memory")
+    d.add_argument("--rounds", type=int, default=6)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--home", type=Path, default=None, help=f"where the demo folder goes (default {evolve_home()})")
+    d.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("run", help="run (or resume) the rounds a TOML spec describes")
+    r.add_argument("spec", type=Path)
+    r.add_argument("--rounds", type=int, default=None, help="override the spec's rounds")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_run)
+
+    rep = sub.add_parser("report", help="per-round table of every run in a database, and a PNG")
+    rep.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+    rep.add_argument("--out", type=Path, default=None, help="write the learning curves here (PNG)")
+    rep.set_defaults(func=cmd_report)
+
+    m = sub.add_parser("memory", help="inspect, export and import memories")
+    m.add_argument("action", choices=["stats", "show", "export", "import"])
+    m.add_argument("path", nargs="?", type=Path, help="JSONL file for export/import")
+    m.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+    m.add_argument("--namespace", default=None)
+    m.add_argument("--embedder", default="minilm", help="the embedder the store was built with")
+    m.add_argument("--limit", type=int, default=20)
+    m.set_defaults(func=cmd_memory)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "action", None) in ("export", "import") and args.path is None:
+        print(f"evolve memory {args.action}: a JSONL path is required", file=sys.stderr)
+        return 2
+    try:
+        args.func(args)
+    except EvolveError as e:
+        print(f"evolve: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Tables and learning curves from the rounds a database holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from evolve import RoundMetrics
+
+
+def round_table(curves: Mapping[str, Sequence[RoundMetrics]], *, metric: str = "success_rate") -> str:
+    """A fixed-width table, one row per round and one column per run (condition)."""
+    names = list(curves)
+    rounds = sorted({m.round for ms in curves.values() for m in ms})
+    width = max([12, *(len(n) + 2 for n in names)])
+    lines = ["round".ljust(7) + "".join(n.rjust(width) for n in names)]
+    for r in rounds:
+        cells = []
+        for n in names:
+            m = next((m for m in curves[n] if m.round == r), None)
+            cells.append(("-" if m is None else f"{getattr(m, metric):.2f}").rjust(width))
+        lines.append(str(r).ljust(7) + "".join(cells))
+    return "\n".join(lines)
+
+
+def plot_curves(
+    curves: Mapping[str, Sequence[RoundMetrics]], path: str | Path, *, metric: str = "success_rate", title: str = ""
+) -> Path:
+    """Draw one line per run to a PNG (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for name, ms in curves.items():
+        ax.plot([m.round for m in ms], [getattr(m, metric) for m in ms], marker="o", label=name)
+    ax.set_xlabel("round")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(-0.02, 1.02) if metric == "success_rate" else None
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title or f"{metric.replace('_', ' ')} per round")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

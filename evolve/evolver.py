@@ -1,0 +1,256 @@
+"""The loop: recall → act → reward → reinforce → write → checkpoint, round after round.
+
+Each round runs every scheduled task once, in batches. A batch is recorded in the database before its
+lessons are applied to memory, and marked learned after, so a run killed anywhere resumes where it
+stopped: finished rounds are skipped, recorded episodes are not re-run, and feedback carries an
+idempotency key so no reward is applied twice.
+
+Example:
+    >>> from connectors import load_chat, HashEmbedder, make_engine
+    >>> from memory import MemoryStore
+    >>> from evolve import Agent, Evolver, MemoryView, Task, TaskEnv, Team
+    >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
+    >>> agent = Agent("solver", load_chat("fake/scripted", replies=["4"]), memory=MemoryView(store))
+    >>> tasks = [Task(id="t1", prompt="What is 2 + 2?", answer="4")]
+    >>> ev = Evolver(Team([agent]), tasks, memory=store, progress=False)
+    >>> [m.success_rate for m in ev.run(rounds=2)]
+    [1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+from sqlalchemy import Engine
+from tqdm.auto import tqdm
+
+from connectors import ChatClient, ConfigError, Environment, EvolveError
+from evolve.agent import Team
+from evolve.episode import Episode, Step
+from evolve.records import RoundMetrics, RunLog, episode_from_row
+from evolve.tasks import Task, TaskEnv
+from memory import MemoryStore
+
+log = logging.getLogger(__name__)
+
+Schedule = Callable[[Sequence[Task], int], list[Task]]
+
+
+def same_tasks(tasks: Sequence[Task], round_: int) -> list[Task]:
+    """Every task, every round, as written."""
+    return list(tasks)
+
+
+def paraphrase_schedule(seed: int = 0) -> Schedule:
+    """Every task every round, phrased by one of its ``meta["paraphrases"]`` chosen per round and seed,
+    in a shuffled order: tasks recur with variations."""
+
+    def schedule(tasks: Sequence[Task], round_: int) -> list[Task]:
+        rng = np.random.default_rng([seed, round_])
+        out = []
+        for t in tasks:
+            variants = [t.prompt, *t.meta.get("paraphrases", [])]
+            out.append(replace(t, prompt=variants[int(rng.integers(len(variants)))]))
+        order = rng.permutation(len(out))
+        return [out[i] for i in order]
+
+    return schedule
+
+
+class Evolver:
+    """Runs a team on tasks round after round, learning into memory between batches.
+
+    Args:
+        team: the agents.
+        tasks: the task set (``Task``s, e.g. from ``evolve.tasks.load_tasks``).
+        memory: the store the team's memory views point at; None for a memory-less baseline.
+        env_factory: builds one environment per episode (default: ``TaskEnv`` over ``tasks``).
+        engine: the database for the run log (default: the memory store's engine).
+        run: the run's name; a second ``Evolver`` with the same name resumes it.
+        batch_size: episodes generated together (local models batch them; API models thread them).
+        max_turns: turns per episode for multi-step environments.
+        learn: apply rewards to memory (reinforce) and write new experiences; False freezes memory.
+        writer: a chat model that summarises attempts into experiences (None: cheap mode).
+        schedule: which tasks a round runs, and how they are phrased.
+        progress: show a progress bar.
+    """
+
+    def __init__(
+        self,
+        team: Team,
+        tasks: Sequence[Task],
+        *,
+        memory: MemoryStore | None = None,
+        env_factory: Callable[[], Environment] | None = None,
+        engine: Engine | None = None,
+        run: str = "default",
+        batch_size: int = 16,
+        max_turns: int = 1,
+        learn: bool = True,
+        writer: ChatClient | None = None,
+        schedule: Schedule = same_tasks,
+        progress: bool = True,
+    ) -> None:
+        if not tasks:
+            raise ConfigError("Evolver needs at least one task")
+        if batch_size < 1 or max_turns < 1:
+            raise ConfigError(f"batch_size and max_turns must be >= 1, got {batch_size} and {max_turns}")
+        if engine is None:
+            if memory is None:
+                raise ConfigError("Evolver needs engine= when it has no memory store to share a database with")
+            engine = memory.engine
+        self.team = team
+        self.tasks = list(tasks)
+        self.memory = memory
+        self.env_factory = env_factory or (lambda: TaskEnv(self.tasks))
+        self.log = RunLog(engine, run)
+        self.run_name = run
+        self.batch_size = batch_size
+        self.max_turns = max_turns
+        self.learn = learn
+        self.writer = writer
+        self.schedule = schedule
+        self.progress = progress
+
+    def run(self, rounds: int) -> list[RoundMetrics]:
+        """Run (or resume) rounds 1..rounds and return every round's metrics."""
+        completed = self.log.completed()
+        for r in range(1, rounds + 1):
+            if r not in completed:
+                completed[r] = self.run_round(r)
+        return [completed[r] for r in range(1, rounds + 1)]
+
+    def run_round(self, round_: int) -> RoundMetrics:
+        start = time.perf_counter()
+        self._finish_learning(round_)
+        done = self.log.done_task_ids(round_)
+        todo = [t for t in self.schedule(self.tasks, round_) if t.id not in done]
+        bar = tqdm(total=len(todo), desc=f"{self.run_name} round {round_}", disable=not self.progress, leave=False)
+        for batch in _chunks(todo, self.batch_size):
+            episodes = self.run_batch(batch, round_)
+            self.log.record_episodes(episodes)
+            self.apply(episodes)
+            self.log.mark_learned([e.id for e in episodes])
+            bar.update(len(batch))
+        bar.close()
+        metrics = self._metrics(round_, time.perf_counter() - start)
+        self.log.record_round(metrics)
+        return metrics
+
+    def run_batch(self, tasks: Sequence[Task], round_: int) -> list[Episode]:
+        """One episode per task, the team acting on all of them together, turn by turn."""
+        envs = [self.env_factory() for _ in tasks]
+        obs = [env.reset(t) for env, t in zip(envs, tasks)]
+        steps: list[list[Step]] = [[] for _ in tasks]
+        state: list[dict[str, Any]] = [{"answer": "", "reward": 0.0, "feedback": "", "error": None, "info": {}} for _ in tasks]
+        active = list(range(len(tasks)))
+        for turn in range(self.max_turns):
+            acts = self.team.act([obs[i] for i in active], queries=[tasks[i].prompt for i in active], turn=turn)
+            still = []
+            for i, act in zip(active, acts):
+                steps[i].extend(act.steps)
+                s = state[i]
+                s["answer"] = act.answer
+                if act.error is not None:
+                    s["error"], s["feedback"] = act.error, f"error: {act.error}"
+                    continue
+                try:
+                    o = envs[i].step(act.answer)
+                except EvolveError as e:
+                    s["error"], s["feedback"] = f"environment: {e}", f"error: {e}"
+                    continue
+                s["reward"], s["feedback"], s["info"] = float(o.reward), o.text, dict(o.info)
+                if not o.done:
+                    obs[i] = o.text
+                    still.append(i)
+            active = still
+            if not active:
+                break
+        return [
+            Episode(
+                id=f"{self.run_name}:{round_}:{t.id}",
+                task_id=t.id,
+                prompt=t.prompt,
+                steps=tuple(steps[i]),
+                answer=state[i]["answer"],
+                reward=state[i]["reward"],
+                feedback=state[i]["feedback"],
+                round=round_,
+                error=state[i]["error"],
+                info=state[i]["info"],
+            )
+            for i, t in enumerate(tasks)
+        ]
+
+    def apply(self, episodes: Iterable[Episode]) -> None:
+        """Reinforce the memories each episode recalled with its reward, then write what it taught."""
+        if self.memory is None or not self.learn:
+            return
+        feedback = [
+            (step.recall_id, e.reward, f"{e.id}:{step.recall_id}")
+            for e in episodes
+            if e.error is None
+            for step in e.steps
+            if step.recall_id is not None
+        ]
+        if feedback:
+            self.memory.reinforce_many(feedback)
+        for e in episodes:
+            if e.error is not None:
+                continue
+            for agent_name in {s.agent for s in e.steps}:
+                view = self.team.agents[agent_name].memory
+                if view is None:
+                    continue
+                self.memory.write(
+                    e.prompt,
+                    trajectory=e.trajectory(),
+                    feedback=e.feedback,
+                    success=e.success,
+                    namespace=view.namespace,
+                    llm=self.writer,
+                    provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
+                )
+
+    def _finish_learning(self, round_: int) -> None:
+        """A run killed between recording a batch and learning from it learns now (rewards are idempotent)."""
+        pending = self.log.unlearned(round_)
+        if pending:
+            log.info("resuming: %d recorded episodes of round %d were not yet learned from", len(pending), round_)
+            rows = {r["id"]: r for r in self.log.round_rows(round_)}
+            eps = [episode_from_row(rows[i]) for i in pending]
+            self.apply(eps)
+            self.log.mark_learned(pending)
+
+    def _metrics(self, round_: int, seconds: float) -> RoundMetrics:
+        rows = self.log.round_rows(round_)
+        rewards = np.array([r["reward"] for r in rows], dtype=float)
+        size, q_mean, q_std = 0, 0.0, 0.0
+        namespaces = {a.memory.namespace for a in self.team.agents.values() if a.memory is not None}
+        if self.memory is not None and namespaces:
+            qs = np.array([it.q for ns in namespaces for it in self.memory.items(ns)], dtype=float)
+            size = int(qs.size)
+            if size:
+                q_mean, q_std = float(qs.mean()), float(qs.std())
+        return RoundMetrics(
+            round=round_,
+            episodes=len(rows),
+            success_rate=float((rewards >= 1.0).mean()) if rows else 0.0,
+            mean_reward=float(rewards.mean()) if rows else 0.0,
+            errors=sum(1 for r in rows if r["error"]),
+            tokens=sum(r["tokens"] for r in rows),
+            cost=float(sum(r["cost"] for r in rows)),
+            seconds=round(seconds, 3),
+            memory_size=size,
+            q_mean=q_mean,
+            q_std=q_std,
+        )
+
+
+def _chunks(items: Sequence[Task], size: int) -> Iterable[Sequence[Task]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

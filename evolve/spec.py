@@ -1,0 +1,124 @@
+"""Run specs: a TOML file that names the models, embedder, database, tasks, memory settings and rounds.
+
+```toml
+[run]
+name = "facility-codes"
+rounds = 5
+database = "sqlite:///runs/evolve.db"   # any SQLAlchemy URL; default: $EVOLVE_HOME/evolve.db
+
+[model]
+chat = "local/smollm2"                  # or "openai/gpt-4o-mini" (base_url = "http://127.0.0.1:8000/v1")
+max_tokens = 16
+
+[embedder]
+name = "minilm"                         # or "hash", "openai/text-embedding-3-small"
+
+[environment]
+tasks = "data/facility_codes.jsonl"     # relative to the spec file
+paraphrase = true
+
+[memory]
+enabled = true
+k1 = 10
+k2 = 1
+lam = 0.5
+alpha = 0.3
+
+[[agents]]
+name = "solver"
+system = "Reply with the code only."
+```
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from connectors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSection(_Strict):
+    name: str = "default"
+    rounds: int = Field(5, ge=1)
+    database: str | None = None
+    batch_size: int = Field(16, ge=1)
+    seed: int = 0
+
+
+class ModelSection(_Strict):
+    chat: str = "local/smollm2"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_tokens: int = Field(32, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    cache: bool = False
+
+
+class EmbedderSection(_Strict):
+    name: str = "minilm"
+
+
+class EnvironmentSection(_Strict):
+    tasks: str
+    paraphrase: bool = True
+    max_turns: int = Field(1, ge=1)
+
+
+class MemorySection(_Strict):
+    enabled: bool = True
+    mode: Literal["q", "similarity"] = "q"
+    k1: int = 10
+    k2: int = 5
+    delta: float = 0.0
+    lam: float = 0.5
+    alpha: float = 0.3
+    epsilon: float = 0.0
+    writer: Literal["cheap", "llm"] = "cheap"
+
+
+class AgentSection(_Strict):
+    name: str
+    system: str = "You are a careful assistant. Reply with the answer only."
+    memory: bool = True
+    after: list[str] = Field(default_factory=list)
+
+
+class RunSpec(_Strict):
+    """A whole run, validated. ``path`` (set by ``load_spec``) resolves relative file names."""
+
+    run: RunSection = Field(default_factory=RunSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    embedder: EmbedderSection = Field(default_factory=EmbedderSection)
+    environment: EnvironmentSection
+    memory: MemorySection = Field(default_factory=MemorySection)
+    agents: list[AgentSection] = Field(default_factory=lambda: [AgentSection(name="solver")])
+    path: Path | None = None
+
+    def resolve(self, name: str) -> Path:
+        p = Path(name)
+        return p if p.is_absolute() or self.path is None else (self.path.parent / p)
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read and validate a TOML spec; errors name the file and the offending field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"spec file {path} does not exist (expected a TOML file; see evolve/spec.py)")
+    try:
+        raw: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    try:
+        spec = RunSpec.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{path}: {problems}") from e
+    return spec.model_copy(update={"path": path.resolve()})
