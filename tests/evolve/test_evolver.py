@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from connectors import ConfigError, HashEmbedder, ScriptedChat, make_engine
+from connectors.chat import ChatClient
+from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
+from evolve.records import episodes
+from memory import MemoryStore
+from tests.evolve.helpers import copying_reply
+
+TASKS = [Task(id=f"t{i}", prompt=f"What is the door code of building {name}?", answer=str(1000 + i)) for i, name in enumerate(["north", "south", "east", "west"])]
+
+
+def make_evolver(url: str, *, memory: bool = True, run: str = "r", model: ScriptedChat | None = None, batch_size: int = 2) -> tuple[Evolver, MemoryStore | None]:
+    store = MemoryStore(url, embedder=HashEmbedder()) if memory else None
+    agent = Agent("solver", ChatClient(model or ScriptedChat(copying_reply)), memory=MemoryView(store) if store else None)
+    ev = Evolver(Team([agent]), TASKS, memory=store, engine=None if store else make_engine(url), run=run, batch_size=batch_size, progress=False)
+    return ev, store
+
+
+def test_memory_turns_revealed_feedback_into_success(tmp_path: Path) -> None:
+    ev, store = make_evolver(f"sqlite:///{tmp_path / 'm.db'}")
+    metrics = ev.run(rounds=3)
+    assert [m.success_rate for m in metrics] == [0.0, 1.0, 1.0]
+    assert metrics[0].memory_size == 4 and metrics[2].memory_size == 12  # one experience per attempt
+    assert metrics[2].q_mean > 0  # the memories that helped earned utility
+    baseline, _ = make_evolver(f"sqlite:///{tmp_path / 'b.db'}", memory=False)
+    assert [m.success_rate for m in baseline.run(rounds=3)] == [0.0, 0.0, 0.0]
+
+
+def test_rewards_reach_exactly_the_recalled_memories(tmp_path: Path) -> None:
+    ev, store = make_evolver(f"sqlite:///{tmp_path / 'm.db'}")
+    assert store is not None
+    ev.run(rounds=2)
+    items = store.items()
+    round1 = [it for it in items if it.meta.get("provenance", it.meta).get("episode", "").startswith("r:1:")]
+    assert len(round1) == 4
+    assert all(it.visits >= 1 and it.q == pytest.approx(0.3) for it in round1)  # recalled once, reward 1, α = 0.3
+    round2 = [it for it in items if it not in round1]
+    assert all(it.visits == 0 and it.q == 0.0 for it in round2)
+
+
+def test_finished_rounds_are_not_run_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    model = ScriptedChat(copying_reply)
+    ev, store = make_evolver(url, model=model)
+    ev.run(rounds=2)
+    calls = len(model.calls)
+    assert store is not None
+    store.close()
+    again, _ = make_evolver(url, model=model)
+    assert [m.round for m in again.run(rounds=2)] == [1, 2]
+    assert len(model.calls) == calls
+
+
+def test_paraphrase_schedule_varies_phrasing_but_not_tasks() -> None:
+    tasks = [Task(id="a", prompt="p0", answer="1", meta={"paraphrases": ["p1", "p2", "p3"]})]
+    schedule = paraphrase_schedule(seed=3)
+    prompts = {schedule(tasks, r)[0].prompt for r in range(1, 20)}
+    assert prompts == {"p0", "p1", "p2", "p3"}
+    assert schedule(tasks, 5) == schedule(tasks, 5)
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ConfigError, match="at least one task"):
+        Evolver(Team([Agent("a", ChatClient(ScriptedChat(["x"])))]), [], engine=make_engine("sqlite://"))
+    with pytest.raises(ConfigError, match="engine="):
+        Evolver(Team([Agent("a", ChatClient(ScriptedChat(["x"])))]), TASKS)
+
+
+KILLED_RUN = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from connectors import ScriptedChat
+    from tests.evolve.helpers import copying_reply
+    from tests.evolve.test_evolver import make_evolver
+
+    def slow(messages):
+        time.sleep(0.4)
+        return copying_reply(messages)
+
+    ev, _ = make_evolver({url!r}, model=ScriptedChat(slow), batch_size=1)
+    ev.run(rounds=3)
+    """
+)
+
+
+def test_a_run_killed_mid_round_resumes_from_its_checkpoint(tmp_path: Path, repo_root: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'killed.db'}"
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN.format(root=str(repo_root), url=url))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=repo_root)
+    engine = make_engine(url)
+    deadline = time.time() + 60
+    recorded = 0
+    while time.time() < deadline and recorded < 6:  # round 1 done, round 2 half-way
+        time.sleep(0.1)
+        try:
+            with engine.connect() as conn:
+                recorded = conn.execute(select(func.count()).select_from(episodes)).scalar_one()
+        except Exception:
+            recorded = 0
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 6 <= recorded < 12, f"the run should have been killed in round 2, saw {recorded} episodes"
+
+    resumed, store = make_evolver(url, batch_size=1)
+    metrics = resumed.run(rounds=3)
+    reference, ref_store = make_evolver(f"sqlite:///{tmp_path / 'reference.db'}", batch_size=1)
+    expected = reference.run(rounds=3)
+    assert [m.success_rate for m in metrics] == [m.success_rate for m in expected]
+    assert store is not None and ref_store is not None
+    got = sorted((it.intent, round(it.q, 9), it.visits) for it in store.items())
+    want = sorted((it.intent, round(it.q, 9), it.visits) for it in ref_store.items())
+    assert got == want  # no experience written twice, no reward applied twice
