@@ -1,0 +1,197 @@
+"""``OpenAIChat``: any OpenAI-compatible chat endpoint through the official ``openai`` SDK.
+
+``base_url`` serves vLLM, Ollama, llama.cpp servers and other compatible endpoints. The SDK's own
+retries are off: ``ChatClient`` owns retries, so one policy (with ``Retry-After``) covers every
+backend. SDK errors are translated here, once, into ours: 429 → ``RateLimited``, timeouts →
+``ProviderTimeout``, connection errors and 5xx → retryable ``ConnectorError``, other 4xx → a
+``ConnectorError`` that retrying cannot fix.
+
+Example:
+    >>> from connectors import load_chat
+    >>> chat = load_chat("openai/gpt-4o-mini", prices=(0.15, 0.60))              # doctest: +SKIP
+    >>> chat.complete("Say hi", caller="greeter").usage.cost > 0                  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import email.utils
+import ipaddress
+import logging
+import os
+import time
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
+from connectors.types import Completion, Message, Usage
+
+log = logging.getLogger(__name__)
+
+# Local servers (vLLM, Ollama, llama.cpp) accept any key; the SDK insists on one.
+LOCAL_PLACEHOLDER_KEY = "sk-no-key-needed"
+KEY_HINT = "check the API key (OPENAI_API_KEY or api_key=)"
+
+
+def is_local_url(url: str) -> bool:
+    """True for servers on this machine or a private network: ``localhost``, loopback and private IPs,
+    single-label host names (``http://vllm:8000``) and ``*.local``."""
+    host = (urlsplit(url).hostname or "").lower()
+    if not host:
+        return False
+    if host == "localhost" or host.endswith((".localhost", ".local")) or ("." not in host and ":" not in host):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``Retry-After-Ms`` / ``Retry-After`` (seconds or an HTTP date), else None."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def price_of(usage: Usage, prices: tuple[float, float] | None) -> float:
+    """Cost in US dollars of ``usage`` at ``prices`` = (USD per 1M input tokens, USD per 1M output tokens)."""
+    if prices is None:
+        return 0.0
+    return (usage.prompt_tokens * prices[0] + usage.completion_tokens * prices[1]) / 1_000_000
+
+
+def translate_error(error: Exception, name: str) -> ConnectorError:
+    """Our error for one of the SDK's, shaped by how the caller recovers. Never includes the API key."""
+    import openai
+
+    if isinstance(error, openai.APITimeoutError):
+        return ProviderTimeout(f"{name}: the server did not answer in time ({error})")
+    if isinstance(error, openai.APIConnectionError):
+        return ConnectorError(f"{name}: cannot reach the server ({error})", retryable=True)
+    if not isinstance(error, openai.APIStatusError):
+        return ConnectorError(f"{name}: unexpected response from the server: {error}", retryable=False)
+    status = error.status_code
+    if status in (401, 403):
+        # The server's message is dropped on purpose: some servers echo (part of) the key back.
+        return ConnectorError(f"{name}: the server refused the request (HTTP {status}); {KEY_HINT}", retryable=False)
+    detail = f"{name}: HTTP {status}: {error.message}"
+    if status == 429:
+        return RateLimited(detail, retry_after=parse_retry_after(error.response.headers))
+    if status == 408:
+        return ProviderTimeout(detail)
+    return ConnectorError(detail, retryable=status >= 500)
+
+
+class OpenAIChat:
+    """A chat model behind any OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+    Args:
+        model: the model name the server knows (``"gpt-4o-mini"``, ``"Qwen/Qwen2.5-7B-Instruct"``).
+        base_url: the endpoint (default: the SDK's, i.e. ``$OPENAI_BASE_URL`` or OpenAI).
+        api_key: default ``$OPENAI_API_KEY``; a local server needs none.
+        timeout: seconds per request.
+        client: a ready ``openai.OpenAI`` (then ``base_url``, ``api_key`` and ``timeout`` are unused).
+        prices: USD per 1M input and per 1M output tokens, for cost accounting.
+
+    Example:
+        >>> chat = OpenAIChat("qwen2.5", base_url="http://localhost:8000/v1")   # doctest: +SKIP
+        >>> chat.complete([Message("user", "2 + 2 = ?")], temperature=0).text   # doctest: +SKIP
+        '4'
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        client: Any = None,
+        prices: tuple[float, float] | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigError("OpenAIChat needs a model name, got an empty string")
+        if prices is not None and (len(prices) != 2 or any(p < 0 for p in prices)):
+            raise ConfigError(f"prices must be (USD per 1M input tokens, USD per 1M output tokens) >= 0, got {prices!r}")
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.model = model
+        self.name = f"openai/{model}"
+        self.prices = (float(prices[0]), float(prices[1])) if prices is not None else None
+        self._client = client if client is not None else _make_client(base_url, api_key, timeout)
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        **extra: Any,
+    ) -> Completion:
+        """One answer. ``extra`` goes to the server as is (``logprobs=True``, ``response_format=…``)."""
+        import openai
+
+        sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
+        request = {k: v for k, v in sampling.items() if v is not None}
+        request.update(extra)
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=[m.to_dict() for m in messages], **request
+            )
+        except openai.APIError as e:
+            raise translate_error(e, self.name) from e
+        return self._completion(response)
+
+    def _completion(self, response: Any) -> Completion:
+        if not response.choices:
+            raise ConnectorError(f"{self.name}: the server returned no choices for model {self.model!r}")
+        choice = response.choices[0]
+        content = choice.message.content
+        if content is None:
+            refusal = getattr(choice.message, "refusal", None)
+            why = f"refusal: {refusal!r}" if refusal else f"finish_reason={choice.finish_reason!r}"
+            raise ConnectorError(f"{self.name}: model {self.model!r} returned no text ({why})")
+        u = response.usage
+        usage = Usage(u.prompt_tokens, u.completion_tokens) if u is not None else Usage()
+        usage = Usage(usage.prompt_tokens, usage.completion_tokens, price_of(usage, self.prices))
+        tokens = choice.logprobs.content if choice.logprobs is not None else None
+        logprobs = tuple(float(t.logprob) for t in tokens) if tokens else None
+        return Completion(content, self.name, usage, logprobs, choice.finish_reason)
+
+
+def _make_client(base_url: str | None, api_key: str | None, timeout: float) -> Any:
+    try:
+        import openai
+    except ImportError as e:  # a core dependency; only a broken install lands here
+        raise ConfigError("OpenAIChat needs the 'openai' package: pip install openai") from e
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    if not key:
+        if url is None or not is_local_url(url):
+            raise ConfigError(
+                f"no API key for {url or 'the OpenAI API'}: set OPENAI_API_KEY or pass api_key= "
+                "(a server on localhost or a private network needs none)"
+            )
+        key = LOCAL_PLACEHOLDER_KEY
+    return openai.OpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0)

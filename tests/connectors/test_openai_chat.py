@@ -1,0 +1,176 @@
+"""OpenAIChat against a real OpenAI-compatible HTTP server on 127.0.0.1, driven by the real SDK."""
+
+from __future__ import annotations
+
+import email.utils
+
+import pytest
+
+from connectors import ChatClient, ConfigError, ConnectorError, ProviderTimeout, RateLimited, load_chat
+from connectors.openai_chat import OpenAIChat, is_local_url, parse_retry_after, price_of
+from connectors.types import Message, Usage
+
+from .conftest import FakeOpenAIServer, Reply, chat_body, error_body
+
+
+def client_with_sleeps(server: FakeOpenAIServer, sleeps: list[float], **kwargs: object) -> ChatClient:
+    backend = load_chat("openai/test-model", base_url=server.url, **kwargs).backend
+    return ChatClient(backend, retries=3, sleep=sleeps.append)
+
+
+def test_answer_with_usage_and_request_params(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, chat_body("Paris", prompt_tokens=12, completion_tokens=2, logprobs=[-0.1, -0.2])))
+    chat = load_chat("openai/test-model", base_url=openai_server.url)
+
+    c = chat.complete("Capital of France?", temperature=0.0, max_tokens=5, seed=7, stop=["\n"], caller="geo")
+
+    assert (c.text, c.model, c.finish_reason) == ("Paris", "openai/test-model", "stop")
+    assert c.usage == Usage(12, 2, 0.0)
+    assert c.logprobs == (-0.1, -0.2)
+    assert chat.usage_by_caller["geo"] == Usage(12, 2, 0.0)
+    sent = openai_server.requests[0]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["json"]["model"] == "test-model"
+    assert sent["json"]["messages"] == [{"role": "user", "content": "Capital of France?"}]
+    assert (sent["json"]["temperature"], sent["json"]["max_tokens"], sent["json"]["seed"]) == (0.0, 5, 7)
+    assert sent["json"]["stop"] == ["\n"]
+    assert "top_p" not in sent["json"]  # unset parameters are not sent
+
+
+def test_cost_from_prices(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, chat_body("ok", prompt_tokens=1000, completion_tokens=500)))
+    chat = load_chat("openai/test-model", base_url=openai_server.url, prices=(1.0, 2.0))
+    assert chat.complete("hi").usage.cost == pytest.approx(0.002)
+
+
+def test_local_server_needs_no_key(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, chat_body("ok")))
+    load_chat("openai/test-model", base_url=openai_server.url).complete("hi")
+    assert openai_server.requests[0]["headers"]["authorization"].startswith("Bearer ")
+
+
+def test_api_key_from_environment(openai_server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "env-key-1")
+    openai_server.script(Reply(200, chat_body("ok")))
+    load_chat("openai/test-model", base_url=openai_server.url).complete("hi")
+    assert openai_server.requests[0]["headers"]["authorization"] == "Bearer env-key-1"
+
+
+def test_remote_server_without_key_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        OpenAIChat("gpt-4o-mini", base_url="https://api.example.com/v1")
+
+
+def test_429_retry_after_is_honoured(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(
+        Reply(429, error_body("slow down", "rate_limit_error"), headers={"Retry-After": "7"}),
+        Reply(200, chat_body("after the wait")),
+    )
+    sleeps: list[float] = []
+    chat = client_with_sleeps(openai_server, sleeps)
+
+    assert chat.complete("hi").text == "after the wait"
+    assert sleeps == [pytest.approx(7.0)]
+    assert len(openai_server.requests) == 2
+
+
+def test_429_raises_rate_limited_when_retries_run_out(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(429, error_body("slow down"), headers={"Retry-After": "3"}))
+    chat = load_chat("openai/test-model", base_url=openai_server.url, retries=0)
+    with pytest.raises(RateLimited) as info:
+        chat.complete("hi")
+    assert info.value.retry_after == pytest.approx(3.0)
+    assert info.value.retryable
+
+
+def test_500_is_retried(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(500, error_body("boom", "server_error")), Reply(200, chat_body("recovered")))
+    sleeps: list[float] = []
+    assert client_with_sleeps(openai_server, sleeps).complete("hi").text == "recovered"
+    assert len(sleeps) == 1 and len(openai_server.requests) == 2
+
+
+def test_400_is_not_retried(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(400, error_body("bad max_tokens")), Reply(200, chat_body("never")))
+    sleeps: list[float] = []
+    with pytest.raises(ConnectorError, match="400") as info:
+        client_with_sleeps(openai_server, sleeps).complete("hi")
+    assert not info.value.retryable
+    assert sleeps == [] and len(openai_server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_auth_error_never_shows_the_key(openai_server: FakeOpenAIServer, status: int) -> None:
+    secret = "sk-very-secret-key-123"
+    openai_server.script(Reply(status, error_body(f"Incorrect API key provided: {secret}", "invalid_request_error")))
+    sleeps: list[float] = []
+    with pytest.raises(ConnectorError) as info:
+        client_with_sleeps(openai_server, sleeps, api_key=secret).complete("hi")
+    assert "API key" in str(info.value)
+    assert secret not in str(info.value) and "very-secret" not in repr(info.value)
+    assert not info.value.retryable and sleeps == []
+
+
+def test_timeout_is_provider_timeout(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, chat_body("too late"), delay=1.0))
+    chat = load_chat("openai/test-model", base_url=openai_server.url, timeout=0.2, retries=0)
+    with pytest.raises(ProviderTimeout) as info:
+        chat.complete("hi")
+    assert info.value.retryable
+
+
+def test_connection_refused_is_retryable() -> None:
+    chat = OpenAIChat("test-model", base_url="http://127.0.0.1:9/v1", timeout=2.0)
+    with pytest.raises(ConnectorError) as info:
+        chat.complete([Message("user", "hi")])
+    assert info.value.retryable
+
+
+def test_empty_choices_names_the_model(openai_server: FakeOpenAIServer) -> None:
+    body = chat_body("x")
+    body["choices"] = []
+    openai_server.script(Reply(200, body))
+    with pytest.raises(ConnectorError, match="test-model"):
+        OpenAIChat("test-model", base_url=openai_server.url).complete([Message("user", "hi")])
+
+
+def test_none_content_names_the_model(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, chat_body(None, finish_reason="content_filter")))
+    with pytest.raises(ConnectorError, match="test-model.*content_filter"):
+        OpenAIChat("test-model", base_url=openai_server.url).complete([Message("user", "hi")])
+
+
+def test_parse_retry_after_forms() -> None:
+    now = 1_700_000_000.0
+    assert parse_retry_after({"Retry-After": "2.5"}) == 2.5
+    assert parse_retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert parse_retry_after({"Retry-After": email.utils.formatdate(now + 30, usegmt=True)}, now=now) == 30.0
+    assert parse_retry_after({"Retry-After": email.utils.formatdate(now - 30, usegmt=True)}, now=now) == 0.0
+    assert parse_retry_after({"Retry-After": "soon"}) is None
+    assert parse_retry_after({}) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://localhost:8000/v1", True),
+        ("http://127.0.0.1:11434/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://10.0.0.5:8000/v1", True),
+        ("http://vllm:8000/v1", True),
+        ("https://api.openai.com/v1", False),
+        ("https://8.8.8.8/v1", False),
+    ],
+)
+def test_is_local_url(url: str, local: bool) -> None:
+    assert is_local_url(url) is local
+
+
+def test_price_of() -> None:
+    assert price_of(Usage(2_000_000, 1_000_000), (0.15, 0.6)) == pytest.approx(0.9)
+    assert price_of(Usage(10, 10), None) == 0.0
+
+
+def test_bad_prices_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="prices"):
+        OpenAIChat("m", base_url="http://localhost:1/v1", prices=(-1.0, 0.0))
