@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -113,7 +114,7 @@ class ResponseCache:
 
     def put(self, key: str, completion: Completion) -> None:
         with self._lock:
-            self._mem[key] = completion
+            self._mem[key] = dataclasses.replace(completion, cached=True)  # what a later get() returns
             if self._db is not None:
                 self._db.execute(
                     "INSERT OR REPLACE INTO responses (key, body) VALUES (?, ?)", (key, completion_to_json(completion))

@@ -1,0 +1,311 @@
+"""``LocalChat``: a transformers model on this machine, with real batched generation and LoRA adapters.
+
+One base model serves every call. Prompts go through the tokenizer's chat template, are left-padded
+and generated together in chunks of ``batch_size``; greedy when ``temperature`` is 0, else sampled
+with a ``torch.Generator`` seeded by ``seed`` (same seed, same prompts → same text, and no global RNG
+is touched). Optional peft LoRA adapters are loaded onto the one base model and picked per call.
+
+torch, transformers and peft are imported when the model first loads, never when ``connectors`` is
+imported.
+
+Example:
+    >>> from connectors import load_chat
+    >>> chat = load_chat("local/smollm2", max_new_tokens=16)            # doctest: +SKIP
+    >>> chat.complete("What is the capital of France?").text            # doctest: +SKIP
+    'The capital of France is Paris.'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from connectors.errors import ConfigError, ConnectorError
+from connectors.types import Completion, Message, Usage
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("float32", "bfloat16", "float16")
+LOCAL_HINT = "pip install 'evolve[local]'"
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """The sampling settings of one call, validated."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    adapter: str | None = None
+
+
+def nucleus_probs(logits: Any, temperature: float, top_p: float) -> Any:
+    """Sampling distribution over the vocabulary: softmax(logits / T), keeping the smallest set of
+    tokens whose mass reaches ``top_p`` (the most likely token always stays). Rows sum to 1."""
+    import torch
+
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """``text`` cut before the earliest stop string, and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+class SeededSampler:
+    """A logits processor that samples the next token with its own generator and leaves only that token.
+
+    transformers' ``generate`` cannot take a ``torch.Generator``; running greedy decoding behind this
+    processor gives seeded sampling without touching the global RNG.
+    """
+
+    def __init__(self, temperature: float, top_p: float, generator: Any) -> None:
+        self.temperature = temperature
+        self.top_p = top_p
+        self.generator = generator
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        probs = nucleus_probs(scores, self.temperature, self.top_p)
+        choice = torch.multinomial(probs, 1, generator=self.generator)
+        return torch.full_like(scores, float("-inf")).scatter(1, choice, 0.0)
+
+
+class LocalChat:
+    """A local Hugging Face causal LM behind the ``ChatModel`` seam.
+
+    Args:
+        model: ``"smollm2"`` (the converted default model) or a local HF folder.
+        path: an explicit folder, overriding what ``model`` points to.
+        device: a torch device (``"cpu"``, ``"cuda"``).
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        max_new_tokens: the default answer length limit (``max_tokens=`` overrides it per call).
+        batch_size: how many prompts one ``generate`` call takes.
+        adapters: peft LoRA adapters as ``{name: folder}``, loaded onto the one base model.
+        threads: torch intra-op threads (process-wide; None leaves torch's default).
+
+    Example:
+        >>> chat = LocalChat("smollm2", max_new_tokens=8)                      # doctest: +SKIP
+        >>> [c.text for c in chat.complete_batch([[Message("user", "Hi")]] * 2)]  # doctest: +SKIP
+        ['Hello! How can I help you today?', 'Hello! How can I help you today?']
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2",
+        *,
+        path: str | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_new_tokens: int = 64,
+        batch_size: int = 16,
+        adapters: Mapping[str, str] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if dtype not in DTYPES:
+            raise ConfigError(f"LocalChat dtype must be one of {DTYPES}, got {dtype!r}")
+        for field, value in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size), ("threads", threads or 1)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"LocalChat {field} must be a positive integer, got {value!r}")
+        self.name = f"local/{model}"
+        self.model = model
+        self.path = path or (None if model == "smollm2" else model)
+        if self.path is not None and not Path(self.path).is_dir():
+            raise ConfigError(f"LocalChat: {self.path!r} is not a local model folder (or use model='smollm2')")
+        self.device = device
+        self.dtype = dtype
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.adapters = dict(adapters or {})
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        """One answer; takes the same keyword parameters as :meth:`complete_batch`."""
+        return self.complete_batch([messages], **params)[0]
+
+    def complete_batch(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        adapter: str | None = None,
+    ) -> list[Completion]:
+        """Answers for many prompts, generated together in chunks of ``batch_size``."""
+        params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
+        out: list[Completion] = []
+        with self._lock:
+            self._ensure_loaded()
+            generator = self._generator(params)
+            for start in range(0, len(prompts), self.batch_size):
+                out.extend(self._generate(prompts[start : start + self.batch_size], params, generator))
+        return out
+
+    def _params(
+        self, max_tokens: int | None, temperature: float, top_p: float, seed: int | None,
+        stop: str | Sequence[str] | None, adapter: str | None,
+    ) -> GenerationParams:  # fmt: skip
+        n = self.max_new_tokens if max_tokens is None else max_tokens
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if temperature is None or temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
+        if top_p is None or not 0.0 < top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {top_p!r}")
+        if adapter is not None and adapter not in self.adapters:
+            raise ConfigError(f"{self.name}: unknown adapter {adapter!r}; loaded adapters: {sorted(self.adapters)}")
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        return GenerationParams(n, float(temperature), float(top_p), seed, stops, adapter)
+
+    def _generator(self, params: GenerationParams) -> Any:
+        import torch
+
+        if params.temperature == 0.0:
+            return None
+        seed = params.seed if params.seed is not None else random.getrandbits(63)
+        return torch.Generator(device=self.device).manual_seed(int(seed))
+
+    def _ensure_loaded(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise ConfigError(f"LocalChat needs the 'local' extra: {LOCAL_HINT}") from e
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        folder = self.path
+        if folder is None:
+            from connectors.smollm2 import smollm2_path
+
+            folder = str(smollm2_path())
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, padding_side="left")
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), local_files_only=True)
+        model = _with_adapters(model, self.adapters).to(self.device).eval()
+        self._tokenizer, self._model = tokenizer, model
+        log.info("loaded %s from %s (%d adapters)", self.name, folder, len(self.adapters))
+
+    def _render(self, messages: Sequence[Message]) -> str:
+        tok = self._tokenizer
+        dicts = [m.to_dict() for m in messages]
+        if tok.chat_template:
+            return str(tok.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False))
+        # a base model without a chat template: a plain transcript that ends where the answer starts
+        return "".join(f"{m['role']}: {m['content']}\n" for m in dicts) + "assistant:"
+
+    def _generate(self, batch: Sequence[Sequence[Message]], params: GenerationParams, generator: Any) -> list[Completion]:
+        import torch
+        from transformers import GenerationConfig
+
+        tok, model = self._tokenizer, self._model
+        enc = tok([self._render(m) for m in batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = enc.to(self.device)
+        eos_ids = _eos_token_ids(model, tok)
+        end_ids = eos_ids | {tok.pad_token_id}  # finished rows are padded; the first of either ends the answer
+        config = GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=False,
+            eos_token_id=sorted(eos_ids) or None,
+            pad_token_id=tok.pad_token_id,
+            stop_strings=list(params.stop) or None,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        processors = [SeededSampler(params.temperature, params.top_p, generator)] if generator is not None else []
+        try:
+            with torch.inference_mode(), self._adapter_context(params.adapter):
+                out = model.generate(
+                    **enc, generation_config=config, logits_processor=processors, tokenizer=tok if params.stop else None
+                )
+        except RuntimeError as e:
+            raise ConnectorError(f"{self.name}: generation failed: {e}") from e
+        new_tokens = out.sequences[:, enc["input_ids"].shape[1] :]
+        logprobs = _chosen_logprobs(out.logits, new_tokens)
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        return [
+            self._completion(new_tokens[i].tolist(), logprobs[i], int(prompt_lens[i]), end_ids, params.stop)
+            for i in range(len(batch))
+        ]
+
+    def _completion(
+        self, tokens: list[int], logprobs: list[float], prompt_tokens: int, end_ids: set[int], stop: tuple[str, ...]
+    ) -> Completion:
+        n = next((i for i, t in enumerate(tokens) if t in end_ids), None)
+        generated = len(tokens) if n is None else n + 1  # the end token was generated too
+        text = self._tokenizer.decode(tokens[: len(tokens) if n is None else n], skip_special_tokens=True)
+        text, stopped = truncate_at_stop(text, stop)
+        finish = "stop" if stopped or n is not None else "length"
+        usage = Usage(prompt_tokens, generated, 0.0)
+        return Completion(text, self.name, usage, tuple(logprobs[:generated]), finish)
+
+    def _adapter_context(self, adapter: str | None) -> contextlib.AbstractContextManager[Any]:
+        if not self.adapters:
+            return contextlib.nullcontext()
+        if adapter is None:
+            return self._model.disable_adapter()  # type: ignore[no-any-return]
+        self._model.set_adapter(adapter)
+        return contextlib.nullcontext()
+
+
+def _with_adapters(model: Any, adapters: Mapping[str, str]) -> Any:
+    if not adapters:
+        return model
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise ConfigError(f"LoRA adapters need peft, part of the 'local' extra: {LOCAL_HINT}") from e
+    items = list(adapters.items())
+    for name, folder in items:
+        if not Path(folder).is_dir():
+            raise ConfigError(f"adapter {name!r}: {folder!r} is not a folder holding a peft adapter")
+    peft_model = PeftModel.from_pretrained(model, items[0][1], adapter_name=items[0][0], is_trainable=False)
+    for name, folder in items[1:]:
+        peft_model.load_adapter(folder, adapter_name=name, is_trainable=False)
+    return peft_model
+
+
+def _eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Token ids that end an answer: the model's EOS id(s) and the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _chosen_logprobs(step_logits: Sequence[Any], tokens: Any) -> list[list[float]]:
+    """Log-probabilities (of the raw model distribution) of the generated tokens, one list per row."""
+    import torch
+
+    if not step_logits:
+        return [[] for _ in range(tokens.shape[0])]
+    per_step = [
+        torch.log_softmax(logits.float(), dim=-1).gather(1, tokens[:, t : t + 1]).squeeze(1)
+        for t, logits in enumerate(step_logits)
+    ]
+    return torch.stack(per_step, dim=1).tolist()  # type: ignore[no-any-return]

@@ -1,0 +1,150 @@
+"""LocalChat on a tiny Llama built in code (fast), and on the real SmolLM2 (slow)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from connectors import ConfigError, load_chat
+from connectors.local_chat import LocalChat, nucleus_probs, truncate_at_stop
+from connectors.types import Message
+
+PROMPTS = [
+    [Message("user", "open the door")],
+    [Message("system", "answer briefly"), Message("user", "what is the capital of france?")],
+    [Message("user", "one two three four five six seven eight nine ten")],
+    [Message("user", "hello")],
+    [Message("user", "the quick brown fox jumps over the lazy dog and the key")],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir: Path) -> LocalChat:
+    return LocalChat(str(tiny_model_dir), max_new_tokens=12, batch_size=2)
+
+
+def test_batched_greedy_equals_one_at_a_time(tiny: LocalChat) -> None:
+    batched = tiny.complete_batch(PROMPTS)  # 5 prompts of different lengths, chunks of 2: padding in play
+    single = [tiny.complete(p) for p in PROMPTS]
+    assert [c.text for c in batched] == [c.text for c in single]
+    assert [c.usage for c in batched] == [c.usage for c in single]
+    for b, s in zip(batched, single):
+        assert b.logprobs is not None and s.logprobs is not None
+        assert b.logprobs == pytest.approx(s.logprobs, abs=1e-4)
+
+
+def test_completion_fields(tiny: LocalChat) -> None:
+    c = tiny.complete(PROMPTS[0], max_tokens=5)
+    assert c.model == tiny.name == f"local/{tiny.model}"
+    assert c.usage.completion_tokens <= 5 and c.usage.prompt_tokens > 0 and c.usage.cost == 0.0
+    assert c.finish_reason in ("stop", "length")
+    assert c.logprobs is not None and len(c.logprobs) == c.usage.completion_tokens
+    assert all(lp <= 0.0 and math.isfinite(lp) for lp in c.logprobs)
+    if c.finish_reason == "length":
+        assert c.usage.completion_tokens == 5
+
+
+def test_same_seed_same_text_other_seed_differs(tiny: LocalChat) -> None:
+    def sample(seed: int) -> list[str]:
+        return [c.text for c in tiny.complete_batch(PROMPTS, temperature=1.5, seed=seed, max_tokens=16)]
+
+    first = sample(1)
+    assert sample(1) == first
+    assert any(sample(s) != first for s in (2, 3, 4))
+    assert first != [c.text for c in tiny.complete_batch(PROMPTS, max_tokens=16)]  # sampled, not greedy
+
+
+def test_stop_strings_truncate(tiny: LocalChat) -> None:
+    full = tiny.complete(PROMPTS[1], max_tokens=12).text
+    assert len(full) > 6, full
+    stop = full[4:6]
+    cut = full.find(stop)
+    c = tiny.complete(PROMPTS[1], max_tokens=12, stop=[stop, "never-generated-string"])
+    assert c.text == full[:cut]
+    assert c.finish_reason == "stop"
+    assert tiny.complete(PROMPTS[1], max_tokens=12, stop=stop).text == full[:cut]  # a single string works too
+
+
+def test_adapter_switching(tiny_model_dir: Path, tiny_adapter_dir: Path, tiny: LocalChat) -> None:
+    chat = LocalChat(str(tiny_model_dir), max_new_tokens=12, adapters={"critic": str(tiny_adapter_dir)})
+    base = [c.text for c in tiny.complete_batch(PROMPTS)]
+
+    adapted = [c.text for c in chat.complete_batch(PROMPTS, adapter="critic")]
+    restored = [c.text for c in chat.complete_batch(PROMPTS)]
+
+    assert adapted != base
+    assert restored == base
+    with pytest.raises(ConfigError, match="unknown adapter"):
+        chat.complete(PROMPTS[0], adapter="nope")
+
+
+def test_load_chat_local_prefix(tiny_model_dir: Path) -> None:
+    chat = load_chat(f"local/{tiny_model_dir}", max_new_tokens=4)
+    answers = chat.complete_batch(["hello", "open the door"], caller="t")
+    assert len(answers) == 2 and chat.usage_by_caller["t"].completion_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtype": "int3"}, "dtype"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+    ],
+)
+def test_bad_construction_is_config_error(tiny_model_dir: Path, kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        LocalChat(str(tiny_model_dir), **kwargs)  # type: ignore[arg-type]
+
+
+def test_missing_folder_is_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a local model folder"):
+        LocalChat(str(tmp_path / "nope"))
+
+
+@pytest.mark.parametrize(("params", "match"), [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
+                                               ({"max_tokens": 0}, "max_tokens")])  # fmt: skip
+def test_bad_call_params_are_config_errors(tiny: LocalChat, params: dict[str, float], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        tiny.complete(PROMPTS[0], **params)
+
+
+def test_nucleus_probs() -> None:
+    import torch
+
+    logits = torch.tensor([[3.0, 2.0, 1.0, -5.0]])
+    full = nucleus_probs(logits, 1.0, 1.0)
+    assert torch.allclose(full, torch.softmax(logits, -1))
+    kept = nucleus_probs(logits, 1.0, 0.7)  # the top token has ~0.66: the second is needed to reach 0.7
+    assert (kept[0, :2] > 0).all() and (kept[0, 2:] == 0).all()
+    assert float(kept.sum()) == pytest.approx(1.0)
+    assert float(nucleus_probs(logits, 1.0, 1e-6)[0, 0]) == pytest.approx(1.0)  # the top token always stays
+    cold = nucleus_probs(logits, 0.1, 1.0)
+    assert float(cold[0, 0]) > float(full[0, 0])
+
+
+def test_truncate_at_stop() -> None:
+    assert truncate_at_stop("a. b. c", [". c", "."]) == ("a", True)
+    assert truncate_at_stop("abc", ["x", ""]) == ("abc", False)
+
+
+def test_importing_connectors_loads_no_torch() -> None:
+    code = "import sys, connectors, connectors.local_chat, connectors.smollm2; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+@pytest.mark.slow
+def test_smollm2_knows_paris_and_batches(smollm2_dir: Path) -> None:
+    chat = load_chat("local/smollm2", max_new_tokens=24)
+    assert "Paris" in chat.complete("What is the capital of France?").text
+
+    questions = [f"What is {a} plus {a}?" for a in range(1, 8)] + ["Name a primary color."]
+    answers = chat.complete_batch(questions, max_tokens=12)
+    assert len(answers) == 8
+    assert all(a.text.strip() and a.usage.completion_tokens > 0 for a in answers)
+    assert all(a.finish_reason in ("stop", "length") for a in answers)
