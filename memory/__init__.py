@@ -1,0 +1,48 @@
+"""Q-valued episodic memory (MemRL): a store of experiences whose utility is learned from reward.
+
+Example:
+    >>> from connectors import HashEmbedder
+    >>> from memory import MemoryStore
+    >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
+    >>> _ = store.add("sort a list", "use sorted()")
+    >>> [item.experience for item in store.retrieve("sort a list").items]
+    ['use sorted()']
+    >>> store.close()
+
+This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
+"""
+
+from memory.config import MemoryConfig, RetrievalConfig, similarity_only
+from memory.records import MemoryItem, Recall, ScoredItem
+from memory.scoring import (
+    Selection,
+    calibrate_threshold,
+    credit_weights,
+    phase_a,
+    select,
+    td_update,
+    two_phase_scores,
+    zscore,
+)
+from memory.store import MemoryStore
+from memory.writer import Written, compose_experience
+
+__all__ = [
+    "MemoryConfig",
+    "MemoryItem",
+    "MemoryStore",
+    "Recall",
+    "RetrievalConfig",
+    "ScoredItem",
+    "Selection",
+    "Written",
+    "calibrate_threshold",
+    "compose_experience",
+    "credit_weights",
+    "phase_a",
+    "select",
+    "similarity_only",
+    "td_update",
+    "two_phase_scores",
+    "zscore",
+]

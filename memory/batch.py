@@ -1,0 +1,200 @@
+"""Writing new memories: input checks, intent grouping, one INSERT per table, capacity eviction.
+
+``insert_items`` runs inside the store's write transaction and returns what the mirror must append
+once the transaction has committed (the mirror never runs ahead of SQL).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, delete, insert
+
+from connectors.errors import ConfigError
+from memory.mirror import NamespaceMirror, Rows
+from memory.records import MemoryItem
+from memory.schema import bump, intents, memory_items, to_blob, tombstones
+from memory.scoring import assign_groups
+
+MAX_NAMESPACE = 200
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def check_text(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+
+
+def check_namespace(namespace: object) -> str:
+    if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAMESPACE:
+        raise ConfigError(f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r}")
+    return namespace
+
+
+def check_reward(value: object, where: str) -> float:
+    """A finite float (bools count as 1.0 / 0.0); anything else is a ``ConfigError``."""
+    if not isinstance(value, (Real, np.number)) or isinstance(value, complex):
+        raise ConfigError(f"{where}: reward must be a finite real number, got {value!r} ({type(value).__name__})")
+    number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: reward must be finite, got {number!r}")
+    return number
+
+
+def _check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {type(meta).__name__}")
+    out = dict(meta)
+    try:
+        json.dumps(out)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where} must be JSON-serialisable: {e}") from e
+    return out
+
+
+@dataclass
+class NewItems:
+    """Column-wise memories about to be inserted (ids and timestamps may come from an import)."""
+
+    ids: list[str]
+    intents: list[str]
+    experiences: list[str]
+    vecs: np.ndarray
+    q: np.ndarray
+    visits: np.ndarray
+    success: list[bool | None]
+    created: np.ndarray
+    updated: np.ndarray
+    metas: list[dict[str, Any]]
+
+    @classmethod
+    def build(
+        cls,
+        intents_: list[str],
+        experiences: list[str],
+        vecs: np.ndarray,
+        *,
+        q: float | Sequence[float],
+        success: Sequence[bool | None],
+        meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+        ids: Sequence[str] | None = None,
+        visits: Sequence[int] | None = None,
+        created: Sequence[float] | None = None,
+        updated: Sequence[float] | None = None,
+    ) -> NewItems:
+        n = len(intents_)
+        now = time.time()
+        if meta is None or isinstance(meta, Mapping):
+            metas = [_check_meta(meta, "meta")] * n
+        else:
+            if len(meta) != n:
+                raise ConfigError(f"meta must be one mapping or one per row ({n}), got {len(meta)} mappings")
+            metas = [_check_meta(m, f"meta[{i}]") for i, m in enumerate(meta)]
+        created_ = np.full(n, now) if created is None else np.asarray(created, dtype=np.float64)
+        return cls(
+            ids=[new_id() for _ in range(n)] if ids is None else list(ids),
+            intents=list(intents_),
+            experiences=list(experiences),
+            vecs=vecs,
+            q=np.broadcast_to(np.asarray(q, dtype=np.float64), (n,)).copy(),
+            visits=np.zeros(n, dtype=np.int64) if visits is None else np.asarray(visits, dtype=np.int64),
+            success=[None if s is None else bool(s) for s in success],
+            created=created_,
+            updated=created_.copy() if updated is None else np.asarray(updated, dtype=np.float64),
+            metas=metas,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class Inserted:
+    """What one committed insert adds to the mirror: new intent keys, rows, and evicted rows."""
+
+    generation: int
+    items: list[MemoryItem]
+    rows: Rows
+    key_ids: np.ndarray
+    key_seqs: np.ndarray
+    key_vecs: np.ndarray
+    evicted_rows: np.ndarray
+
+
+def eviction_rows(mirror: NamespaceMirror, incoming: int, capacity: int | None) -> np.ndarray:
+    """Mirror rows to drop so the namespace holds ``capacity`` items after ``incoming`` arrive.
+
+    Lowest Q goes first; at equal Q a never-visited item before a visited one, then the oldest. The
+    incoming items are never evicted by their own insert.
+    """
+    if capacity is None:
+        return np.zeros(0, dtype=np.int64)
+    excess = min(len(mirror) + incoming - capacity, len(mirror))
+    if excess <= 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((mirror.seqs, mirror.visits > 0, mirror.q))
+    return np.sort(order[:excess]).astype(np.int64)
+
+
+def insert_items(
+    conn: Connection, mirror: NamespaceMirror, batch: NewItems, *, threshold: float, group: bool, capacity: int | None
+) -> Inserted:
+    """Group, insert and evict inside the caller's transaction (the mirror is current and locked)."""
+    n, n_old = len(batch), len(mirror.key_ids)
+    if group:
+        labels, new_rows = assign_groups(batch.vecs, mirror.keys, threshold)
+    else:
+        labels, new_rows = n_old + np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    generation, first = bump(conn, seqs=len(new_rows) + n)
+    key_seqs = first + np.arange(len(new_rows), dtype=np.int64)
+    item_seqs = first + len(new_rows) + np.arange(n, dtype=np.int64)
+    key_ids = np.array([new_id() for _ in new_rows], dtype=object)
+    old = labels < n_old
+    emb = np.empty((n, mirror.dim), dtype=np.float32)
+    emb[old] = mirror.keys[labels[old]]
+    emb[~old] = batch.vecs[new_rows[labels[~old] - n_old]]
+    intent_ids = np.empty(n, dtype=object)
+    intent_ids[old] = mirror.key_ids[labels[old]]
+    intent_ids[~old] = key_ids[labels[~old] - n_old]
+    now = time.time()
+    if len(new_rows):
+        conn.execute(insert(intents), [
+            {"id": key_ids[j], "seq": int(key_seqs[j]), "namespace": mirror.namespace, "text": batch.intents[r],
+             "embedding": to_blob(batch.vecs[r]), "created_at": now, "gen": generation}
+            for j, r in enumerate(new_rows)
+        ])  # fmt: skip
+    conn.execute(insert(memory_items), [
+        {"id": batch.ids[i], "seq": int(item_seqs[i]), "namespace": mirror.namespace, "intent_id": intent_ids[i],
+         "intent": batch.intents[i], "experience": batch.experiences[i], "q": float(batch.q[i]),
+         "visits": int(batch.visits[i]), "success": batch.success[i], "created_at": float(batch.created[i]),
+         "updated_at": float(batch.updated[i]), "updated_gen": generation, "meta": batch.metas[i],
+         "embedding": to_blob(emb[i])}
+        for i in range(n)
+    ])  # fmt: skip
+    evicted = eviction_rows(mirror, n, capacity)
+    if len(evicted):
+        dead = [int(s) for s in mirror.seqs[evicted]]
+        for part in range(0, len(dead), 5000):
+            conn.execute(delete(memory_items).where(memory_items.c.seq.in_(dead[part : part + 5000])))
+        conn.execute(insert(tombstones), [{"seq": s, "namespace": mirror.namespace, "gen": generation} for s in dead])
+    items = [
+        MemoryItem(batch.ids[i], mirror.namespace, batch.intents[i], batch.experiences[i], float(batch.q[i]),
+                   int(batch.visits[i]), float(batch.created[i]), {**batch.metas[i], "success": batch.success[i]})
+        for i in range(n)
+    ]  # fmt: skip
+    rows = Rows(item_seqs, np.array(batch.ids, dtype=object), batch.q.copy(), batch.visits.copy(), batch.created.copy(),
+                labels.astype(np.int64), emb)  # fmt: skip
+    return Inserted(generation, items, rows, key_ids, key_seqs, batch.vecs[new_rows], evicted)

@@ -1,0 +1,134 @@
+"""Configuration of the memory engine: retrieval knobs and the learning rule, as frozen dataclasses.
+
+Defaults are the MemRL paper's (arXiv 2601.03192): α = 0.3, λ = 0.5, Q_init = 0, k1 = 10, k2 = 5,
+ε = 0. Change a field with ``dataclasses.replace``; every value is checked when the object is built.
+
+Example:
+    >>> from dataclasses import replace
+    >>> cfg = MemoryConfig(retrieval=RetrievalConfig(k1=20, k2=3))
+    >>> replace(cfg, alpha=0.1).alpha
+    0.1
+    >>> similarity_only(cfg).retrieval.lam, similarity_only(cfg).alpha
+    (0.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from connectors.errors import ConfigError
+
+CreditMode = Literal["uniform", "score"]
+IndexKind = Literal["flat", "hnsw"]
+CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
+INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw")
+
+
+def _check_int(owner: str, name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_range(owner: str, name: str, value: object, low: float, high: float) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not low <= value <= high:  # type: ignore[operator]
+        raise ConfigError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
+
+
+def _check_finite(owner: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{owner}.{name} must be a finite number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How one recall picks memories (DESIGN §4, phases A and B).
+
+    Attributes:
+        k1: phase A pool size — the k1 most similar items above the floor.
+        k2: how many items a recall returns (``k2 <= k1``).
+        delta: phase A similarity floor δ; only items with cosine > δ enter the pool.
+        lam: λ, the weight of ẑ(Q) against ẑ(sim) in phase B; 0 is plain similarity ranking.
+        epsilon: probability of replacing the selection by a random k2 of the pool (exploration).
+        z_clip: z-scores inside the pool are clipped to ±z_clip.
+
+    Example:
+        >>> RetrievalConfig(k1=8, k2=2, delta=0.3).k2
+        2
+    """
+
+    k1: int = 10
+    k2: int = 5
+    delta: float = 0.0
+    lam: float = 0.5
+    epsilon: float = 0.0
+    z_clip: float = 3.0
+
+    def __post_init__(self) -> None:
+        owner = "RetrievalConfig"
+        _check_int(owner, "k2", self.k2, 1)
+        _check_int(owner, "k1", self.k1, 1)
+        if self.k1 < self.k2:
+            raise ConfigError(f"{owner}.k1 must be >= k2 (the pool must hold the selection), got k1={self.k1}, k2={self.k2}")
+        _check_range(owner, "delta", self.delta, -1.0, 1.0)
+        _check_range(owner, "lam", self.lam, 0.0, 1.0)
+        _check_range(owner, "epsilon", self.epsilon, 0.0, 1.0)
+        _check_finite(owner, "z_clip", self.z_clip)
+        if self.z_clip <= 0:
+            raise ConfigError(f"{owner}.z_clip must be > 0, got {self.z_clip!r}")
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The memory store's behaviour: retrieval, the Q learning rule, grouping, index and capacity.
+
+    Attributes:
+        retrieval: the default ``RetrievalConfig`` (a recall may pass its own).
+        alpha: α, the Q learning rate in ``Q ← Q + α·(r − Q)``.
+        q_init: the Q a new memory starts with (unless ``add(q=...)`` says otherwise).
+        group_threshold: a new intent whose cosine with an existing intent key of the same namespace
+            is >= this joins that key's group and is stored with the key's embedding.
+        credit: how one reward is shared by the items of a recall: ``"uniform"`` (the paper) or
+            ``"score"`` (weights from the selection scores, mean 1).
+        index: ``"flat"`` (exact inner product) or ``"hnsw"`` (approximate, needs faiss).
+        capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.
+
+    Example:
+        >>> MemoryConfig(alpha=0.5, capacity=1000).capacity
+        1000
+    """
+
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    alpha: float = 0.3
+    q_init: float = 0.0
+    group_threshold: float = 0.9
+    credit: CreditMode = "uniform"
+    index: IndexKind = "flat"
+    capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig"
+        if not isinstance(self.retrieval, RetrievalConfig):
+            raise ConfigError(f"{owner}.retrieval must be a RetrievalConfig, got {type(self.retrieval).__name__}")
+        _check_range(owner, "alpha", self.alpha, 0.0, 1.0)
+        _check_finite(owner, "q_init", self.q_init)
+        ok = isinstance(self.group_threshold, (int, float)) and not isinstance(self.group_threshold, bool)
+        if not ok or not 0.0 < self.group_threshold <= 1.0:
+            raise ConfigError(f"{owner}.group_threshold must be a number in (0, 1], got {self.group_threshold!r}")
+        if self.credit not in CREDIT_MODES:
+            raise ConfigError(f"{owner}.credit must be one of {CREDIT_MODES}, got {self.credit!r}")
+        if self.index not in INDEX_KINDS:
+            raise ConfigError(f"{owner}.index must be one of {INDEX_KINDS}, got {self.index!r}")
+        if self.capacity is not None:
+            _check_int(owner, "capacity", self.capacity, 1)
+
+
+def similarity_only(cfg: MemoryConfig | None = None) -> MemoryConfig:
+    """The RAG/MemP baseline: λ = 0 (rank by similarity alone) and α = 0 (Q never moves).
+
+    Exploration is switched off too (ε = 0): the baseline retrieves deterministically. Everything else (k1, k2, δ, grouping, index) is kept, so a benchmark compares like with like.
+    """
+    cfg = cfg if cfg is not None else MemoryConfig()
+    return replace(cfg, alpha=0.0, retrieval=replace(cfg.retrieval, lam=0.0, epsilon=0.0))

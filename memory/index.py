@@ -1,0 +1,231 @@
+"""The vector index: inner-product search over unit vectors keyed by int64 ids (the items' ``seq``).
+
+FAISS when it is installed (``IndexFlatIP`` — exact — or ``IndexHNSWFlat``, inside an ID map), else
+a NumPy matrix search that returns the same neighbours. The index is derived data: the store
+rebuilds it from SQL whenever the saved copy is missing, corrupt or does not match.
+
+Example:
+    >>> import numpy as np
+    >>> ix = VectorIndex(dim=2)
+    >>> ix.add(np.array([7, 9]), np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32))
+    >>> sims, ids = ix.search(np.array([[0.9, 0.1]], dtype=np.float32), 1)
+    >>> int(ids[0, 0])
+    7
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+
+from connectors.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+Backend = Literal["faiss", "numpy"]
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 80
+HNSW_EF_SEARCH = 64
+_warned_missing = False
+
+
+def load_faiss() -> ModuleType | None:
+    """The faiss module, or None when the ``local`` extra is not installed (imported lazily)."""
+    global _warned_missing
+    try:
+        import faiss
+    except ImportError:
+        if not _warned_missing:
+            log.info("faiss is not installed (pip install 'evolve[local]'); memory search falls back to NumPy")
+            _warned_missing = True
+        return None
+    return faiss
+
+
+def require_faiss(what: str) -> ModuleType:
+    faiss = load_faiss()
+    if faiss is None:
+        raise ConfigError(f"{what} needs faiss: install the 'local' extra (pip install 'evolve[local]')")
+    return faiss
+
+
+class _Matrix:
+    """The NumPy fallback: a growable (n, d) matrix and its ids; search is one matrix-vector product."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._vecs = np.empty((64, dim), dtype=np.float32)
+        self._ids = np.empty(64, dtype=np.int64)
+        self.ntotal = 0
+
+    def add_with_ids(self, vecs: np.ndarray, ids: np.ndarray) -> None:
+        need = self.ntotal + len(ids)
+        if need > len(self._ids):
+            size = max(need, 2 * len(self._ids))
+            self._vecs = np.concatenate([self._vecs[: self.ntotal], np.empty((size - self.ntotal, self.dim), np.float32)])
+            self._ids = np.concatenate([self._ids[: self.ntotal], np.empty(size - self.ntotal, np.int64)])
+        self._vecs[self.ntotal : need] = vecs
+        self._ids[self.ntotal : need] = ids
+        self.ntotal = need
+
+    def remove(self, ids: np.ndarray) -> None:
+        keep = ~np.isin(self._ids[: self.ntotal], ids)
+        n = int(keep.sum())
+        self._vecs[:n] = self._vecs[: self.ntotal][keep]
+        self._ids[:n] = self._ids[: self.ntotal][keep]
+        self.ntotal = n
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        m = queries.shape[0]
+        sims = np.full((m, k), -np.inf, dtype=np.float32)
+        ids = np.full((m, k), -1, dtype=np.int64)
+        n = self.ntotal
+        if n == 0 or k == 0:
+            return sims, ids
+        all_sims = queries @ self._vecs[:n].T
+        kk = min(k, n)
+        top = np.argpartition(-all_sims, kk - 1, axis=1)[:, :kk] if kk < n else np.tile(np.arange(n), (m, 1))
+        top_sims = np.take_along_axis(all_sims, top, axis=1)
+        order = np.argsort(-top_sims, axis=1, kind="stable")
+        sims[:, :kk] = np.take_along_axis(top_sims, order, axis=1)
+        ids[:, :kk] = self._ids[: self.ntotal][np.take_along_axis(top, order, axis=1)]
+        return sims, ids
+
+    def vector(self, item_id: int) -> np.ndarray:
+        pos = np.flatnonzero(self._ids[: self.ntotal] == item_id)
+        if not len(pos):
+            raise KeyError(item_id)
+        return self._vecs[int(pos[0])].copy()
+
+    def all_ids(self) -> np.ndarray:
+        return self._ids[: self.ntotal].copy()
+
+
+class VectorIndex:
+    """Inner-product search over unit vectors with int64 ids.
+
+    Args:
+        dim: the vectors' dimension.
+        kind: ``"flat"`` (exact) or ``"hnsw"`` (approximate; needs faiss).
+        backend: ``"faiss"`` or ``"numpy"``; by default faiss when installed.
+
+    Example:
+        >>> VectorIndex(dim=4, backend="numpy").backend
+        'numpy'
+    """
+
+    def __init__(self, dim: int, *, kind: str = "flat", backend: Backend | None = None) -> None:
+        if kind not in ("flat", "hnsw"):
+            raise ConfigError(f"index kind must be 'flat' or 'hnsw', got {kind!r}")
+        self.dim = dim
+        self.kind = kind
+        faiss = load_faiss() if backend != "numpy" else None
+        if backend == "faiss" and faiss is None or kind == "hnsw" and faiss is None:
+            faiss = require_faiss(f"the {kind!r} index")
+        self.backend: Backend = "faiss" if faiss is not None else "numpy"
+        self._faiss = faiss
+        self.raw: Any = self._new_raw()
+
+    def _new_raw(self) -> Any:
+        if self._faiss is None:
+            return _Matrix(self.dim)
+        faiss = self._faiss
+        if self.kind == "hnsw":
+            inner = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            return faiss.IndexIDMap2(inner)
+        return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+
+    def __len__(self) -> int:
+        return int(self.raw.ntotal)
+
+    def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        """Add vectors under the given ids (the caller keeps ids unique)."""
+        if len(ids):
+            self.raw.add_with_ids(np.ascontiguousarray(vecs, dtype=np.float32), np.ascontiguousarray(ids, dtype=np.int64))
+
+    def remove(self, ids: np.ndarray) -> None:
+        """Drop the given ids (HNSW cannot delete in place, so it is rebuilt without them)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if not len(ids) or not len(self):
+            return
+        if self._faiss is None:
+            self.raw.remove(ids)
+        elif self.kind == "hnsw":
+            all_ids = self.ids()
+            keep = ~np.isin(all_ids, ids)
+            vecs = self._faiss.downcast_index(self.raw.index).reconstruct_n(0, len(self))  # in id_map order
+            self.raw = self._new_raw()
+            self.add(all_ids[keep], vecs[keep])
+        else:
+            self.raw.remove_ids(self._faiss.IDSelectorBatch(ids))
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best ids per query row by inner product (id -1 where fewer than k exist)."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
+        if self._faiss is None or k == 0:
+            return self.raw.search(queries, k)  # type: ignore[no-any-return]
+        if self.kind == "hnsw":
+            self._faiss.downcast_index(self.raw.index).hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k)
+        sims, ids = self.raw.search(queries, k)
+        return sims, ids
+
+    def reconstruct(self, item_id: int) -> np.ndarray:
+        """The stored vector of one id (used to check a loaded index against SQL)."""
+        if self._faiss is None:
+            return self.raw.vector(item_id)  # type: ignore[no-any-return]
+        return np.asarray(self.raw.reconstruct(int(item_id)), dtype=np.float32)
+
+    def ids(self) -> np.ndarray:
+        """Every id held, in insertion order."""
+        if self._faiss is None:
+            return self.raw.all_ids()  # type: ignore[no-any-return]
+        return self._faiss.vector_to_array(self.raw.id_map).astype(np.int64)
+
+    def save(self, path: Path, generation: int) -> bool:
+        """Write the index and a JSON sidecar with the generation it reflects; atomic per file.
+
+        The NumPy fallback is not saved (rebuilding it from the mirror is a copy). Returns whether
+        anything was written.
+        """
+        if self._faiss is None:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        self._faiss.write_index(self.raw, str(tmp))
+        os.replace(tmp, path)
+        meta = {"generation": generation, "kind": self.kind, "dim": self.dim, "count": len(self)}
+        sidecar = meta_path(path)
+        tmp_meta = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
+        tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(tmp_meta, sidecar)
+        return True
+
+    @classmethod
+    def load(cls, path: Path, *, dim: int, kind: str) -> tuple[VectorIndex, int] | None:
+        """A saved index and the generation it reflects, or None when missing, unreadable or foreign."""
+        faiss = load_faiss()
+        if faiss is None or not path.exists() or not meta_path(path).exists():
+            return None
+        try:
+            meta = json.loads(meta_path(path).read_text(encoding="utf-8"))
+            raw = faiss.read_index(str(path))
+        except Exception as e:  # a torn or corrupt file of any kind: the caller rebuilds
+            log.warning("memory index %s is unreadable (%s); it will be rebuilt", path, e)
+            return None
+        if meta.get("dim") != dim or meta.get("kind") != kind or raw.d != dim or raw.ntotal != meta.get("count"):
+            log.warning("memory index %s does not match its sidecar or this store; it will be rebuilt", path)
+            return None
+        index = cls(dim, kind=kind, backend="faiss")
+        index.raw = raw
+        return index, int(meta["generation"])
+
+
+def meta_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")

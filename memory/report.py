@@ -1,0 +1,161 @@
+"""Reading the store back: items, the recall log (``explain``), statistics, and feedback lookups.
+
+Functions here take an open connection and return plain values; ``MemoryStore`` wraps them in its
+lock and transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, func, select
+
+from connectors.errors import ConfigError, StoreError
+from memory.config import RetrievalConfig
+from memory.records import MemoryItem, Recall, item_from_row
+from memory.retrieval import Plan
+from memory.schema import feedback, intents, memory_items, recall_items, recalls
+from memory.sync import chunks
+
+ITEM_FIELDS = [c for c in memory_items.c if c.name not in ("embedding", "updated_gen")]
+HISTOGRAM_BINS = 10
+
+
+def fetch_items(conn: Connection, ids: Sequence[str]) -> list[MemoryItem]:
+    """The memories with these ids (unknown ids are left out), in the order asked."""
+    found: dict[str, MemoryItem] = {}
+    for part in chunks(list(ids)):
+        for row in conn.execute(select(*ITEM_FIELDS).where(memory_items.c.id.in_(part))).mappings():
+            found[row["id"]] = item_from_row(row)
+    return [found[i] for i in ids if i in found]
+
+
+def all_items(conn: Connection, namespace: str | None) -> list[MemoryItem]:
+    query = select(*ITEM_FIELDS).order_by(memory_items.c.seq)
+    if namespace is not None:
+        query = query.where(memory_items.c.namespace == namespace)
+    return [item_from_row(row) for row in conn.execute(query).mappings()]
+
+
+def existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for part in chunks(list(ids)):
+        out.update(r[0] for r in conn.execute(select(memory_items.c.id).where(memory_items.c.id.in_(part))))
+    return out
+
+
+def read_values(conn: Connection, ids: Sequence[str]) -> list[Any]:
+    """``(id, seq, namespace, q, visits)`` rows, to refresh the mirror after an update."""
+    out: list[Any] = []
+    cols = (memory_items.c.id, memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits)
+    for part in chunks(list(ids)):
+        out.extend(conn.execute(select(*cols).where(memory_items.c.id.in_(part))).all())
+    return out
+
+
+def feedback_seen(conn: Connection, feedback_id: str) -> bool:
+    return conn.execute(select(feedback.c.id).where(feedback.c.id == feedback_id)).first() is not None
+
+
+def recall_targets(conn: Connection, recall: Recall | str) -> tuple[str, list[str], np.ndarray]:
+    """The selected item ids (best first) and their selection scores, from a ``Recall`` or the log."""
+    if isinstance(recall, Recall):
+        return recall.id, list(recall.ids), np.asarray(recall.scores, dtype=np.float64)
+    if not isinstance(recall, str):
+        raise ConfigError(f"reinforce takes a Recall or a recall id (str), got {type(recall).__name__}")
+    if conn.execute(select(recalls.c.id).where(recalls.c.id == recall)).first() is None:
+        raise StoreError(
+            f"unknown recall id {recall!r}: no recall with this id was logged "
+            "(recalls made with record=False must be passed as Recall objects)"
+        )
+    rows = conn.execute(
+        select(recall_items.c.item_id, recall_items.c.score)
+        .where(recall_items.c.recall_id == recall, recall_items.c.rank.is_not(None))
+        .order_by(recall_items.c.rank)
+    ).all()
+    return recall, [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
+
+
+def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, generation: int) -> dict[str, Any]:
+    """The ``memory_recalls`` row of one recall."""
+    return {
+        "id": recall.id,
+        "namespace": recall.namespace,
+        "query": recall.query,
+        "created_at": now,
+        "config": {f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip")},
+        "pool_size": recall.pool_size,
+        "filtered": plan.filtered,
+        "explored": recall.explored,
+        "generation": generation,
+    }
+
+
+def explain(conn: Connection, recall_id: str) -> dict[str, Any]:
+    """Everything logged about one recall, candidates in similarity order."""
+    head = conn.execute(select(recalls).where(recalls.c.id == recall_id)).mappings().first()
+    if head is None:
+        raise StoreError(f"unknown recall id {recall_id!r}: nothing was logged under it (was record=False?)")
+    candidates = [
+        {
+            "id": r["item_id"],
+            "position": r["position"],
+            "sim": r["sim"],
+            "q": r["q"],
+            "z_sim": r["z_sim"],
+            "z_q": r["z_q"],
+            "score": r["score"],
+            "in_pool": r["in_pool"],
+            "filtered": not r["in_pool"],
+            "selected": r["rank"] is not None,
+            "rank": r["rank"],
+        }
+        for r in conn.execute(
+            select(recall_items).where(recall_items.c.recall_id == recall_id).order_by(recall_items.c.position)
+        ).mappings()
+    ]
+    applied = [
+        {"id": r["id"], "reward": r["reward"], "applied_at": r["applied_at"], "items": r["items"]}
+        for r in conn.execute(
+            select(feedback).where(feedback.c.recall_id == recall_id).order_by(feedback.c.applied_at)
+        ).mappings()
+    ]
+    out = dict(head)
+    out["selected"] = [c["id"] for c in sorted((c for c in candidates if c["selected"]), key=lambda c: c["rank"])]
+    out["candidates"] = candidates
+    out["feedback"] = applied
+    return out
+
+
+def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
+    """Size, Q distribution, visits and intent groups of one namespace (or of all)."""
+    query = select(memory_items.c.q, memory_items.c.visits)
+    n_intents = select(func.count()).select_from(intents)
+    if namespace is not None:
+        query = query.where(memory_items.c.namespace == namespace)
+        n_intents = n_intents.where(intents.c.namespace == namespace)
+    rows = conn.execute(query).all()
+    q = np.array([r[0] for r in rows], dtype=np.float64)
+    visits = np.array([r[1] for r in rows], dtype=np.int64)
+    namespaces = conn.execute(select(func.count(func.distinct(memory_items.c.namespace)))).scalar_one()
+    out: dict[str, Any] = {
+        "namespace": namespace,
+        "count": len(rows),
+        "intents": int(conn.execute(n_intents).scalar_one()),
+        "namespaces": int(namespaces) if namespace is None else 1,
+        "q": {"mean": None, "std": None, "min": None, "max": None, "histogram": {"edges": [], "counts": []}},
+        "visits": {"total": int(visits.sum()), "mean": None, "max": None, "never_visited": int((visits == 0).sum())},
+    }
+    if len(rows):
+        counts, edges = np.histogram(q, bins=HISTOGRAM_BINS)
+        out["q"] = {
+            "mean": float(q.mean()),
+            "std": float(q.std()),
+            "min": float(q.min()),
+            "max": float(q.max()),
+            "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
+        }
+        out["visits"].update(mean=float(visits.mean()), max=int(visits.max()))
+    return out

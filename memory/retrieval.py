@@ -1,0 +1,97 @@
+"""One recall, computed in memory: phase A over the index's answer, phase B over the pool.
+
+``plan_recall`` touches no database; the store runs it between reading the mirror and logging the
+result, and tests run it directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memory.config import RetrievalConfig
+from memory.mirror import NamespaceMirror
+from memory.scoring import Selection, phase_a, select
+
+
+def search_width(k1: int, size: int) -> int:
+    """How many neighbours to ask the index for: k1 plus a margin, so float32 rounding in the index
+    cannot push one of the exact k1 nearest out of the candidates."""
+    return min(size, 2 * k1 + 16)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of one retrieval before it is turned into a ``Recall``.
+
+    Attributes:
+        rows: mirror rows of the k1 nearest items, by similarity (best first).
+        sims: their exact cosine similarities.
+        qs: their Q-values at retrieval time.
+        in_pool: which of them passed the floor (cos > δ).
+        selection: phase B over the pool (``rows[in_pool]``).
+    """
+
+    rows: np.ndarray
+    sims: np.ndarray
+    qs: np.ndarray
+    in_pool: np.ndarray
+    selection: Selection
+
+    @property
+    def pool_rows(self) -> np.ndarray:
+        return self.rows[self.in_pool]
+
+    @property
+    def selected_rows(self) -> np.ndarray:
+        return self.pool_rows[self.selection.order]
+
+    @property
+    def filtered(self) -> int:
+        return int((~self.in_pool).sum())
+
+
+def plan_recall(
+    mirror: NamespaceMirror, query: np.ndarray, ids: np.ndarray, cfg: RetrievalConfig, rng: np.random.Generator
+) -> Plan:
+    """Phase A (the k1 nearest, then the floor δ) and phase B (``select``) for one query vector.
+
+    ``ids`` is the vector index's answer for the query, searched ``search_width`` deep.
+    """
+    rows, exact = mirror.candidates(query, ids, cfg.k1)
+    nearest = phase_a(exact, cfg.k1, -np.inf)  # rows are ascending, so equal sims keep the older item
+    near_rows, near_sims = rows[nearest], exact[nearest]
+    in_pool = near_sims > cfg.delta
+    qs = mirror.q[near_rows].copy()
+    selection = select(near_sims[in_pool], qs[in_pool], cfg, rng)
+    return Plan(near_rows, near_sims, qs, in_pool, selection)
+
+
+def log_rows(recall_id: str, plan: Plan, item_ids: np.ndarray) -> list[dict[str, Any]]:
+    """``memory_recall_items`` rows for every candidate: the pool with its scores, and what δ dropped."""
+    sel = plan.selection
+    pool_pos = np.cumsum(plan.in_pool) - 1  # position of each nearest item inside the pool
+    rank_of = {int(p): r for r, p in enumerate(sel.order)}
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(plan.rows):
+        base = {
+            "recall_id": recall_id,
+            "item_id": str(item_ids[row]),
+            "position": i,
+            "in_pool": bool(plan.in_pool[i]),
+            "sim": float(plan.sims[i]),
+            "q": float(plan.qs[i]),
+            "rank": None,
+            "z_sim": None,
+            "z_q": None,
+            "score": None,
+        }
+        if plan.in_pool[i]:
+            p = int(pool_pos[i])
+            base.update(
+                rank=rank_of.get(p), z_sim=float(sel.z_sim[p]), z_q=float(sel.z_q[p]), score=float(sel.scores[p])
+            )
+        out.append(base)
+    return out

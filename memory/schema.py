@@ -1,0 +1,192 @@
+"""The memory store's tables (SQLAlchemy Core) and the few statements every writer shares.
+
+SQL is the source of truth. Every write transaction bumps ``memory_state.generation`` and stamps the
+rows it touched with it (``updated_gen``), so a process can tell from one tiny SELECT whether another
+process wrote, and read back exactly what changed. Table names carry a ``memory_`` prefix because
+the prompt store and the jobs share the same database file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from connectors.errors import StoreError
+
+metadata = MetaData()
+
+memory_items = Table(
+    "memory_items",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("seq", BigInteger, nullable=False, unique=True),  # vector-index id; ascending = older first
+    Column("namespace", String(200), nullable=False),
+    Column("intent_id", String(64), nullable=False),
+    Column("intent", Text, nullable=False),
+    Column("experience", Text, nullable=False),
+    Column("q", Float, nullable=False),
+    Column("visits", Integer, nullable=False, default=0),
+    Column("success", Boolean, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("updated_gen", BigInteger, nullable=False),
+    Column("meta", JSON, nullable=False),
+    Column("embedding", LargeBinary, nullable=False),  # float32, the intent group's key vector
+    Index("ix_memory_items_namespace_seq", "namespace", "seq"),
+    Index("ix_memory_items_updated_gen", "updated_gen"),
+)
+
+intents = Table(
+    "memory_intents",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("seq", BigInteger, nullable=False, unique=True),
+    Column("namespace", String(200), nullable=False, index=True),
+    Column("text", Text, nullable=False),
+    Column("embedding", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("gen", BigInteger, nullable=False, index=True),
+)
+
+recalls = Table(
+    "memory_recalls",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("namespace", String(200), nullable=False, index=True),
+    Column("query", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("pool_size", Integer, nullable=False),
+    Column("filtered", Integer, nullable=False),
+    Column("explored", Boolean, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+)
+
+# Every candidate of a recall: the pool (ranked or not) and the near items phase A dropped (in_pool
+# false). No foreign key to memory_items: the log outlives evicted memories.
+recall_items = Table(
+    "memory_recall_items",
+    metadata,
+    Column("recall_id", String(64), ForeignKey("memory_recalls.id", ondelete="CASCADE"), primary_key=True),
+    Column("item_id", String(64), primary_key=True),
+    Column("position", Integer, nullable=False),  # rank by similarity among the k1 nearest
+    Column("rank", Integer, nullable=True),  # rank in the selection; NULL when not selected
+    Column("in_pool", Boolean, nullable=False),
+    Column("sim", Float, nullable=False),
+    Column("q", Float, nullable=False),
+    Column("z_sim", Float, nullable=True),
+    Column("z_q", Float, nullable=True),
+    Column("score", Float, nullable=True),
+)
+
+feedback = Table(
+    "memory_feedback",
+    metadata,
+    Column("id", String(128), primary_key=True),  # the idempotency key
+    Column("recall_id", String(64), nullable=False, index=True),
+    Column("reward", Float, nullable=False),
+    Column("applied_at", Float, nullable=False),
+    Column("items", Integer, nullable=False),
+)
+
+# Evicted items, so that other processes drop them from their mirrors when they catch up.
+tombstones = Table(
+    "memory_tombstones",
+    metadata,
+    Column("seq", BigInteger, primary_key=True),
+    Column("namespace", String(200), nullable=False),
+    Column("gen", BigInteger, nullable=False, index=True),
+)
+
+state = Table(
+    "memory_state",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("generation", BigInteger, nullable=False),
+    Column("next_seq", BigInteger, nullable=False),
+    Column("embedder", String(200), nullable=True),
+    Column("dim", Integer, nullable=True),
+)
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """The one state row: where the store's history stands and which embedder built it."""
+
+    generation: int
+    next_seq: int
+    embedder: str | None
+    dim: int | None
+
+
+def create_schema(engine: Engine) -> None:
+    """Create the tables and the state row if they are missing (safe when several processes race)."""
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                metadata.create_all(conn, checkfirst=True)
+                if conn.execute(select(state.c.id)).first() is None:
+                    conn.execute(insert(state).values(id=1, generation=0, next_seq=1))
+            return
+        except (OperationalError, IntegrityError) as e:  # another process created them first
+            if attempt == 2:
+                raise StoreError(f"cannot create the memory tables in {engine.url!r}: {e}") from e
+
+
+def read_state(conn: Connection) -> StoreState:
+    row = conn.execute(select(state)).mappings().first()
+    if row is None:
+        raise StoreError("the memory_state row is missing; the database was not created by MemoryStore")
+    return StoreState(row["generation"], row["next_seq"], row["embedder"], row["dim"])
+
+
+def bump(conn: Connection, *, seqs: int = 0) -> tuple[int, int]:
+    """Advance the generation (and reserve ``seqs`` sequence numbers) inside the caller's transaction.
+
+    Returns the new generation and the first reserved sequence number.
+    """
+    conn.execute(
+        update(state).where(state.c.id == 1).values(generation=state.c.generation + 1, next_seq=state.c.next_seq + seqs)
+    )
+    s = read_state(conn)
+    return s.generation, s.next_seq - seqs
+
+
+def record_embedder(conn: Connection, name: str, dim: int) -> None:
+    conn.execute(update(state).where(state.c.id == 1).values(embedder=name, dim=dim))
+
+
+def to_blob(vec: np.ndarray) -> bytes:
+    """One embedding as little-endian float32 bytes."""
+    return np.ascontiguousarray(vec, dtype="<f4").tobytes()
+
+
+def from_blobs(blobs: Iterable[bytes], dim: int) -> np.ndarray:
+    """Stack stored embeddings into an (n, dim) float32 matrix, checking every row's size."""
+    data = b"".join(blobs)
+    if len(data) % (4 * dim):
+        raise StoreError(f"stored embeddings do not have dimension {dim} ({len(data)} bytes); was the embedder changed?")
+    return np.frombuffer(data, dtype="<f4").astype(np.float32).reshape(-1, dim)

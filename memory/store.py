@@ -1,0 +1,467 @@
+"""``MemoryStore``: Q-valued episodic memory (MemRL), durable in SQL and fast in memory.
+
+SQL is the source of truth; each process mirrors what it uses in NumPy (Q-values, embeddings) next
+to a vector index, so a recall costs one index search plus microseconds of scoring. A reward is one
+``UPDATE … SET q = q + α·(r − q)`` per batch, computed by the database, so several processes sharing a
+store never lose an update; a feedback id makes it idempotent.
+
+Example:
+    >>> from connectors import HashEmbedder
+    >>> with MemoryStore("sqlite://", embedder=HashEmbedder()) as store:
+    ...     _ = store.add("sort a list of numbers", "use sorted(xs)")
+    ...     recall = store.retrieve("sort numbers")
+    ...     store.reinforce(recall, 1.0)
+    ...     round(store.get(recall.items[0].id).q, 2)
+    1
+    0.3
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, bindparam, insert, update
+from sqlalchemy.pool import StaticPool
+
+from connectors.chat import ChatModel
+from connectors.db import default_url, make_engine, sqlite_path
+from connectors.embedders import Embedder
+from connectors.errors import ConfigError, StoreError
+from memory import portable, report
+from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id
+from memory.config import MemoryConfig, RetrievalConfig
+from memory.records import MemoryItem, Recall, ScoredItem
+from memory.retrieval import Plan, log_rows, plan_recall, search_width
+from memory.schema import bump, create_schema, feedback, memory_items, recall_items, recalls
+from memory.scoring import credit_weights
+from memory.sync import MirrorSet
+from memory.writer import compose_experience
+
+__all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem"]
+
+log = logging.getLogger(__name__)
+
+
+class MemoryStore:
+    """Episodic memory whose items carry a learned utility Q (DESIGN §4).
+
+    Args:
+        url: SQLAlchemy URL; default ``sqlite:///<EVOLVE_HOME>/evolve.db``; ``"sqlite://"`` is in memory.
+        embedder: turns intents and queries into unit vectors; a store keeps the embedder it was
+            built with (opening it with another one is refused).
+        config: retrieval defaults, the learning rule, grouping, index kind and capacity.
+        index_path: the folder for saved vector indexes; default ``<db file>.faiss`` beside a SQLite
+            file, none for in-memory or server databases (the index is rebuilt from SQL on open).
+        seed: seeds the ε-exploration draws, for reproducible runs.
+
+    Example:
+        >>> from connectors import HashEmbedder
+        >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
+        >>> store.add("book a flight", "search by date first").visits
+        0
+        >>> store.close()
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        embedder: Embedder,
+        config: MemoryConfig | None = None,
+        index_path: str | Path | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not callable(getattr(embedder, "embed", None)) or not isinstance(getattr(embedder, "dim", None), int):
+            raise ConfigError(f"MemoryStore needs an embedder with .embed(texts) and an int .dim, got {embedder!r}")
+        self.config = config if config is not None else MemoryConfig()
+        if not isinstance(self.config, MemoryConfig):
+            raise ConfigError(f"MemoryStore config must be a MemoryConfig, got {type(self.config).__name__}")
+        self.url = url or default_url()
+        self.embedder = embedder
+        self.dim = int(embedder.dim)
+        self._engine = _engine_for(self.url)
+        create_schema(self._engine)
+        with self._engine.begin() as conn:
+            portable.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
+        self._lock = threading.RLock()
+        self._rng = np.random.default_rng(seed)
+        self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=_index_dir(self.url, index_path))
+        self._closed = False
+
+    # -- writing -------------------------------------------------------------------------------
+    def add(
+        self,
+        intent: str,
+        experience: str,
+        *,
+        namespace: str = "default",
+        success: bool | None = None,
+        q: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> MemoryItem:
+        """Store one experience for ``intent``; it starts at ``q`` (default ``config.q_init``)."""
+        check_text("intent", intent)
+        check_text("experience", experience)
+        batch = NewItems.build([intent], [experience], self._embed([intent]), q=self._q0(q), success=[success], meta=meta)
+        return self._insert(check_namespace(namespace), batch)[0]
+
+    def add_many(
+        self,
+        rows: Sequence[tuple[str, str]],
+        *,
+        namespace: str = "default",
+        embeddings: np.ndarray | None = None,
+        meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        group: bool = True,
+    ) -> list[str]:
+        """Store many ``(intent, experience)`` rows in one transaction; returns their ids.
+
+        ``embeddings`` (n, dim) may be given to skip the embedder (rows are L2-normalised). ``meta`` is
+        one mapping for all rows or one per row. ``group=False`` skips intent grouping: every row
+        becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison).
+        """
+        rows = list(rows)
+        for i, row in enumerate(rows):
+            if not isinstance(row, (tuple, list)) or len(row) != 2:
+                raise ConfigError(f"add_many: rows[{i}] must be an (intent, experience) pair, got {row!r}")
+            check_text(f"rows[{i}] intent", row[0])
+            check_text(f"rows[{i}] experience", row[1])
+        if not rows:
+            return []
+        intents_ = [r[0] for r in rows]
+        vecs = self._embed(intents_) if embeddings is None else portable.check_embeddings(embeddings, len(rows), self.dim)
+        batch = NewItems.build(intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta)
+        return [item.id for item in self._insert(check_namespace(namespace), batch, group=group)]
+
+    def write(
+        self,
+        intent: str,
+        *,
+        trajectory: str,
+        feedback: str,
+        success: bool,
+        namespace: str = "default",
+        llm: ChatModel | None = None,
+        provenance: Mapping[str, Any] | None = None,
+    ) -> MemoryItem:
+        """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson."""
+        written = compose_experience(intent, trajectory=trajectory, feedback=feedback, success=bool(success), llm=llm)
+        meta: dict[str, Any] = {"writer": written.mode}
+        if provenance:
+            meta["provenance"] = dict(provenance)
+        return self.add(intent, written.experience, namespace=namespace, success=bool(success), meta=meta)
+
+    def _insert(self, namespace: str, batch: NewItems, *, group: bool = True) -> list[MemoryItem]:
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                self._mirrors.sync(conn)
+                mirror = self._mirrors.get(conn, namespace)
+                done = insert_items(conn, mirror, batch, threshold=self.config.group_threshold, group=group,
+                                    capacity=self.config.capacity)  # fmt: skip
+            if self._mirrors.advance(done.generation):
+                mirror.remove(done.evicted_rows)
+                mirror.add_keys(done.key_ids, done.key_seqs, done.key_vecs)
+                mirror.append(done.rows)
+                self._mirrors.mark_dirty(namespace)
+            else:
+                self._resync()
+            return done.items
+
+    # -- recalling -----------------------------------------------------------------------------
+    def retrieve(
+        self, query: str, *, namespace: str = "default", config: RetrievalConfig | None = None, record: bool = True
+    ) -> Recall:
+        """The memories to use for ``query``: phase A by similarity, phase B by similarity and Q.
+
+        With ``record=True`` the recall and every candidate's numbers are logged, so ``reinforce`` can
+        take its id and ``explain`` can show why each memory was (not) chosen.
+        """
+        return self.retrieve_many([query], namespace=namespace, config=config, record=record)[0]
+
+    def retrieve_many(
+        self,
+        queries: Sequence[str],
+        *,
+        namespace: str = "default",
+        config: RetrievalConfig | None = None,
+        record: bool = True,
+    ) -> list[Recall]:
+        """``retrieve`` for many queries: one embedding call, one index search, one log transaction."""
+        cfg = config if config is not None else self.config.retrieval
+        if not isinstance(cfg, RetrievalConfig):
+            raise ConfigError(f"retrieve: config must be a RetrievalConfig, got {type(cfg).__name__}")
+        if isinstance(queries, str):
+            raise ConfigError("retrieve_many takes a sequence of queries, got a single string (use retrieve)")
+        queries = list(queries)
+        for i, text in enumerate(queries):
+            check_text(f"queries[{i}]", text)
+        namespace = check_namespace(namespace)
+        if not queries:
+            return []
+        vecs = self._embed(queries)
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                self._mirrors.sync(conn)
+                mirror = self._mirrors.get(conn, namespace)
+            width = search_width(cfg.k1, len(mirror))
+            ids = mirror.index.search(vecs, width)[1] if width else np.zeros((len(queries), 0), dtype=np.int64)
+            plans = [plan_recall(mirror, vecs[i], ids[i], cfg, self._rng) for i in range(len(queries))]
+            item_ids = mirror.ids.copy()
+            with self._engine.begin() as conn:
+                return self._finish_recalls(conn, namespace, queries, plans, item_ids, cfg, record)
+
+    def _finish_recalls(
+        self,
+        conn: Connection,
+        namespace: str,
+        queries: list[str],
+        plans: list[Plan],
+        item_ids: np.ndarray,
+        cfg: RetrievalConfig,
+        record: bool,
+    ) -> list[Recall]:
+        wanted = sorted({str(item_ids[r]) for p in plans for r in p.selected_rows})
+        found = {item.id: item for item in report.fetch_items(conn, wanted)}
+        now = time.time()
+        out: list[Recall] = []
+        log_recalls: list[dict[str, Any]] = []
+        log_items: list[dict[str, Any]] = []
+        for query, plan in zip(queries, plans, strict=True):
+            recall = _to_recall(new_id(), namespace, query, plan, item_ids, found)
+            out.append(recall)
+            if record:
+                log_recalls.append(report.recall_row(recall, plan, cfg, now, self._mirrors.generation))
+                log_items.extend(log_rows(recall.id, plan, item_ids))
+        if log_recalls:
+            conn.execute(insert(recalls), log_recalls)
+            if log_items:
+                conn.execute(insert(recall_items), log_items)
+        return out
+
+    # -- learning ------------------------------------------------------------------------------
+    def reinforce(self, recall: Recall | str, reward: float, *, feedback_id: str | None = None) -> int:
+        """Apply a reward to the memories of one recall: ``Q ← Q + α·w·(r − Q)``, ``visits += 1``.
+
+        Returns how many items were updated: 0 when ``feedback_id`` was applied before (nothing
+        changes). Raises ``ConfigError`` for a non-finite reward and ``StoreError`` for an unknown
+        recall id, in both cases before anything is written.
+        """
+        return self.reinforce_many([(recall, reward, feedback_id)])
+
+    def reinforce_many(self, items: Sequence[tuple[Recall | str, float, str | None]]) -> int:
+        """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated."""
+        entries = [(recall, check_reward(reward, f"feedback[{i}]"), fid) for i, (recall, reward, fid) in enumerate(items)]
+        if not entries:
+            return 0
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                self._mirrors.sync(conn)
+                params, fb_rows = self._plan_updates(conn, entries)
+                if not params:
+                    if fb_rows:
+                        conn.execute(insert(feedback), fb_rows)
+                    return 0
+                generation, _ = bump(conn)
+                q = memory_items.c.q
+                conn.execute(
+                    update(memory_items)
+                    .where(memory_items.c.id == bindparam("b_item"))
+                    .values(q=q + bindparam("b_rate") * (bindparam("b_reward") - q), visits=memory_items.c.visits + 1,
+                            updated_gen=generation, updated_at=time.time()),  # fmt: skip
+                    params,
+                )
+                after = report.read_values(conn, sorted({p["b_item"] for p in params}))
+                present = {row[0] for row in after}
+                for fb in fb_rows:
+                    fb["items"] = sum(1 for p in params if p["b_fb"] == fb["id"] and p["b_item"] in present)
+                conn.execute(insert(feedback), fb_rows)
+            if self._mirrors.advance(generation):
+                self._apply_values(after)
+            else:
+                self._resync()
+            return sum(fb["items"] for fb in fb_rows)
+
+    def _plan_updates(
+        self, conn: Connection, entries: list[tuple[Recall | str, float, str | None]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        params: list[dict[str, Any]] = []
+        fb_rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        now = time.time()
+        for recall, reward, fid in entries:
+            fid = portable.check_feedback_id(fid) if fid is not None else new_id()
+            if fid in seen or report.feedback_seen(conn, fid):
+                continue
+            seen.add(fid)
+            recall_id, item_ids, scores = report.recall_targets(conn, recall)
+            rates = np.minimum(1.0, self.config.alpha * credit_weights(scores, self.config.credit))
+            for item_id, rate in zip(item_ids, rates, strict=True):
+                params.append({"b_item": item_id, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
+            fb_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
+        return params, fb_rows
+
+    def _apply_values(self, rows: Sequence[Any]) -> None:
+        for ns in {row[2] for row in rows}:
+            mirror = self._mirrors.loaded(ns)
+            if mirror is None:
+                continue
+            part = [row for row in rows if row[2] == ns]
+            pos = mirror.rows_of_seqs(np.array([r[1] for r in part], dtype=np.int64))
+            ok = pos >= 0
+            mirror.set_values(pos[ok], np.array([r[3] for r in part])[ok], np.array([r[4] for r in part])[ok])
+
+    # -- reading -------------------------------------------------------------------------------
+    def get(self, memory_id: str) -> MemoryItem:
+        """One memory by id (``StoreError`` when unknown)."""
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                found = report.fetch_items(conn, [memory_id])
+        if not found:
+            raise StoreError(f"unknown memory id {memory_id!r}")
+        return found[0]
+
+    def items(self, namespace: str | None = None) -> list[MemoryItem]:
+        """Every memory (of one namespace, or all), oldest first."""
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                return report.all_items(conn, namespace)
+
+    def explain(self, recall_id: str) -> dict[str, Any]:
+        """The logged recall: query, config, every candidate's sim, Q, z-scores, score, whether it was
+        selected or filtered by δ, and the feedback applied to it since."""
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                return report.explain(conn, recall_id)
+
+    def stats(self, namespace: str | None = None) -> dict[str, Any]:
+        """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                return report.stats(conn, namespace)
+
+    def export(self, path: str | Path, *, namespace: str | None = None) -> int:
+        """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count."""
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                return portable.export_jsonl(conn, Path(path), namespace, self.embedder, self.dim)
+
+    def import_(self, path: str | Path) -> int:
+        """Read an ``export`` file; memories whose id exists are skipped. Returns how many were added."""
+        header, groups = portable.read_jsonl(Path(path))
+        reuse = portable.same_embedder(header, self.embedder, self.dim)
+        added = 0
+        for namespace, records in groups.items():
+            with self._lock:
+                self._ensure_open()
+                with self._engine.begin() as conn:
+                    records = [r for r in records if r.id not in report.existing_ids(conn, [r.id for r in records])]
+            if records:
+                batch = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
+                added += len(self._insert(check_namespace(namespace), batch))
+        return added
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def index_status(self, namespace: str = "default") -> str:
+        """How the namespace's vector index was obtained: ``loaded`` (saved file, current),
+        ``caught_up`` (saved file, updated from SQL), ``rebuilt`` (file unusable) or ``built`` (no file)."""
+        with self._lock:
+            self._ensure_open()
+            with self._engine.begin() as conn:
+                self._mirrors.sync(conn)
+                self._mirrors.get(conn, check_namespace(namespace))
+            return self._mirrors.index_state[namespace]
+
+    def save_index(self) -> int:
+        """Save changed vector indexes beside the database now (``close`` does it too)."""
+        with self._lock:
+            self._ensure_open()
+            return self._mirrors.save()
+
+    def close(self) -> None:
+        """Save changed indexes and release the database. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._mirrors.save()
+            except OSError as e:  # the index is derived data: losing it costs a rebuild, not memories
+                log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
+            self._engine.dispose()
+            self._closed = True
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.url!r}, embedder={getattr(self.embedder, 'name', '?')!r}, index={self.config.index!r})"
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"this MemoryStore ({self.url}) is closed")
+
+    def _resync(self) -> None:
+        with self._engine.begin() as conn:
+            self._mirrors.sync(conn)
+
+    def _q0(self, q: float | None) -> float:
+        return self.config.q_init if q is None else check_reward(q, "q")
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        return portable.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")
+
+
+def _to_recall(
+    recall_id: str, namespace: str, query: str, plan: Plan, item_ids: np.ndarray, found: Mapping[str, MemoryItem]
+) -> Recall:
+    sel = plan.selection
+    details: list[ScoredItem] = []
+    for p, row in zip(sel.order, plan.selected_rows, strict=True):
+        item = found.get(str(item_ids[row]))
+        if item is None:  # evicted by another process between the search and this read
+            continue
+        pool_sims = plan.sims[plan.in_pool]
+        details.append(ScoredItem(item, float(pool_sims[p]), float(sel.z_sim[p]), float(sel.z_q[p]), float(sel.scores[p])))
+    return Recall(
+        id=recall_id,
+        namespace=namespace,
+        query=query,
+        items=tuple(d.item for d in details),
+        scores=tuple(d.score for d in details),
+        details=tuple(details),
+        pool_size=int(plan.in_pool.sum()),
+        filtered=plan.filtered,
+        explored=sel.explored,
+    )
+
+
+def _engine_for(url: str) -> Engine:
+    if url.startswith("sqlite") and sqlite_path(url) is None:
+        # One shared connection, or every thread would see its own empty in-memory database.
+        return make_engine(url, poolclass=StaticPool)
+    return make_engine(url)
+
+
+def _index_dir(url: str, index_path: str | Path | None) -> Path | None:
+    if index_path is not None:
+        return Path(index_path)
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    return path.with_name(path.name + ".faiss") if path is not None else None

@@ -1,0 +1,223 @@
+"""Keeping the in-process mirrors equal to SQL, across processes, and the saved index files current.
+
+Every write bumps one generation counter. Before reading, a store compares the counter with the
+generation its mirrors reflect (one tiny SELECT); when another process wrote, it reads exactly the
+rows stamped with a newer generation — new items, changed Q-values, intents, tombstones — and
+applies them. A namespace is loaded on first use; its vector index comes from the saved file when
+that file agrees with SQL (caught up when it is behind), and is rebuilt from the mirror otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, select
+
+from memory.index import VectorIndex
+from memory.mirror import NamespaceMirror, Rows
+from memory.schema import StoreState, from_blobs, intents, memory_items, read_state, tombstones
+
+log = logging.getLogger(__name__)
+
+IN_CHUNK = 5000  # bound on bound parameters per IN (...) list
+ITEM_COLUMNS = (
+    memory_items.c.seq,
+    memory_items.c.id,
+    memory_items.c.namespace,
+    memory_items.c.q,
+    memory_items.c.visits,
+    memory_items.c.created_at,
+    memory_items.c.intent_id,
+    memory_items.c.embedding,
+)
+
+
+def index_file(index_dir: Path, namespace: str) -> Path:
+    """The file of one namespace's index: a readable slug plus a hash (namespaces are free text)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", namespace)[:40]
+    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:10]
+    return index_dir / f"{slug}-{digest}.faiss"
+
+
+def chunks(values: Sequence[Any], size: int = IN_CHUNK) -> list[Sequence[Any]]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+class MirrorSet:
+    """The mirrors of the namespaces this process has used, and the generation they reflect.
+
+    Every method runs inside the caller's transaction (and under the store's lock).
+    """
+
+    def __init__(self, *, dim: int, kind: str, index_dir: Path | None) -> None:
+        self.dim = dim
+        self.kind = kind
+        self.index_dir = index_dir
+        self.generation = -1  # unknown until the first sync
+        self.index_state: dict[str, str] = {}
+        self._mirrors: dict[str, NamespaceMirror] = {}
+        self._dirty: set[str] = set()
+
+    def sync(self, conn: Connection) -> StoreState:
+        """Catch every loaded mirror up with the database (a no-op when nobody else wrote)."""
+        st = read_state(conn)
+        if self.generation >= 0 and st.generation != self.generation and self._mirrors:
+            self._catch_up(conn, self.generation)
+        self.generation = st.generation
+        return st
+
+    def get(self, conn: Connection, namespace: str) -> NamespaceMirror:
+        """The namespace's mirror, loaded from SQL on first use (call ``sync`` first)."""
+        mirror = self._mirrors.get(namespace)
+        if mirror is None:
+            mirror = self._load(conn, namespace)
+            self._mirrors[namespace] = mirror
+        return mirror
+
+    def loaded(self, namespace: str) -> NamespaceMirror | None:
+        return self._mirrors.get(namespace)
+
+    def advance(self, generation: int) -> bool:
+        """After a committed write: true when it directly follows what the mirrors reflect, so the
+        writer may apply its own change locally; false when someone wrote in between (then sync)."""
+        if generation == self.generation + 1:
+            self.generation = generation
+            return True
+        return False
+
+    def mark_dirty(self, namespace: str) -> None:
+        self._dirty.add(namespace)
+
+    def save(self) -> int:
+        """Write the changed indexes beside the database; returns how many files were written."""
+        written = 0
+        if self.index_dir is not None:
+            for ns in sorted(self._dirty):
+                mirror = self._mirrors.get(ns)
+                if mirror is not None and mirror.index.save(index_file(self.index_dir, ns), self.generation):
+                    written += 1
+        self._dirty.clear()
+        return written
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self, conn: Connection, namespace: str) -> NamespaceMirror:
+        mirror = NamespaceMirror(namespace, self.dim, VectorIndex(self.dim, kind=self.kind))
+        keys = conn.execute(
+            select(intents.c.id, intents.c.seq, intents.c.embedding)
+            .where(intents.c.namespace == namespace)
+            .order_by(intents.c.seq)
+        ).all()
+        if keys:
+            ids, seqs, blobs = zip(*keys, strict=True)
+            mirror.add_keys(np.array(ids, dtype=object), np.array(seqs, dtype=np.int64), from_blobs(blobs, self.dim))
+        rows = conn.execute(select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)).all()
+        mirror.append(self._rows(mirror, rows), index=False)
+        self._attach_index(mirror)
+        return mirror
+
+    def _rows(self, mirror: NamespaceMirror, rows: Sequence[Any]) -> Rows:
+        if not rows:
+            empty = np.zeros(0)
+            return Rows(empty.astype(np.int64), empty.astype(object), empty, empty.astype(np.int64), empty,
+                        empty.astype(np.int64), np.zeros((0, self.dim), np.float32))  # fmt: skip
+        seq, ids, _ns, q, visits, created, intent_ids, blobs = zip(*rows, strict=True)
+        return Rows(
+            seqs=np.array(seq, dtype=np.int64),
+            ids=np.array(ids, dtype=object),
+            q=np.array(q, dtype=np.float64),
+            visits=np.array(visits, dtype=np.int64),
+            created=np.array(created, dtype=np.float64),
+            intent_codes=np.array([mirror.key_pos[i] for i in intent_ids], dtype=np.int64),
+            emb=from_blobs(blobs, self.dim),
+        )
+
+    def _attach_index(self, mirror: NamespaceMirror) -> None:
+        ns = mirror.namespace
+        path = index_file(self.index_dir, ns) if self.index_dir is not None else None
+        loaded = VectorIndex.load(path, dim=self.dim, kind=self.kind) if path is not None else None
+        state = "built" if path is None or not path.exists() else "rebuilt"
+        if loaded is not None:
+            index, saved_gen = loaded
+            fixed = reconcile(mirror, index)
+            if fixed is not None:
+                mirror.index = index
+                state = "loaded" if fixed == 0 and saved_gen == self.generation else "caught_up"
+        if state in ("built", "rebuilt"):
+            mirror.index = VectorIndex(self.dim, kind=self.kind)
+            mirror.index.add(mirror.seqs, mirror.emb)
+        if state != "loaded":
+            self._dirty.add(ns)
+        self.index_state[ns] = state
+        log.info("memory index for namespace %r: %s (%d items)", ns, state, len(mirror))
+
+    # -- catching up ---------------------------------------------------------------------------
+    def _catch_up(self, conn: Connection, since: int) -> None:
+        names = list(self._mirrors)
+        new_keys = conn.execute(
+            select(intents.c.id, intents.c.seq, intents.c.namespace, intents.c.embedding)
+            .where(intents.c.gen > since, intents.c.namespace.in_(names))
+            .order_by(intents.c.seq)
+        ).all()
+        for key_id, seq, ns, blob in new_keys:
+            mirror = self._mirrors[ns]
+            if key_id not in mirror.key_pos:
+                mirror.add_keys(np.array([key_id], dtype=object), np.array([seq]), from_blobs([blob], self.dim))
+        changed = conn.execute(
+            select(memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits).where(
+                memory_items.c.updated_gen > since, memory_items.c.namespace.in_(names)
+            )
+        ).all()
+        unknown: list[int] = []
+        for ns in {row[1] for row in changed}:
+            part = [row for row in changed if row[1] == ns]
+            mirror = self._mirrors[ns]
+            seqs = np.array([r[0] for r in part], dtype=np.int64)
+            rows = mirror.rows_of_seqs(seqs)
+            known = rows >= 0
+            mirror.set_values(rows[known], np.array([r[2] for r in part])[known], np.array([r[3] for r in part])[known])
+            unknown.extend(int(s) for s in seqs[~known])
+        self._append_new(conn, sorted(unknown))
+        dead = conn.execute(
+            select(tombstones.c.seq, tombstones.c.namespace).where(
+                tombstones.c.gen > since, tombstones.c.namespace.in_(names)
+            )
+        ).all()
+        for ns in {row[1] for row in dead}:
+            mirror = self._mirrors[ns]
+            rows = mirror.rows_of_seqs(np.array([r[0] for r in dead if r[1] == ns], dtype=np.int64))
+            mirror.remove(rows[rows >= 0])
+            self._dirty.add(ns)
+
+    def _append_new(self, conn: Connection, seqs: list[int]) -> None:
+        fetched: list[Any] = []
+        for part in chunks(seqs):
+            fetched.extend(conn.execute(select(*ITEM_COLUMNS).where(memory_items.c.seq.in_(part))).all())
+        for ns in {row[2] for row in fetched}:
+            mirror = self._mirrors[ns]
+            mirror.append(self._rows(mirror, sorted((r for r in fetched if r[2] == ns), key=lambda r: r[0])))
+            self._dirty.add(ns)
+
+
+def reconcile(mirror: NamespaceMirror, index: VectorIndex, *, spot_checks: int = 8) -> int | None:
+    """Bring a loaded index in line with the mirror; the number of ids added or removed, or None
+    when the index cannot be trusted (duplicate ids, or vectors that differ from SQL's)."""
+    ids = index.ids()
+    if len(np.unique(ids)) != len(ids):
+        return None
+    present = np.intersect1d(ids, mirror.seqs)
+    if len(present):
+        sample = present[np.linspace(0, len(present) - 1, min(spot_checks, len(present))).astype(np.int64)]
+        stored = np.stack([index.reconstruct(int(s)) for s in sample])
+        if not np.allclose(stored, mirror.emb[mirror.rows_of_seqs(sample)], atol=1e-6):
+            return None
+    extra = np.setdiff1d(ids, mirror.seqs)
+    missing = np.setdiff1d(mirror.seqs, ids)
+    index.remove(extra)
+    index.add(missing, mirror.emb[mirror.rows_of_seqs(missing)])
+    return len(extra) + len(missing)
