@@ -21,9 +21,10 @@ import contextlib
 import logging
 import random
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
 from connectors.types import Completion, Message, Usage
@@ -147,13 +148,17 @@ class LocalChat:
         prompts: Sequence[Sequence[Message]],
         *,
         max_tokens: int | None = None,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
+        temperature: float | None = 0.0,
+        top_p: float | None = 1.0,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         adapter: str | None = None,
     ) -> list[Completion]:
-        """Answers for many prompts, generated together in chunks of ``batch_size``."""
+        """Answers for many prompts, generated together in chunks of ``batch_size``.
+
+        ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
+        greedy, no nucleus cut), so callers can forward OpenAI-style parameters unchanged.
+        """
         params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
         out: list[Completion] = []
         with self._lock:
@@ -164,15 +169,22 @@ class LocalChat:
         return out
 
     def _params(
-        self, max_tokens: int | None, temperature: float, top_p: float, seed: int | None,
-        stop: str | Sequence[str] | None, adapter: str | None,
-    ) -> GenerationParams:  # fmt: skip
+        self,
+        max_tokens: int | None,
+        temperature: float | None,
+        top_p: float | None,
+        seed: int | None,
+        stop: str | Sequence[str] | None,
+        adapter: str | None,
+    ) -> GenerationParams:
         n = self.max_new_tokens if max_tokens is None else max_tokens
         if not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if temperature is None or temperature < 0:
+        temperature = 0.0 if temperature is None else temperature
+        top_p = 1.0 if top_p is None else top_p
+        if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
-        if top_p is None or not 0.0 < top_p <= 1.0:
+        if not 0.0 < top_p <= 1.0:
             raise ConfigError(f"top_p must be in (0, 1], got {top_p!r}")
         if adapter is not None and adapter not in self.adapters:
             raise ConfigError(f"{self.name}: unknown adapter {adapter!r}; loaded adapters: {sorted(self.adapters)}")
@@ -218,7 +230,9 @@ class LocalChat:
         # a base model without a chat template: a plain transcript that ends where the answer starts
         return "".join(f"{m['role']}: {m['content']}\n" for m in dicts) + "assistant:"
 
-    def _generate(self, batch: Sequence[Sequence[Message]], params: GenerationParams, generator: Any) -> list[Completion]:
+    def _generate(
+        self, batch: Sequence[Sequence[Message]], params: GenerationParams, generator: Any
+    ) -> list[Completion]:
         import torch
         from transformers import GenerationConfig
 
@@ -248,15 +262,22 @@ class LocalChat:
         logprobs = _chosen_logprobs(out.logits, new_tokens)
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         return [
-            self._completion(new_tokens[i].tolist(), logprobs[i], int(prompt_lens[i]), end_ids, params.stop)
+            self._completion(new_tokens[i].tolist(), logprobs[i], int(prompt_lens[i]), eos_ids, end_ids, params.stop)
             for i in range(len(batch))
         ]
 
     def _completion(
-        self, tokens: list[int], logprobs: list[float], prompt_tokens: int, end_ids: set[int], stop: tuple[str, ...]
+        self,
+        tokens: list[int],
+        logprobs: list[float],
+        prompt_tokens: int,
+        eos_ids: set[int],
+        end_ids: set[int],
+        stop: tuple[str, ...],
     ) -> Completion:
         n = next((i for i, t in enumerate(tokens) if t in end_ids), None)
-        generated = len(tokens) if n is None else n + 1  # the end token was generated too
+        # an EOS was generated (and counts); padding after a stop string was not
+        generated = len(tokens) if n is None else n + int(tokens[n] in eos_ids)
         text = self._tokenizer.decode(tokens[: len(tokens) if n is None else n], skip_special_tokens=True)
         text, stopped = truncate_at_stop(text, stop)
         finish = "stop" if stopped or n is not None else "length"

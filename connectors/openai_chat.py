@@ -20,7 +20,8 @@ import ipaddress
 import logging
 import os
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
@@ -130,7 +131,9 @@ class OpenAIChat:
         if not model:
             raise ConfigError("OpenAIChat needs a model name, got an empty string")
         if prices is not None and (len(prices) != 2 or any(p < 0 for p in prices)):
-            raise ConfigError(f"prices must be (USD per 1M input tokens, USD per 1M output tokens) >= 0, got {prices!r}")
+            raise ConfigError(
+                f"prices must be (USD per 1M input tokens, USD per 1M output tokens) >= 0, got {prices!r}"
+            )
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.model = model

@@ -14,10 +14,11 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,15 @@ class Reply:
     delay: float = 0.0
 
 
-def chat_body(text: str | None, *, prompt_tokens: int = 11, completion_tokens: int = 3, model: str = "test-model",
-              finish_reason: str = "stop", logprobs: list[float] | None = None) -> dict[str, Any]:  # fmt: skip
+def chat_body(
+    text: str | None,
+    *,
+    prompt_tokens: int = 11,
+    completion_tokens: int = 3,
+    model: str = "test-model",
+    finish_reason: str = "stop",
+    logprobs: list[float] | None = None,
+) -> dict[str, Any]:
     """A ``/v1/chat/completions`` response body as an OpenAI-compatible server sends it."""
     choice: dict[str, Any] = {
         "index": 0,
@@ -94,7 +102,13 @@ class FakeOpenAIServer:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "json": json.loads(raw or b"{}")})
+                server.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "json": json.loads(raw or b"{}"),
+                    }
+                )
                 reply = server.replies.popleft() if server.replies else Reply(500, error_body("no scripted reply"))
                 time.sleep(reply.delay)
                 body = reply.body if isinstance(reply.body, (str, bytes)) else json.dumps(reply.body)
@@ -149,7 +163,9 @@ def build_tiny_tokenizer() -> Any:
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["<pad>", "<|im_start|>", "<|im_end|>"])
     core.train_from_iterator(CORPUS + [CHAT_TEMPLATE], trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>"
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
@@ -87,13 +88,20 @@ def test_seed_is_offset_by_sample_index() -> None:
 
 def test_sqlite_cache_survives_a_new_client(tmp_path: Path) -> None:
     path = tmp_path / "cache" / "responses.db"
-    first = ChatClient(ScriptedChat([Completion("stored", "m", Usage(3, 2, 0.01), (-0.5,), "stop")]), cache=ResponseCache(path))
+    first = ChatClient(
+        ScriptedChat([Completion("stored", "m", Usage(3, 2, 0.01), (-0.5,), "stop")]), cache=ResponseCache(path)
+    )
     first.complete("q")
 
     backend = ScriptedChat(["fresh"])
     replayed = ChatClient(backend, cache=ResponseCache(path)).complete("q")
 
-    assert (replayed.text, replayed.usage, replayed.logprobs, replayed.finish_reason) == ("stored", Usage(3, 2, 0.01), (-0.5,), "stop")
+    assert (replayed.text, replayed.usage, replayed.logprobs, replayed.finish_reason) == (
+        "stored",
+        Usage(3, 2, 0.01),
+        (-0.5,),
+        "stop",
+    )
     assert replayed.cached and backend.calls == []
 
 

@@ -32,7 +32,7 @@ def test_batched_greedy_equals_one_at_a_time(tiny: LocalChat) -> None:
     single = [tiny.complete(p) for p in PROMPTS]
     assert [c.text for c in batched] == [c.text for c in single]
     assert [c.usage for c in batched] == [c.usage for c in single]
-    for b, s in zip(batched, single):
+    for b, s in zip(batched, single, strict=True):
         assert b.logprobs is not None and s.logprobs is not None
         assert b.logprobs == pytest.approx(s.logprobs, abs=1e-4)
 
@@ -106,8 +106,10 @@ def test_missing_folder_is_config_error(tmp_path: Path) -> None:
         LocalChat(str(tmp_path / "nope"))
 
 
-@pytest.mark.parametrize(("params", "match"), [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
-                                               ({"max_tokens": 0}, "max_tokens")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens")],
+)
 def test_bad_call_params_are_config_errors(tiny: LocalChat, params: dict[str, float], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         tiny.complete(PROMPTS[0], **params)
@@ -148,3 +150,9 @@ def test_smollm2_knows_paris_and_batches(smollm2_dir: Path) -> None:
     assert len(answers) == 8
     assert all(a.text.strip() and a.usage.completion_tokens > 0 for a in answers)
     assert all(a.finish_reason in ("stop", "length") for a in answers)
+
+
+def test_none_parameters_mean_defaults(tiny: LocalChat) -> None:
+    forwarded = tiny.complete(PROMPTS[2], max_tokens=None, temperature=None, top_p=None)
+    assert forwarded.text == tiny.complete(PROMPTS[2]).text
+    assert forwarded.usage.completion_tokens <= tiny.max_new_tokens

@@ -92,7 +92,9 @@ def test_concurrent_callers_convert_once(monkeypatch: pytest.MonkeyPatch, tmp_pa
     calls: list[Path] = []
     monkeypatch.setattr(sm, "convert_gguf", fake_convert(calls, pause=0.3))
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(sm.smollm2_path(cache_dir=tmp_path / "c"))) for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(sm.smollm2_path(cache_dir=tmp_path / "c"))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -125,7 +127,9 @@ def test_converted_folder_is_a_plain_hf_model(smollm2_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_dir, local_files_only=True)
-    assert tok.chat_template and "<|im_start|>" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert tok.chat_template and "<|im_start|>" in tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False
+    )
 
 
 @pytest.mark.slow

@@ -49,8 +49,9 @@ def test_as_messages_accepts_strings_dicts_and_messages() -> None:
     assert mixed == [Message("system", "be brief"), Message("user", "hi")]
 
 
-@pytest.mark.parametrize(("bad", "match"), [([], "must not be empty"), ([{"role": "user"}], r"messages\[0\]"),
-                                            (["hi"], r"messages\[0\]")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("bad", "match"), [([], "must not be empty"), ([{"role": "user"}], r"messages\[0\]"), (["hi"], r"messages\[0\]")]
+)
 def test_as_messages_rejects_bad_input(bad: list[object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         as_messages(bad)  # type: ignore[arg-type]
