@@ -38,7 +38,9 @@ def check_text(name: str, value: object) -> None:
 
 def check_namespace(namespace: object) -> str:
     if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAMESPACE:
-        raise ConfigError(f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r}")
+        raise ConfigError(
+            f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r}"
+        )
     return namespace
 
 

@@ -71,7 +71,9 @@ class RetrievalConfig:
         _check_int(owner, "k2", self.k2, 1)
         _check_int(owner, "k1", self.k1, 1)
         if self.k1 < self.k2:
-            raise ConfigError(f"{owner}.k1 must be >= k2 (the pool must hold the selection), got k1={self.k1}, k2={self.k2}")
+            raise ConfigError(
+                f"{owner}.k1 must be >= k2 (the pool must hold the selection), got k1={self.k1}, k2={self.k2}"
+            )
         _check_range(owner, "delta", self.delta, -1.0, 1.0)
         _check_range(owner, "lam", self.lam, 0.0, 1.0)
         _check_range(owner, "epsilon", self.epsilon, 0.0, 1.0)

@@ -68,7 +68,9 @@ class _Matrix:
         need = self.ntotal + len(ids)
         if need > len(self._ids):
             size = max(need, 2 * len(self._ids))
-            self._vecs = np.concatenate([self._vecs[: self.ntotal], np.empty((size - self.ntotal, self.dim), np.float32)])
+            self._vecs = np.concatenate(
+                [self._vecs[: self.ntotal], np.empty((size - self.ntotal, self.dim), np.float32)]
+            )
             self._ids = np.concatenate([self._ids[: self.ntotal], np.empty(size - self.ntotal, np.int64)])
         self._vecs[self.ntotal : need] = vecs
         self._ids[self.ntotal : need] = ids
@@ -148,7 +150,9 @@ class VectorIndex:
     def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
         """Add vectors under the given ids (the caller keeps ids unique)."""
         if len(ids):
-            self.raw.add_with_ids(np.ascontiguousarray(vecs, dtype=np.float32), np.ascontiguousarray(ids, dtype=np.int64))
+            self.raw.add_with_ids(
+                np.ascontiguousarray(vecs, dtype=np.float32), np.ascontiguousarray(ids, dtype=np.int64)
+            )
 
     def remove(self, ids: np.ndarray) -> None:
         """Drop the given ids (HNSW cannot delete in place, so it is rebuilt without them)."""

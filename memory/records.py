@@ -112,7 +112,7 @@ class Recall:
         return header + "\n\n" + "\n\n".join(blocks)
 
 
-def item_from_row(row: Mapping[str, Any]) -> MemoryItem:
+def item_from_row(row: Mapping[Any, Any]) -> MemoryItem:
     """A ``MemoryItem`` from a ``memory_items`` row mapping."""
     meta = dict(row["meta"] or {})
     meta["success"] = row["success"]

@@ -188,5 +188,7 @@ def from_blobs(blobs: Iterable[bytes], dim: int) -> np.ndarray:
     """Stack stored embeddings into an (n, dim) float32 matrix, checking every row's size."""
     data = b"".join(blobs)
     if len(data) % (4 * dim):
-        raise StoreError(f"stored embeddings do not have dimension {dim} ({len(data)} bytes); was the embedder changed?")
+        raise StoreError(
+            f"stored embeddings do not have dimension {dim} ({len(data)} bytes); was the embedder changed?"
+        )
     return np.frombuffer(data, dtype="<f4").astype(np.float32).reshape(-1, dim)

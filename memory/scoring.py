@@ -70,7 +70,9 @@ def two_phase_scores(
     sims = np.asarray(sims, dtype=np.float64)
     qs = np.asarray(qs, dtype=np.float64)
     if sims.shape != qs.shape or sims.ndim != 1:
-        raise ConfigError(f"two_phase_scores: sims and qs must be 1-D and equal in length, got {sims.shape} and {qs.shape}")
+        raise ConfigError(
+            f"two_phase_scores: sims and qs must be 1-D and equal in length, got {sims.shape} and {qs.shape}"
+        )
     z_sim = zscore(sims, clip)
     z_q = zscore(qs, clip)
     return (1.0 - lam) * z_sim + lam * z_q, z_sim, z_q

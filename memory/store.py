@@ -108,7 +108,9 @@ class MemoryStore:
         """Store one experience for ``intent``; it starts at ``q`` (default ``config.q_init``)."""
         check_text("intent", intent)
         check_text("experience", experience)
-        batch = NewItems.build([intent], [experience], self._embed([intent]), q=self._q0(q), success=[success], meta=meta)
+        batch = NewItems.build(
+            [intent], [experience], self._embed([intent]), q=self._q0(q), success=[success], meta=meta
+        )
         return self._insert(check_namespace(namespace), batch)[0]
 
     def add_many(
@@ -135,8 +137,12 @@ class MemoryStore:
         if not rows:
             return []
         intents_ = [r[0] for r in rows]
-        vecs = self._embed(intents_) if embeddings is None else portable.check_embeddings(embeddings, len(rows), self.dim)
-        batch = NewItems.build(intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta)
+        vecs = (
+            self._embed(intents_) if embeddings is None else portable.check_embeddings(embeddings, len(rows), self.dim)
+        )
+        batch = NewItems.build(
+            intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
+        )
         return [item.id for item in self._insert(check_namespace(namespace), batch, group=group)]
 
     def write(
@@ -258,7 +264,9 @@ class MemoryStore:
 
     def reinforce_many(self, items: Sequence[tuple[Recall | str, float, str | None]]) -> int:
         """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated."""
-        entries = [(recall, check_reward(reward, f"feedback[{i}]"), fid) for i, (recall, reward, fid) in enumerate(items)]
+        entries = [
+            (recall, check_reward(reward, f"feedback[{i}]"), fid) for i, (recall, reward, fid) in enumerate(items)
+        ]
         if not entries:
             return 0
         with self._lock:
@@ -275,8 +283,12 @@ class MemoryStore:
                 conn.execute(
                     update(memory_items)
                     .where(memory_items.c.id == bindparam("b_item"))
-                    .values(q=q + bindparam("b_rate") * (bindparam("b_reward") - q), visits=memory_items.c.visits + 1,
-                            updated_gen=generation, updated_at=time.time()),  # fmt: skip
+                    .values(
+                        q=q + bindparam("b_rate") * (bindparam("b_reward") - q),
+                        visits=memory_items.c.visits + 1,
+                        updated_gen=generation,
+                        updated_at=time.time(),
+                    ),  # fmt: skip
                     params,
                 )
                 after = report.read_values(conn, sorted({p["b_item"] for p in params}))
@@ -410,7 +422,9 @@ class MemoryStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"MemoryStore({self.url!r}, embedder={getattr(self.embedder, 'name', '?')!r}, index={self.config.index!r})"
+        return (
+            f"MemoryStore({self.url!r}, embedder={getattr(self.embedder, 'name', '?')!r}, index={self.config.index!r})"
+        )
 
     # -- helpers -------------------------------------------------------------------------------
     def _ensure_open(self) -> None:
@@ -439,7 +453,9 @@ def _to_recall(
         if item is None:  # evicted by another process between the search and this read
             continue
         pool_sims = plan.sims[plan.in_pool]
-        details.append(ScoredItem(item, float(pool_sims[p]), float(sel.z_sim[p]), float(sel.z_q[p]), float(sel.scores[p])))
+        details.append(
+            ScoredItem(item, float(pool_sims[p]), float(sel.z_sim[p]), float(sel.z_q[p]), float(sel.scores[p]))
+        )
     return Recall(
         id=recall_id,
         namespace=namespace,

@@ -116,7 +116,9 @@ class MirrorSet:
         if keys:
             ids, seqs, blobs = zip(*keys, strict=True)
             mirror.add_keys(np.array(ids, dtype=object), np.array(seqs, dtype=np.int64), from_blobs(blobs, self.dim))
-        rows = conn.execute(select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)).all()
+        rows = conn.execute(
+            select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)
+        ).all()
         mirror.append(self._rows(mirror, rows), index=False)
         self._attach_index(mirror)
         return mirror

@@ -1,0 +1,155 @@
+"""The vector index: FAISS and the NumPy fallback agree; saved indexes are loaded, caught up or rebuilt."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memory.index
+from connectors.embedders import HashEmbedder
+from memory.config import MemoryConfig, RetrievalConfig
+from memory.index import VectorIndex
+from memory.store import MemoryStore
+from memory.sync import index_file
+
+Open = Callable[..., MemoryStore]
+QUERIES = ["deploy the web service", "rotate the api keys", "task 18 about billing", "backup the database"]
+
+
+def fill(store: MemoryStore, n: int = 60, start: int = 0) -> None:
+    topics = ["billing", "deploy", "database", "keys", "web service", "backup"]
+    store.add_many([(f"task {i} about {topics[i % 6]}", f"experience {i}") for i in range(start, start + n)])
+
+
+def recalls(store: MemoryStore) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
+    return [(r.ids, r.scores) for r in (store.retrieve(q, record=False) for q in QUERIES)]
+
+
+@pytest.fixture
+def numpy_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory.index, "load_faiss", lambda: None)
+
+
+def test_faiss_and_numpy_search_return_the_same_neighbours() -> None:
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((500, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ids = np.arange(1000, 1500)
+    fast, slow = VectorIndex(32, backend="faiss"), VectorIndex(32, backend="numpy")
+    for ix in (fast, slow):
+        ix.add(ids, x)
+        ix.remove(ids[:10])
+    assert fast.search(x[:5], 7)[1].tolist() == slow.search(x[:5], 7)[1].tolist()
+    assert sorted(fast.ids().tolist()) == sorted(slow.ids().tolist()) == list(range(1010, 1500))
+    assert np.array_equal(fast.reconstruct(1200), slow.reconstruct(1200))
+
+
+def test_store_without_faiss_returns_the_same_recalls(open_store: Open, tmp_path: Path, embedder: HashEmbedder,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    pytest.importorskip("faiss")
+    with_faiss = open_store()
+    fill(with_faiss)
+    expected = recalls(with_faiss)
+    monkeypatch.setattr(memory.index, "load_faiss", lambda: None)
+    without = MemoryStore(f"sqlite:///{tmp_path / 'np.db'}", embedder=embedder)
+    fill(without)
+    assert without._mirrors.loaded("default").index.backend == "numpy"  # type: ignore[union-attr]
+    got = recalls(without)
+    assert [len(ids) for ids, _ in got] == [5, 5, 5, 5]
+    assert [s for _, s in got] == [s for _, s in expected]  # same scores (ids differ: two databases)
+    same_texts = [[without.get(i).intent for i in ids] for ids, _ in got]
+    assert same_texts == [[with_faiss.get(i).intent for i in ids] for ids, _ in expected]
+    without.close()
+
+
+def test_hnsw_needs_faiss(numpy_only: None, embedder: HashEmbedder) -> None:
+    with pytest.raises(Exception, match="local"):
+        MemoryStore("sqlite://", embedder=embedder, config=MemoryConfig(index="hnsw")).retrieve("x")
+
+
+def test_a_big_tied_group_yields_its_oldest_members(open_store: Open) -> None:
+    store = open_store(MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=10, lam=0.0)))
+    ids = store.add_many([("restart the server", f"attempt {i}") for i in range(80)])  # one intent group
+    store.add("water plants daily", "unrelated")
+    recall = store.retrieve("restart the server")
+    assert recall.ids == tuple(ids[:10])  # 80 exact ties: the index may return any; the oldest win
+
+
+def test_saved_index_is_loaded_then_caught_up_when_stale(open_store: Open, db_url: str, tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    first = open_store()
+    fill(first)
+    assert first.index_status() == "built"
+    first.close()
+    path = index_file(Path(db_url.removeprefix("sqlite:///") + ".faiss"), "default")
+    assert path.exists() and path.with_name(path.name + ".json").exists()
+    second = open_store()
+    assert second.index_status() == "loaded"
+    expected = recalls(second)
+    shutil.copy(path, tmp_path / "old.faiss")
+    shutil.copy(path.with_name(path.name + ".json"), tmp_path / "old.json")
+    fill(second, n=30, start=60)
+    expected = recalls(second)
+    second.close()
+    shutil.copy(tmp_path / "old.faiss", path)  # put the stale index back
+    shutil.copy(tmp_path / "old.json", path.with_name(path.name + ".json"))
+    third = open_store()
+    assert third.index_status() == "caught_up"
+    assert recalls(third) == expected
+    assert len(third._mirrors.loaded("default").index) == 90  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "foreign"])
+def test_damaged_index_is_rebuilt_and_agrees_with_the_database(open_store: Open, db_url: str, damage: str,
+                                                                embedder: HashEmbedder, tmp_path: Path) -> None:  # fmt: skip
+    pytest.importorskip("faiss")
+    first = open_store()
+    fill(first)
+    expected = recalls(first)
+    first.close()
+    path = index_file(Path(db_url.removeprefix("sqlite:///") + ".faiss"), "default")
+    if damage == "delete":
+        path.unlink()
+    elif damage == "garbage":
+        path.write_bytes(b"not an index at all" * 100)
+    elif damage == "truncate":
+        path.write_bytes(path.read_bytes()[:200])
+    else:  # an index of another database whose ids happen to match, with different vectors
+        other = MemoryStore(f"sqlite:///{tmp_path / 'other.db'}", embedder=embedder)
+        other.add_many([(f"unrelated thing {i}", "x") for i in range(60)])
+        other.close()
+        shutil.copy(index_file(tmp_path / "other.db.faiss", "default"), path)
+    again = open_store()
+    assert again.index_status() == ("built" if damage == "delete" else "rebuilt")
+    assert recalls(again) == expected
+    again.close()
+    assert open_store().index_status() == "loaded"  # the rebuilt index was saved
+
+
+def test_in_memory_store_writes_no_index_file(embedder: HashEmbedder, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    with MemoryStore("sqlite://", embedder=embedder) as store:
+        fill(store, 10)
+        assert store.save_index() == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hnsw_store_recalls_and_reloads(open_store: Open) -> None:
+    pytest.importorskip("faiss")
+    cfg = MemoryConfig(index="hnsw", capacity=50)
+    store = open_store(cfg)
+    fill(store)
+    fill(store, n=10, start=60)  # over capacity: the 20 oldest leave the HNSW graph
+    assert len(store._mirrors.loaded("default").index) == store.stats()["count"] == 50  # type: ignore[union-attr]
+    got = store.retrieve("task 48 about billing")
+    assert got.items[0].intent == "task 48 about billing"
+    store.close()
+    again = open_store(cfg)
+    assert again.index_status() == "loaded"
+    assert again.retrieve("task 48 about billing").ids == got.ids

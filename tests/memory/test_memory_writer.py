@@ -1,0 +1,96 @@
+"""Writing experiences: cheap mode, LLM mode, the fallback that never loses an attempt, the prompts."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from connectors.chat import ChatClient
+from connectors.errors import ConnectorError
+from connectors.fakes import ScriptedChat
+from connectors.types import Message
+from memory import prompts
+from memory.store import MemoryStore
+from memory.writer import compose_experience, condense
+
+GOLDEN = Path(__file__).parent / "golden" / "prompts.txt"
+TRAJECTORY = "look around\n\n   go   north\nopen the door\nsay hello"
+
+
+def test_condense_collapses_whitespace_and_keeps_head_and_tail() -> None:
+    assert condense(TRAJECTORY) == "look around\ngo north\nopen the door\nsay hello"
+    long = "\n".join(f"step {i}: did something useful" for i in range(400))
+    short = condense(long, 600)
+    assert len(short) <= 600
+    assert short.startswith("step 0:") and short.endswith("step 399: did something useful")
+    assert "characters omitted" in short
+
+
+def test_cheap_mode_keeps_task_outcome_trajectory_and_feedback() -> None:
+    written = compose_experience("open the door", trajectory=TRAJECTORY, feedback="door opened", success=True)
+    assert written.mode == "cheap"
+    assert written.experience == prompts.CHEAP_EXPERIENCE.format(
+        task="open the door", outcome="success", trajectory=condense(TRAJECTORY), feedback="door opened"
+    )
+    failed = compose_experience("open the door", trajectory="", feedback="", success=False)
+    assert "Outcome: failure" in failed.experience and "(empty)" in failed.experience
+
+
+def test_llm_mode_success_writes_a_script_plus_the_trajectory() -> None:
+    chat = ScriptedChat(["1. Look\n2. Go north\n3. Open the door"])
+    written = compose_experience("open the door", trajectory=TRAJECTORY, feedback="ok", success=True, llm=chat)
+    assert written.mode == "llm"
+    assert "Reusable steps:\n1. Look" in written.experience and "go north" in written.experience
+    messages, params = chat.calls[0]
+    assert messages[0] == Message("system", prompts.WRITER_SYSTEM)
+    assert "succeeded" in messages[1].content and "open the door" in messages[1].content
+    assert params["temperature"] == 0.0
+
+
+def test_llm_mode_failure_writes_the_lesson_and_keeps_the_feedback() -> None:
+    lesson = "What went wrong: pulled the door\nWhat to avoid: pulling\nCorrect approach: push"
+    chat = ChatClient(ScriptedChat([lesson]))  # the wrapper every real backend goes through
+    written = compose_experience("open the door", trajectory=TRAJECTORY, feedback="push, not pull", success=False,
+                                 llm=chat)  # fmt: skip
+    assert written.experience == prompts.FAILURE_EXPERIENCE.format(lesson=lesson, feedback="push, not pull")
+    assert "failed" in chat.backend.calls[0][0][1].content  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("reply", ["", "   \n  "])
+def test_empty_llm_answer_falls_back_to_cheap(reply: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="memory.writer"):
+        written = compose_experience("t", trajectory="a", feedback="b", success=True, llm=ScriptedChat([reply]))
+    assert written.mode == "cheap" and "empty" in caplog.text
+
+
+def test_failing_llm_falls_back_to_cheap_and_the_store_keeps_the_attempt(store: MemoryStore,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    def broken(_messages: object) -> str:
+        raise ConnectorError("model server down")
+
+    with caplog.at_level(logging.WARNING, logger="memory.writer"):
+        item = store.write("open the door", trajectory=TRAJECTORY, feedback="locked", success=False,
+                           llm=ScriptedChat(broken), provenance={"episode": "ep-1"})  # fmt: skip
+    assert "model server down" in caplog.text
+    assert item.meta == {"writer": "cheap", "provenance": {"episode": "ep-1"}, "success": False}
+    assert store.get(item.id).experience.startswith("Task: open the door\nOutcome: failure")
+    assert store.retrieve("open the door").ids == (item.id,)
+
+
+def render_all() -> str:
+    fields = {"task": "<task>", "trajectory": "<trajectory>", "feedback": "<feedback>", "outcome": "<outcome>",
+              "script": "<script>", "lesson": "<lesson>", "count": 123}  # fmt: skip
+    names = ["WRITER_SYSTEM", "SUCCESS_PROMPT", "FAILURE_PROMPT", "CHEAP_EXPERIENCE", "SUCCESS_EXPERIENCE",
+             "FAILURE_EXPERIENCE", "OMITTED"]  # fmt: skip
+    return "".join(f"===== {n} =====\n{getattr(prompts, n).format(**fields)}\n" for n in names)
+
+
+def test_prompts_match_the_golden_snapshot() -> None:
+    """Prompt changes must show up as a reviewed diff: regenerate with EVOLVE_UPDATE_GOLDEN=1."""
+    rendered = render_all()
+    if os.environ.get("EVOLVE_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(rendered, encoding="utf-8")
+    assert rendered == GOLDEN.read_text(encoding="utf-8")
