@@ -122,6 +122,14 @@ class NewItems:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def items(self, namespace: str) -> list[MemoryItem]:
+        """The ``MemoryItem`` values these rows become once stored in ``namespace``."""
+        return [
+            MemoryItem(self.ids[i], namespace, self.intents[i], self.experiences[i], float(self.q[i]),
+                       int(self.visits[i]), float(self.created[i]), {**self.metas[i], "success": self.success[i]})
+            for i in range(len(self.ids))
+        ]  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Inserted:
@@ -151,52 +159,71 @@ def eviction_rows(mirror: NamespaceMirror, incoming: int, capacity: int | None) 
     return np.sort(order[:excess]).astype(np.int64)
 
 
-def insert_items(
-    conn: Connection, mirror: NamespaceMirror, batch: NewItems, *, threshold: float, group: bool, capacity: int | None
-) -> Inserted:
-    """Group, insert and evict inside the caller's transaction (the mirror is current and locked)."""
-    n, n_old = len(batch), len(mirror.key_ids)
+@dataclass(frozen=True)
+class Grouping:
+    """Which intent key each new item joins (``labels``: positions in the mirror's keys followed by
+    the new keys), which rows found new keys, and each item's stored vector and intent id."""
+
+    labels: np.ndarray
+    new_rows: np.ndarray
+    key_ids: np.ndarray
+    emb: np.ndarray
+    intent_ids: np.ndarray
+
+
+def group_items(mirror: NamespaceMirror, vecs: np.ndarray, *, threshold: float, group: bool) -> Grouping:
+    """Intent grouping against the namespace's keys; grouped items take their key's vector."""
+    n, n_old = len(vecs), len(mirror.key_ids)
     if group:
-        labels, new_rows = assign_groups(batch.vecs, mirror.keys, threshold)
+        labels, new_rows = assign_groups(vecs, mirror.keys, threshold)
     else:
         labels, new_rows = n_old + np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
-    generation, first = bump(conn, seqs=len(new_rows) + n)
-    key_seqs = first + np.arange(len(new_rows), dtype=np.int64)
-    item_seqs = first + len(new_rows) + np.arange(n, dtype=np.int64)
     key_ids = np.array([new_id() for _ in new_rows], dtype=object)
     old = labels < n_old
     emb = np.empty((n, mirror.dim), dtype=np.float32)
     emb[old] = mirror.keys[labels[old]]
-    emb[~old] = batch.vecs[new_rows[labels[~old] - n_old]]
+    emb[~old] = vecs[new_rows[labels[~old] - n_old]]
     intent_ids = np.empty(n, dtype=object)
     intent_ids[old] = mirror.key_ids[labels[old]]
     intent_ids[~old] = key_ids[labels[~old] - n_old]
-    now = time.time()
-    if len(new_rows):
+    return Grouping(labels.astype(np.int64), new_rows, key_ids, emb, intent_ids)
+
+
+def insert_items(
+    conn: Connection, mirror: NamespaceMirror, batch: NewItems, *, threshold: float, group: bool, capacity: int | None
+) -> Inserted:
+    """Group, insert and evict inside the caller's transaction (the mirror is current and locked)."""
+    n, ns = len(batch), mirror.namespace
+    g = group_items(mirror, batch.vecs, threshold=threshold, group=group)
+    generation, first = bump(conn, seqs=len(g.new_rows) + n)
+    key_seqs = first + np.arange(len(g.new_rows), dtype=np.int64)
+    item_seqs = first + len(g.new_rows) + np.arange(n, dtype=np.int64)
+    if len(g.new_rows):
+        now = time.time()
         conn.execute(insert(intents), [
-            {"id": key_ids[j], "seq": int(key_seqs[j]), "namespace": mirror.namespace, "text": batch.intents[r],
+            {"id": g.key_ids[j], "seq": int(key_seqs[j]), "namespace": ns, "text": batch.intents[r],
              "embedding": to_blob(batch.vecs[r]), "created_at": now, "gen": generation}
-            for j, r in enumerate(new_rows)
+            for j, r in enumerate(g.new_rows)
         ])  # fmt: skip
     conn.execute(insert(memory_items), [
-        {"id": batch.ids[i], "seq": int(item_seqs[i]), "namespace": mirror.namespace, "intent_id": intent_ids[i],
+        {"id": batch.ids[i], "seq": int(item_seqs[i]), "namespace": ns, "intent_id": g.intent_ids[i],
          "intent": batch.intents[i], "experience": batch.experiences[i], "q": float(batch.q[i]),
          "visits": int(batch.visits[i]), "success": batch.success[i], "created_at": float(batch.created[i]),
          "updated_at": float(batch.updated[i]), "updated_gen": generation, "meta": batch.metas[i],
-         "embedding": to_blob(emb[i])}
+         "embedding": to_blob(g.emb[i])}
         for i in range(n)
     ])  # fmt: skip
     evicted = eviction_rows(mirror, n, capacity)
-    if len(evicted):
-        dead = [int(s) for s in mirror.seqs[evicted]]
-        for part in range(0, len(dead), 5000):
-            conn.execute(delete(memory_items).where(memory_items.c.seq.in_(dead[part : part + 5000])))
-        conn.execute(insert(tombstones), [{"seq": s, "namespace": mirror.namespace, "gen": generation} for s in dead])
-    items = [
-        MemoryItem(batch.ids[i], mirror.namespace, batch.intents[i], batch.experiences[i], float(batch.q[i]),
-                   int(batch.visits[i]), float(batch.created[i]), {**batch.metas[i], "success": batch.success[i]})
-        for i in range(n)
-    ]  # fmt: skip
-    rows = Rows(item_seqs, np.array(batch.ids, dtype=object), batch.q.copy(), batch.visits.copy(), batch.created.copy(),
-                labels.astype(np.int64), emb)  # fmt: skip
-    return Inserted(generation, items, rows, key_ids, key_seqs, batch.vecs[new_rows], evicted)
+    delete_items(conn, ns, mirror.seqs[evicted], generation)
+    rows = Rows(item_seqs, np.array(batch.ids, dtype=object), batch.q.copy(), batch.visits.copy(),
+                batch.created.copy(), g.labels, g.emb)  # fmt: skip
+    return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted)
+
+
+def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation: int) -> None:
+    """Delete items and leave tombstones, so other processes drop them from their mirrors."""
+    dead = [int(s) for s in seqs]
+    for part in range(0, len(dead), 5000):
+        conn.execute(delete(memory_items).where(memory_items.c.seq.in_(dead[part : part + 5000])))
+    if dead:
+        conn.execute(insert(tombstones), [{"seq": s, "namespace": namespace, "gen": generation} for s in dead])

@@ -81,14 +81,31 @@ def export_jsonl(conn: Connection, path: Path, namespace: str | None, embedder: 
         query = query.where(memory_items.c.namespace == check_namespace(namespace))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    header = {"format": FORMAT, "version": VERSION, "embedder": getattr(embedder, "name", "?"), "dim": dim,
-              "exported_at": time.time()}  # fmt: skip
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "embedder": getattr(embedder, "name", "?"),
+        "dim": dim,
+        "exported_at": time.time(),
+    }
     count = 0
     with tmp.open("w", encoding="utf-8") as f:
         f.write(json.dumps(header) + "\n")
         for row in conn.execution_options(yield_per=EXPORT_BATCH).execute(query).mappings():
-            record = {k: row[k] for k in ("id", "namespace", "intent", "experience", "q", "visits", "success",
-                                          "created_at", "updated_at")}  # fmt: skip
+            record = {
+                k: row[k]
+                for k in (
+                    "id",
+                    "namespace",
+                    "intent",
+                    "experience",
+                    "q",
+                    "visits",
+                    "success",
+                    "created_at",
+                    "updated_at",
+                )
+            }
             record["meta"] = row["meta"] or {}
             record["embedding"] = base64.b64encode(row["embedding"]).decode("ascii")
             f.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -1,11 +1,12 @@
 """One recall, computed in memory: phase A over the index's answer, phase B over the pool.
 
-``plan_recall`` touches no database; the store runs it between reading the mirror and logging the
-result, and tests run it directly.
+``plan_recall`` and ``to_recall`` touch no database; the store runs them between reading the mirror
+and logging the result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from memory.config import RetrievalConfig
 from memory.mirror import NamespaceMirror
+from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import Selection, phase_a, select
 
 
@@ -95,3 +97,30 @@ def log_rows(recall_id: str, plan: Plan, item_ids: np.ndarray) -> list[dict[str,
             )
         out.append(base)
     return out
+
+
+def to_recall(
+    recall_id: str, namespace: str, query: str, plan: Plan, item_ids: np.ndarray, found: Mapping[str, MemoryItem]
+) -> Recall:
+    """The ``Recall`` of one plan, with the selected items read from SQL (``found``, by id)."""
+    sel = plan.selection
+    details: list[ScoredItem] = []
+    for p, row in zip(sel.order, plan.selected_rows, strict=True):
+        item = found.get(str(item_ids[row]))
+        if item is None:  # evicted by another process between the search and this read
+            continue
+        pool_sims = plan.sims[plan.in_pool]
+        details.append(
+            ScoredItem(item, float(pool_sims[p]), float(sel.z_sim[p]), float(sel.z_q[p]), float(sel.scores[p]))
+        )
+    return Recall(
+        id=recall_id,
+        namespace=namespace,
+        query=query,
+        items=tuple(d.item for d in details),
+        scores=tuple(d.score for d in details),
+        details=tuple(details),
+        pool_size=int(plan.in_pool.sum()),
+        filtered=plan.filtered,
+        explored=sel.explored,
+    )

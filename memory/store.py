@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, bindparam, insert, update
+from sqlalchemy import Connection, Engine, insert
 from sqlalchemy.pool import StaticPool
 
 from connectors.chat import ChatModel
@@ -36,10 +36,10 @@ from connectors.errors import ConfigError, StoreError
 from memory import portable, report
 from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id
 from memory.config import MemoryConfig, RetrievalConfig
+from memory.learning import apply_updates, check_entries, plan_updates
 from memory.records import MemoryItem, Recall, ScoredItem
-from memory.retrieval import Plan, log_rows, plan_recall, search_width
-from memory.schema import bump, create_schema, feedback, memory_items, recall_items, recalls
-from memory.scoring import credit_weights
+from memory.retrieval import Plan, log_rows, plan_recall, search_width, to_recall
+from memory.schema import create_schema, recall_items, recalls
 from memory.sync import MirrorSet
 from memory.writer import compose_experience
 
@@ -169,8 +169,10 @@ class MemoryStore:
             with self._engine.begin() as conn:
                 self._mirrors.sync(conn)
                 mirror = self._mirrors.get(conn, namespace)
-                done = insert_items(conn, mirror, batch, threshold=self.config.group_threshold, group=group,
-                                    capacity=self.config.capacity)  # fmt: skip
+                cfg = self.config
+                done = insert_items(
+                    conn, mirror, batch, threshold=cfg.group_threshold, group=group, capacity=cfg.capacity
+                )
             if self._mirrors.advance(done.generation):
                 mirror.remove(done.evicted_rows)
                 mirror.add_keys(done.key_ids, done.key_seqs, done.key_vecs)
@@ -220,7 +222,7 @@ class MemoryStore:
             width = search_width(cfg.k1, len(mirror))
             ids = mirror.index.search(vecs, width)[1] if width else np.zeros((len(queries), 0), dtype=np.int64)
             plans = [plan_recall(mirror, vecs[i], ids[i], cfg, self._rng) for i in range(len(queries))]
-            item_ids = mirror.ids.copy()
+            item_ids = mirror.ids  # a view: the mirror cannot change while we hold the lock
             with self._engine.begin() as conn:
                 return self._finish_recalls(conn, namespace, queries, plans, item_ids, cfg, record)
 
@@ -241,7 +243,7 @@ class MemoryStore:
         log_recalls: list[dict[str, Any]] = []
         log_items: list[dict[str, Any]] = []
         for query, plan in zip(queries, plans, strict=True):
-            recall = _to_recall(new_id(), namespace, query, plan, item_ids, found)
+            recall = to_recall(new_id(), namespace, query, plan, item_ids, found)
             out.append(recall)
             if record:
                 log_recalls.append(report.recall_row(recall, plan, cfg, now, self._mirrors.generation))
@@ -263,73 +265,25 @@ class MemoryStore:
         return self.reinforce_many([(recall, reward, feedback_id)])
 
     def reinforce_many(self, items: Sequence[tuple[Recall | str, float, str | None]]) -> int:
-        """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated."""
-        entries = [
-            (recall, check_reward(reward, f"feedback[{i}]"), fid) for i, (recall, reward, fid) in enumerate(items)
-        ]
+        """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated.
+
+        Each entry is ``(recall, reward, feedback_id)`` (the id may be None, or left out).
+        """
+        entries = check_entries(items)
         if not entries:
             return 0
         with self._lock:
             self._ensure_open()
             with self._engine.begin() as conn:
                 self._mirrors.sync(conn)
-                params, fb_rows = self._plan_updates(conn, entries)
-                if not params:
-                    if fb_rows:
-                        conn.execute(insert(feedback), fb_rows)
-                    return 0
-                generation, _ = bump(conn)
-                q = memory_items.c.q
-                conn.execute(
-                    update(memory_items)
-                    .where(memory_items.c.id == bindparam("b_item"))
-                    .values(
-                        q=q + bindparam("b_rate") * (bindparam("b_reward") - q),
-                        visits=memory_items.c.visits + 1,
-                        updated_gen=generation,
-                        updated_at=time.time(),
-                    ),  # fmt: skip
-                    params,
-                )
-                after = report.read_values(conn, sorted({p["b_item"] for p in params}))
-                present = {row[0] for row in after}
-                for fb in fb_rows:
-                    fb["items"] = sum(1 for p in params if p["b_fb"] == fb["id"] and p["b_item"] in present)
-                conn.execute(insert(feedback), fb_rows)
-            if self._mirrors.advance(generation):
-                self._apply_values(after)
-            else:
-                self._resync()
-            return sum(fb["items"] for fb in fb_rows)
-
-    def _plan_updates(
-        self, conn: Connection, entries: list[tuple[Recall | str, float, str | None]]
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        params: list[dict[str, Any]] = []
-        fb_rows: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        now = time.time()
-        for recall, reward, fid in entries:
-            fid = portable.check_feedback_id(fid) if fid is not None else new_id()
-            if fid in seen or report.feedback_seen(conn, fid):
-                continue
-            seen.add(fid)
-            recall_id, item_ids, scores = report.recall_targets(conn, recall)
-            rates = np.minimum(1.0, self.config.alpha * credit_weights(scores, self.config.credit))
-            for item_id, rate in zip(item_ids, rates, strict=True):
-                params.append({"b_item": item_id, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
-            fb_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
-        return params, fb_rows
-
-    def _apply_values(self, rows: Sequence[Any]) -> None:
-        for ns in {row[2] for row in rows}:
-            mirror = self._mirrors.loaded(ns)
-            if mirror is None:
-                continue
-            part = [row for row in rows if row[2] == ns]
-            pos = mirror.rows_of_seqs(np.array([r[1] for r in part], dtype=np.int64))
-            ok = pos >= 0
-            mirror.set_values(pos[ok], np.array([r[3] for r in part])[ok], np.array([r[4] for r in part])[ok])
+                plan = plan_updates(conn, entries, alpha=self.config.alpha, credit=self.config.credit)
+                generation, after, updated = apply_updates(conn, plan)
+            if generation is not None:
+                if self._mirrors.advance(generation):
+                    self._mirrors.apply_values(after)
+                else:
+                    self._resync()
+            return updated
 
     # -- reading -------------------------------------------------------------------------------
     def get(self, memory_id: str) -> MemoryItem:
@@ -441,32 +395,6 @@ class MemoryStore:
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         return portable.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")
-
-
-def _to_recall(
-    recall_id: str, namespace: str, query: str, plan: Plan, item_ids: np.ndarray, found: Mapping[str, MemoryItem]
-) -> Recall:
-    sel = plan.selection
-    details: list[ScoredItem] = []
-    for p, row in zip(sel.order, plan.selected_rows, strict=True):
-        item = found.get(str(item_ids[row]))
-        if item is None:  # evicted by another process between the search and this read
-            continue
-        pool_sims = plan.sims[plan.in_pool]
-        details.append(
-            ScoredItem(item, float(pool_sims[p]), float(sel.z_sim[p]), float(sel.z_q[p]), float(sel.scores[p]))
-        )
-    return Recall(
-        id=recall_id,
-        namespace=namespace,
-        query=query,
-        items=tuple(d.item for d in details),
-        scores=tuple(d.score for d in details),
-        details=tuple(details),
-        pool_size=int(plan.in_pool.sum()),
-        filtered=plan.filtered,
-        explored=sel.explored,
-    )
 
 
 def _engine_for(url: str) -> Engine:

@@ -91,6 +91,17 @@ class MirrorSet:
             return True
         return False
 
+    def apply_values(self, rows: Sequence[Any]) -> None:
+        """Refresh Q and visits from ``(id, seq, namespace, q, visits)`` rows just written."""
+        for ns in {row[2] for row in rows}:
+            mirror = self._mirrors.get(ns)
+            if mirror is None:
+                continue
+            part = [row for row in rows if row[2] == ns]
+            pos = mirror.rows_of_seqs(np.array([r[1] for r in part], dtype=np.int64))
+            ok = pos >= 0
+            mirror.set_values(pos[ok], np.array([r[3] for r in part])[ok], np.array([r[4] for r in part])[ok])
+
     def mark_dirty(self, namespace: str) -> None:
         self._dirty.add(namespace)
 
@@ -126,8 +137,15 @@ class MirrorSet:
     def _rows(self, mirror: NamespaceMirror, rows: Sequence[Any]) -> Rows:
         if not rows:
             empty = np.zeros(0)
-            return Rows(empty.astype(np.int64), empty.astype(object), empty, empty.astype(np.int64), empty,
-                        empty.astype(np.int64), np.zeros((0, self.dim), np.float32))  # fmt: skip
+            return Rows(
+                empty.astype(np.int64),
+                empty.astype(object),
+                empty,
+                empty.astype(np.int64),
+                empty,
+                empty.astype(np.int64),
+                np.zeros((0, self.dim), np.float32),
+            )
         seq, ids, _ns, q, visits, created, intent_ids, blobs = zip(*rows, strict=True)
         return Rows(
             seqs=np.array(seq, dtype=np.int64),

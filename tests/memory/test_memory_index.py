@@ -49,8 +49,9 @@ def test_faiss_and_numpy_search_return_the_same_neighbours() -> None:
     assert np.array_equal(fast.reconstruct(1200), slow.reconstruct(1200))
 
 
-def test_store_without_faiss_returns_the_same_recalls(open_store: Open, tmp_path: Path, embedder: HashEmbedder,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_store_without_faiss_returns_the_same_recalls(
+    open_store: Open, tmp_path: Path, embedder: HashEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("faiss")
     with_faiss = open_store()
     fill(with_faiss)
@@ -105,8 +106,9 @@ def test_saved_index_is_loaded_then_caught_up_when_stale(open_store: Open, db_ur
 
 
 @pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "foreign"])
-def test_damaged_index_is_rebuilt_and_agrees_with_the_database(open_store: Open, db_url: str, damage: str,
-                                                                embedder: HashEmbedder, tmp_path: Path) -> None:  # fmt: skip
+def test_damaged_index_is_rebuilt_and_agrees_with_the_database(
+    open_store: Open, db_url: str, damage: str, embedder: HashEmbedder, tmp_path: Path
+) -> None:
     pytest.importorskip("faiss")
     first = open_store()
     fill(first)
@@ -131,8 +133,9 @@ def test_damaged_index_is_rebuilt_and_agrees_with_the_database(open_store: Open,
     assert open_store().index_status() == "loaded"  # the rebuilt index was saved
 
 
-def test_in_memory_store_writes_no_index_file(embedder: HashEmbedder, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_in_memory_store_writes_no_index_file(
+    embedder: HashEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with MemoryStore("sqlite://", embedder=embedder) as store:
         fill(store, 10)

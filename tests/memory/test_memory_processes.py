@@ -38,13 +38,15 @@ def _recall_worker(url: str, add: bool) -> list[tuple[str, ...]]:
 
 def _seed_store(url: str) -> MemoryStore:
     store = _open(url)
-    store.add_many([
-        ("restart the web server", "systemctl restart nginx"),
-        ("restart the web server gracefully", "nginx -s reload"),
-        ("rotate api keys", "regenerate in the console"),
-        ("backup the database", "pg_dump nightly"),
-        ("deploy to staging", "make deploy ENV=staging"),
-    ])  # fmt: skip
+    store.add_many(
+        [
+            ("restart the web server", "systemctl restart nginx"),
+            ("restart the web server gracefully", "nginx -s reload"),
+            ("rotate api keys", "regenerate in the console"),
+            ("backup the database", "pg_dump nightly"),
+            ("deploy to staging", "make deploy ENV=staging"),
+        ]
+    )
     return store
 
 

@@ -53,8 +53,9 @@ def test_llm_mode_success_writes_a_script_plus_the_trajectory() -> None:
 def test_llm_mode_failure_writes_the_lesson_and_keeps_the_feedback() -> None:
     lesson = "What went wrong: pulled the door\nWhat to avoid: pulling\nCorrect approach: push"
     chat = ChatClient(ScriptedChat([lesson]))  # the wrapper every real backend goes through
-    written = compose_experience("open the door", trajectory=TRAJECTORY, feedback="push, not pull", success=False,
-                                 llm=chat)  # fmt: skip
+    written = compose_experience(
+        "open the door", trajectory=TRAJECTORY, feedback="push, not pull", success=False, llm=chat
+    )
     assert written.experience == prompts.FAILURE_EXPERIENCE.format(lesson=lesson, feedback="push, not pull")
     assert "failed" in chat.backend.calls[0][0][1].content  # type: ignore[attr-defined]
 
@@ -66,14 +67,21 @@ def test_empty_llm_answer_falls_back_to_cheap(reply: str, caplog: pytest.LogCapt
     assert written.mode == "cheap" and "empty" in caplog.text
 
 
-def test_failing_llm_falls_back_to_cheap_and_the_store_keeps_the_attempt(store: MemoryStore,
-                                                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_failing_llm_falls_back_to_cheap_and_the_store_keeps_the_attempt(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken(_messages: object) -> str:
         raise ConnectorError("model server down")
 
     with caplog.at_level(logging.WARNING, logger="memory.writer"):
-        item = store.write("open the door", trajectory=TRAJECTORY, feedback="locked", success=False,
-                           llm=ScriptedChat(broken), provenance={"episode": "ep-1"})  # fmt: skip
+        item = store.write(
+            "open the door",
+            trajectory=TRAJECTORY,
+            feedback="locked",
+            success=False,
+            llm=ScriptedChat(broken),
+            provenance={"episode": "ep-1"},
+        )
     assert "model server down" in caplog.text
     assert item.meta == {"writer": "cheap", "provenance": {"episode": "ep-1"}, "success": False}
     assert store.get(item.id).experience.startswith("Task: open the door\nOutcome: failure")
@@ -81,10 +89,24 @@ def test_failing_llm_falls_back_to_cheap_and_the_store_keeps_the_attempt(store: 
 
 
 def render_all() -> str:
-    fields = {"task": "<task>", "trajectory": "<trajectory>", "feedback": "<feedback>", "outcome": "<outcome>",
-              "script": "<script>", "lesson": "<lesson>", "count": 123}  # fmt: skip
-    names = ["WRITER_SYSTEM", "SUCCESS_PROMPT", "FAILURE_PROMPT", "CHEAP_EXPERIENCE", "SUCCESS_EXPERIENCE",
-             "FAILURE_EXPERIENCE", "OMITTED"]  # fmt: skip
+    fields = {
+        "task": "<task>",
+        "trajectory": "<trajectory>",
+        "feedback": "<feedback>",
+        "outcome": "<outcome>",
+        "script": "<script>",
+        "lesson": "<lesson>",
+        "count": 123,
+    }
+    names = [
+        "WRITER_SYSTEM",
+        "SUCCESS_PROMPT",
+        "FAILURE_PROMPT",
+        "CHEAP_EXPERIENCE",
+        "SUCCESS_EXPERIENCE",
+        "FAILURE_EXPERIENCE",
+        "OMITTED",
+    ]
     return "".join(f"===== {n} =====\n{getattr(prompts, n).format(**fields)}\n" for n in names)
 
 

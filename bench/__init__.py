@@ -1,0 +1,1 @@
+"""Benchmarks: speed and learning, measured outside the test suite; results land in bench/results/."""

@@ -1,0 +1,95 @@
+"""Applying rewards: the Q update as one SQL statement per batch, made idempotent by feedback ids.
+
+``Q ← Q + α·w·(r − Q)`` and ``visits += 1`` are computed by the database (``q = q + :rate * (:reward
+- q)``), never from a value read into Python first, so concurrent writers never lose an update.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, bindparam, insert, update
+
+from connectors.errors import ConfigError
+from memory import report
+from memory.batch import check_reward, new_id
+from memory.portable import check_feedback_id
+from memory.records import Recall
+from memory.schema import bump, feedback, memory_items
+from memory.scoring import credit_weights
+
+Entry = tuple[Recall | str, float, str | None]
+
+
+def check_entries(items: Sequence[Sequence[Any]]) -> list[Entry]:
+    """Validate ``(recall, reward[, feedback_id])`` tuples before anything is written."""
+    out: list[Entry] = []
+    for i, entry in enumerate(items):
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+            raise ConfigError(f"feedback[{i}] must be (recall, reward) or (recall, reward, feedback_id), got {entry!r}")
+        fid = entry[2] if len(entry) == 3 else None
+        out.append(
+            (entry[0], check_reward(entry[1], f"feedback[{i}]"), None if fid is None else check_feedback_id(fid))
+        )
+    return out
+
+
+@dataclass
+class Updates:
+    """One batch of Q updates: a parameter row per (feedback, item) and a row per new feedback id."""
+
+    params: list[dict[str, Any]] = field(default_factory=list)
+    feedback_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def plan_updates(conn: Connection, entries: list[Entry], *, alpha: float, credit: str) -> Updates:
+    """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied."""
+    plan = Updates()
+    seen: set[str] = set()
+    now = time.time()
+    for recall, reward, fid in entries:
+        fid = fid if fid is not None else new_id()
+        if fid in seen or report.feedback_seen(conn, fid):
+            continue
+        seen.add(fid)
+        recall_id, item_ids, scores = report.recall_targets(conn, recall)
+        rates = np.minimum(1.0, alpha * credit_weights(scores, credit))
+        for item_id, rate in zip(item_ids, rates, strict=True):
+            plan.params.append({"b_item": item_id, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
+        plan.feedback_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
+    return plan
+
+
+def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any], int]:
+    """Run the batch inside the caller's transaction.
+
+    Returns the new generation (None when no item changed), the changed rows as ``(id, seq,
+    namespace, q, visits)`` for the mirror, and how many item updates were applied.
+    """
+    generation = None
+    after: list[Any] = []
+    if plan.params:
+        generation, _ = bump(conn)
+        q = memory_items.c.q
+        statement = (
+            update(memory_items)
+            .where(memory_items.c.id == bindparam("b_item"))
+            .values(
+                q=q + bindparam("b_rate") * (bindparam("b_reward") - q),
+                visits=memory_items.c.visits + 1,
+                updated_gen=generation,
+                updated_at=time.time(),
+            )
+        )
+        conn.execute(statement, plan.params)
+        after = report.read_values(conn, sorted({p["b_item"] for p in plan.params}))
+    present = {row[0] for row in after}
+    for fb in plan.feedback_rows:
+        fb["items"] = sum(1 for p in plan.params if p["b_fb"] == fb["id"] and p["b_item"] in present)
+    if plan.feedback_rows:
+        conn.execute(insert(feedback), plan.feedback_rows)
+    return generation, after, sum(fb["items"] for fb in plan.feedback_rows)
