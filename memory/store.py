@@ -86,9 +86,13 @@ class MemoryStore:
         self.embedder = embedder
         self.dim = int(embedder.dim)
         self._engine = _engine_for(self.url)
-        create_schema(self._engine)
-        with self._engine.begin() as conn:
-            portable.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
+        try:
+            create_schema(self._engine)
+            with self._engine.begin() as conn:
+                portable.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
+        except BaseException:
+            self._engine.dispose()
+            raise
         self._lock = threading.RLock()
         self._rng = np.random.default_rng(seed)
         self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=_index_dir(self.url, index_path))

@@ -165,9 +165,10 @@ class MirrorSet:
         if loaded is not None:
             index, saved_gen = loaded
             fixed = reconcile(mirror, index)
-            if fixed is not None:
+            if fixed is not None:  # vectors never change for an id: equal ids mean a current index
                 mirror.index = index
-                state = "loaded" if fixed == 0 and saved_gen == self.generation else "caught_up"
+                state = "loaded" if fixed == 0 else "caught_up"
+                log.debug("memory index %s saved at generation %d, store at %d", path, saved_gen, self.generation)
         if state in ("built", "rebuilt"):
             mirror.index = VectorIndex(self.dim, kind=self.kind)
             mirror.index.add(mirror.seqs, mirror.emb)

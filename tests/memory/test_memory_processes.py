@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from pathlib import Path
+from typing import Any
 
 from connectors.embedders import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
@@ -11,7 +12,9 @@ from memory.scoring import td_update
 from memory.store import MemoryStore
 
 N_UPDATES = 200
-CONFIG = MemoryConfig(retrieval=RetrievalConfig(k1=4, k2=2, lam=0.5))
+# α small enough that Q is still moving after 400 updates (with α = 0.3 it reaches 1.0 - 1e-16 within
+# ~100 and a lost update would no longer show in Q, only in visits).
+CONFIG = MemoryConfig(alpha=0.01, retrieval=RetrievalConfig(k1=4, k2=2, lam=0.5))
 QUERIES = ["restart the web server", "rotate api keys", "backup the database", "deploy to staging"]
 
 
@@ -19,12 +22,11 @@ def _open(url: str) -> MemoryStore:
     return MemoryStore(url, embedder=HashEmbedder(dim=64), config=CONFIG)
 
 
-def _reinforce_worker(url: str, recall_id: str, tag: str, start: mp.synchronize.Event) -> int:
+def _reinforce_worker(url: str, recall_id: str, tag: str, barrier: Any, results: Any) -> None:
     store = _open(url)
-    start.wait(30)
-    updated = sum(store.reinforce(recall_id, 1.0, feedback_id=f"{tag}-{i}") for i in range(N_UPDATES))
+    barrier.wait(60)  # both processes are up and have opened the store: start together
+    results.put(sum(store.reinforce(recall_id, 1.0, feedback_id=f"{tag}-{i}") for i in range(N_UPDATES)))
     store.close()
-    return updated
 
 
 def _recall_worker(url: str, add: bool) -> list[tuple[str, ...]]:
@@ -57,12 +59,18 @@ def test_two_processes_reinforcing_concurrently_lose_no_update(tmp_path: Path) -
     shared = set(web.ids) & set(keys.ids)
     assert shared and set(web.ids) != set(keys.ids)
     ctx = mp.get_context("spawn")
-    start = ctx.Manager().Event()
-    with ctx.Pool(2) as pool:
-        jobs = [pool.apply_async(_reinforce_worker, (url, r.id, tag, start)) for r, tag in ((web, "a"), (keys, "b"))]
-        start.set()
-        counts = [job.get(timeout=120) for job in jobs]
-    assert counts == [N_UPDATES * len(web.ids), N_UPDATES * len(keys.ids)]
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    workers = [
+        ctx.Process(target=_reinforce_worker, args=(url, r.id, tag, barrier, results))
+        for r, tag in ((web, "a"), (keys, "b"))
+    ]
+    for w in workers:
+        w.start()
+    counts = sorted(results.get(timeout=120) for _ in workers)
+    for w in workers:
+        w.join(30)
+        assert w.exitcode == 0
+    assert counts == sorted([N_UPDATES * len(web.ids), N_UPDATES * len(keys.ids)])
 
     def expected(n: int) -> float:  # the same update n times: order cannot matter, floats included
         q = 0.0
@@ -70,6 +78,7 @@ def test_two_processes_reinforcing_concurrently_lose_no_update(tmp_path: Path) -
             q = float(td_update(q, 1.0, CONFIG.alpha))
         return q
 
+    assert expected(N_UPDATES) < expected(2 * N_UPDATES) < 1.0
     for item_id in set(web.ids) | set(keys.ids):
         n = N_UPDATES * ((item_id in web.ids) + (item_id in keys.ids))
         item = store.get(item_id)
