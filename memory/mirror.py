@@ -72,6 +72,7 @@ class NamespaceMirror:
         self._key_seqs = Column(np.int64)
         self._keys = Column(np.float32, dim)
         self.key_pos: dict[str, int] = {}
+        self._group_sizes: np.ndarray | None = None
 
     # -- read access ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -128,6 +129,7 @@ class NamespaceMirror:
         if not len(rows.seqs):
             return
         in_order = not len(self) or int(rows.seqs.min()) > int(self.seqs[-1])
+        self._group_sizes = None
         for col, values in self._columns(rows):
             col.extend(values)
         if index:
@@ -168,6 +170,7 @@ class NamespaceMirror:
         ]
 
     def _reorder(self, take: np.ndarray) -> None:
+        self._group_sizes = None
         for col in (self._seqs, self._ids, self._q, self._visits, self._created, self._intents, self._emb):
             col.replace(col.values[take])
 
@@ -192,10 +195,17 @@ class NamespaceMirror:
         exact = self.exact_sims(rows, query)
         if len(rows) < len(self) and len(rows) >= k1:
             nearest = phase_a(exact, k1, -np.inf)
-            boundary = exact[nearest[-1]]
-            tied_groups = np.unique(self.intent_codes[rows[exact == boundary]])
-            members = np.flatnonzero(np.isin(self.intent_codes, tied_groups))
-            if len(np.setdiff1d(members, rows)):
+            tied = self.intent_codes[rows[exact == exact[nearest[-1]]]]
+            groups, present = np.unique(tied, return_counts=True)
+            if np.any(self.group_sizes[groups] > present):  # members the index did not return
+                members = np.flatnonzero(np.isin(self.intent_codes, groups))
                 rows = np.union1d(rows, members)
                 exact = self.exact_sims(rows, query)
         return rows, exact
+
+    @property
+    def group_sizes(self) -> np.ndarray:
+        """Items per intent key (cached until the rows change)."""
+        if self._group_sizes is None:
+            self._group_sizes = np.bincount(self.intent_codes, minlength=len(self.key_ids))
+        return self._group_sizes

@@ -5,6 +5,7 @@ They are frozen; ``memory.store`` re-exports them, which is where users import t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +111,34 @@ class Recall:
             return ""
         blocks = [f"[{i}] {item.intent}\n{item.experience}" for i, item in enumerate(self.items, 1)]
         return header + "\n\n" + "\n\n".join(blocks)
+
+
+class ItemCache:
+    """The most recently recalled memories (bounded, least recently used out).
+
+    Only the parts that never change after writing are relied on (texts, timestamps, meta); the
+    store replaces Q and visits with the mirror's values on the way out.
+    """
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._items: OrderedDict[str, MemoryItem] = OrderedDict()
+
+    def get(self, item_id: str) -> MemoryItem | None:
+        item = self._items.get(item_id)
+        if item is not None:
+            self._items.move_to_end(item_id)
+        return item
+
+    def missing(self, ids: list[str]) -> list[str]:
+        return [i for i in ids if i not in self._items]
+
+    def put(self, items: list[MemoryItem]) -> None:
+        for item in items:
+            self._items[item.id] = item
+            self._items.move_to_end(item.id)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
 
 
 def item_from_row(row: Mapping[Any, Any]) -> MemoryItem:

@@ -102,12 +102,13 @@ def log_rows(recall_id: str, plan: Plan, item_ids: np.ndarray) -> list[dict[str,
 def to_recall(
     recall_id: str, namespace: str, query: str, plan: Plan, item_ids: np.ndarray, found: Mapping[str, MemoryItem]
 ) -> Recall:
-    """The ``Recall`` of one plan, with the selected items read from SQL (``found``, by id)."""
+    """The ``Recall`` of one plan; ``found`` holds the selected memories by id (a missing one was
+    evicted by another process since the search and is left out)."""
     sel = plan.selection
     details: list[ScoredItem] = []
     for p, row in zip(sel.order, plan.selected_rows, strict=True):
         item = found.get(str(item_ids[row]))
-        if item is None:  # evicted by another process between the search and this read
+        if item is None:
             continue
         pool_sims = plan.sims[plan.in_pool]
         details.append(

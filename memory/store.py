@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ from memory import portable, report
 from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.learning import apply_updates, check_entries, plan_updates
-from memory.records import MemoryItem, Recall, ScoredItem
+from memory.mirror import NamespaceMirror
+from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Plan, log_rows, plan_recall, search_width, to_recall
 from memory.schema import create_schema, recall_items, recalls
 from memory.sync import MirrorSet
@@ -96,6 +98,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._rng = np.random.default_rng(seed)
         self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=_index_dir(self.url, index_path))
+        self._texts = ItemCache()
         self._closed = False
 
     # -- writing -------------------------------------------------------------------------------
@@ -226,37 +229,40 @@ class MemoryStore:
             width = search_width(cfg.k1, len(mirror))
             ids = mirror.index.search(vecs, width)[1] if width else np.zeros((len(queries), 0), dtype=np.int64)
             plans = [plan_recall(mirror, vecs[i], ids[i], cfg, self._rng) for i in range(len(queries))]
-            item_ids = mirror.ids  # a view: the mirror cannot change while we hold the lock
-            with self._engine.begin() as conn:
-                return self._finish_recalls(conn, namespace, queries, plans, item_ids, cfg, record)
-
-    def _finish_recalls(
-        self,
-        conn: Connection,
-        namespace: str,
-        queries: list[str],
-        plans: list[Plan],
-        item_ids: np.ndarray,
-        cfg: RetrievalConfig,
-        record: bool,
-    ) -> list[Recall]:
-        wanted = sorted({str(item_ids[r]) for p in plans for r in p.selected_rows})
-        found = {item.id: item for item in report.fetch_items(conn, wanted)}
-        now = time.time()
-        out: list[Recall] = []
-        log_recalls: list[dict[str, Any]] = []
-        log_items: list[dict[str, Any]] = []
-        for query, plan in zip(queries, plans, strict=True):
-            recall = to_recall(new_id(), namespace, query, plan, item_ids, found)
-            out.append(recall)
+            found = self._selected_items(mirror, plans)
+            out = [to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)]
             if record:
-                log_recalls.append(report.recall_row(recall, plan, cfg, now, self._mirrors.generation))
-                log_items.extend(log_rows(recall.id, plan, item_ids))
-        if log_recalls:
-            conn.execute(insert(recalls), log_recalls)
-            if log_items:
-                conn.execute(insert(recall_items), log_items)
+                with self._engine.begin() as conn:
+                    self._log_recalls(conn, out, plans, mirror.ids, cfg)
+            return out
+
+    def _selected_items(self, mirror: NamespaceMirror, plans: list[Plan]) -> dict[str, MemoryItem]:
+        """The selected memories with the Q and visits that scored them; texts from the cache or SQL."""
+        rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
+        ids = [str(i) for i in mirror.ids[rows]]
+        missing = self._texts.missing(ids)
+        if missing:
+            with self._engine.begin() as conn:
+                self._texts.put(report.fetch_items(conn, missing))
+        out: dict[str, MemoryItem] = {}
+        for item_id, row in zip(ids, rows, strict=True):
+            item = self._texts.get(item_id)
+            if item is not None:  # None: evicted by another process since the search
+                out[item_id] = replace(
+                    item, q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(item.meta)
+                )
         return out
+
+    def _log_recalls(
+        self, conn: Connection, out: list[Recall], plans: list[Plan], item_ids: np.ndarray, cfg: RetrievalConfig
+    ) -> None:
+        now, generation = time.time(), self._mirrors.generation
+        conn.execute(
+            insert(recalls), [report.recall_row(r, p, cfg, now, generation) for r, p in zip(out, plans, strict=True)]
+        )
+        log_items = [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p, item_ids)]
+        if log_items:
+            conn.execute(insert(recall_items), log_items)
 
     # -- learning ------------------------------------------------------------------------------
     def reinforce(self, recall: Recall | str, reward: float, *, feedback_id: str | None = None) -> int:
