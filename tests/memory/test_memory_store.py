@@ -260,3 +260,23 @@ def test_stats_describe_the_q_distribution(store: MemoryStore) -> None:
     s = store.stats()
     assert s["q"]["mean"] == pytest.approx(0.5) and s["q"]["min"] == 0.0 and s["q"]["max"] == 1.0
     assert sum(s["q"]["histogram"]["counts"]) == 3 and s["visits"]["never_visited"] == 3
+
+
+def test_recalled_items_are_fresh_copies(store: MemoryStore) -> None:
+    store.add("sort numbers", "sorted()", meta={"tags": "py"})
+    first = store.retrieve("sort numbers")
+    first.items[0].meta["tags"] = "changed by the caller"  # type: ignore[index]
+    store.reinforce(first, 1.0)
+    again = store.retrieve("sort numbers").items[0]  # served from the text cache
+    assert again.meta == {"tags": "py", "success": None} and (again.q, again.visits) == (0.3, 1)
+
+
+def test_item_cache_keeps_the_most_recently_used() -> None:
+    from memory.records import ItemCache, MemoryItem
+
+    cache = ItemCache(size=2)
+    items = [MemoryItem(f"m{i}", "default", "t", "e", 0.0, 0, 0.0, {}) for i in range(3)]
+    cache.put(items[:2])
+    assert cache.get("m0") is items[0]  # m0 becomes the most recent
+    cache.put(items[2:])
+    assert cache.missing(["m0", "m1", "m2"]) == ["m1"]
