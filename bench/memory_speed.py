@@ -104,6 +104,7 @@ def machine() -> dict[str, Any]:
         "numpy": np.__version__,
         "faiss": getattr(faiss, "__version__", None) if faiss else None,
         "sqlalchemy": sqlalchemy.__version__,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -134,37 +135,20 @@ def bench_size(n: int, *, queries: int, workdir: Path, seed: int) -> dict[str, A
         store.add_many([(f"intent {i}", f"experience {i}") for i in range(lo, hi)], embeddings=vecs[lo:hi])
     out["add"] = {"items_per_s": n / (time.perf_counter() - start), "batch": ADD_BATCH, "grouping": True}
 
-    for i in range(min(20, queries)):  # warm-up: first-touch allocations, SQLite page cache
-        store.retrieve(texts[i], record=False)
-    logged: list[Recall] = []
-    t_store = timed(lambda i: logged.append(store.retrieve(texts[i])), queries, f"retrieve {n:,}")
-    t_nolog = timed(lambda i: store.retrieve(texts[i], record=False), queries, f"retrieve (no log) {n:,}")
-    index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
-    t_faiss, t_faiss_omp = raw_faiss(index.raw, query_vecs, cfg.retrieval.k1, f"faiss {n:,}")
-    pool_sims, pool_q = np.sort(rng.uniform(0, 1, 10))[::-1], rng.normal(size=10)
-    t_phase_b = timed(lambda i: select(pool_sims, pool_q, cfg.retrieval, rng), 2000, "phase B")
-    start = time.perf_counter()
-    store.retrieve_many(texts)
-    batch_s = time.perf_counter() - start
-    out["retrieve"] = t_store.summary()
-    out["retrieve_no_log"] = t_nolog.summary()
-    out["retrieve_many_qps"] = queries / batch_s
-    out["faiss_search"] = t_faiss.summary()
-    out["faiss_search_all_threads"] = t_faiss_omp.summary()
-    out["phase_b_us"] = float(np.percentile(t_phase_b.values, 50) * 1e6)
-    out["ratio_vs_faiss"] = out["retrieve"]["p50_ms"] / out["faiss_search"]["p50_ms"]
+    numbers, logged = retrieval_numbers(store, texts, query_vecs, cfg.retrieval, n)
+    out.update(numbers)
     out["recall_at_1"] = float(
         np.mean([r.items[0].intent == f"intent {t}" for r, t in zip(logged, targets, strict=True)])
     )
-
     out["reinforce"] = reinforce_throughput(store, logged)
 
+    before = store.retrieve(texts[0], record=False).ids
     start = time.perf_counter()
     store.close()
     out["close_s"] = time.perf_counter() - start
     start = time.perf_counter()
     again = MemoryStore(url, embedder=embedder, config=cfg, seed=seed)
-    same = again.retrieve(texts[0], record=False).ids == logged[0].ids
+    same = again.retrieve(texts[0], record=False).ids == before
     out["reopen_s"] = time.perf_counter() - start
     out["reopen_index"] = again.index_status()
     out["reopen_same_recall"] = same
@@ -176,6 +160,35 @@ def bench_size(n: int, *, queries: int, workdir: Path, seed: int) -> dict[str, A
     out["bytes_per_item"] = {"database": db_bytes / n, "index": index_bytes / n}
     out["index_file"] = index_file(Path(str(db) + ".faiss"), "default").name
     return out
+
+
+def retrieval_numbers(
+    store: MemoryStore, texts: list[str], query_vecs: np.ndarray, cfg: RetrievalConfig, n: int
+) -> tuple[dict[str, Any], list[Recall]]:
+    """Latency of ``retrieve`` (logged and not), ``retrieve_many``, raw FAISS and phase B alone."""
+    for i in range(min(20, len(texts))):  # warm-up: first-touch allocations, SQLite page cache
+        store.retrieve(texts[i], record=False)
+    logged: list[Recall] = []
+    t_store = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve {n:,}")
+    t_nolog = timed(lambda i: store.retrieve(texts[i], record=False), len(texts), f"retrieve (no log) {n:,}")
+    index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
+    t_faiss, t_faiss_omp = raw_faiss(index.raw, query_vecs, cfg.k1, f"faiss {n:,}")
+    rng = np.random.default_rng(0)
+    pool_sims, pool_q = np.sort(rng.uniform(0, 1, 10))[::-1], rng.normal(size=10)
+    t_phase_b = timed(lambda i: select(pool_sims, pool_q, cfg, rng), 2000, "phase B")
+    start = time.perf_counter()
+    store.retrieve_many(texts)
+    batch_s = time.perf_counter() - start
+    out = {
+        "retrieve": t_store.summary(),
+        "retrieve_no_log": t_nolog.summary(),
+        "retrieve_many_qps": len(texts) / batch_s,
+        "faiss_search": t_faiss.summary(),
+        "faiss_search_all_threads": t_faiss_omp.summary(),
+        "phase_b_us": float(np.percentile(t_phase_b.values, 50) * 1e6),
+    }
+    out["ratio_vs_faiss"] = out["retrieve"]["p50_ms"] / out["faiss_search"]["p50_ms"]
+    return out, logged
 
 
 def raw_faiss(raw: Any, queries: np.ndarray, k: int, label: str) -> tuple[Timings, Timings]:
@@ -240,7 +253,8 @@ def markdown(results: dict[str, Any]) -> str:
         "# Memory store speed",
         "",
         f"Machine: {m['cpu_count']} CPUs ({m['cpu']}), Python {m['python']}, numpy {m['numpy']}, "
-        f"faiss {m['faiss']}, SQLAlchemy {m['sqlalchemy']}; {m['platform']}.",
+        f"faiss {m['faiss']}, SQLAlchemy {m['sqlalchemy']}; {m['platform']}; load average at start "
+        f"{m['load_average_at_start']} (other work on the machine makes absolute numbers noisy).",
         f"Setup: {DIM}-d random unit vectors, k1 = 10, k2 = 5, flat index, SQLite file (WAL); "
         f"{results['queries']} queries (noisy copies of stored vectors). Run `python -m bench.memory_speed`.",
         "",

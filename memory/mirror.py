@@ -16,7 +16,14 @@ from memory.scoring import phase_a
 
 
 class Column:
-    """A growable NumPy column (amortised O(1) append), 1-D or (n, width)."""
+    """A growable NumPy column (amortised O(1) append), 1-D or (n, width).
+
+    Example:
+        >>> col = Column(np.int64)
+        >>> col.extend(np.arange(40))
+        >>> col.values[-1], len(col.values)
+        (np.int64(39), 40)
+    """
 
     def __init__(self, dtype: type | str, width: int | None = None) -> None:
         shape = (16,) if width is None else (16, width)

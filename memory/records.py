@@ -118,6 +118,12 @@ class ItemCache:
 
     Only the parts that never change after writing are relied on (texts, timestamps, meta); the
     store replaces Q and visits with the mirror's values on the way out.
+
+    Example:
+        >>> cache = ItemCache(size=1)
+        >>> cache.put([MemoryItem("m1", "default", "t", "e", 0.0, 0, 0.0, {})])
+        >>> cache.missing(["m1", "m2"])
+        ['m2']
     """
 
     def __init__(self, size: int = 20_000) -> None:
