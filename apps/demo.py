@@ -33,7 +33,7 @@ def run_condition(
     """One condition in its own database file, so the conditions cannot see each other's memories."""
     url = f"sqlite:///{folder / (name.replace(' ', '-') + '.db')}"
     tasks = load_tasks(tasks_path)
-    params = {"max_tokens": 12, "temperature": 0.0}
+    params = {"max_tokens": 24, "temperature": 0.0}
     store = None
     if name != "no memory":
         config = MemoryConfig(retrieval=RETRIEVAL)

@@ -14,7 +14,7 @@ from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 
 
 def build_chat(spec: RunSpec) -> ChatClient:
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = dict(spec.model.options)
     if spec.model.base_url:
         kwargs["base_url"] = spec.model.base_url
     if spec.model.api_key_env:

@@ -40,6 +40,21 @@ log = logging.getLogger(__name__)
 Schedule = Callable[[Sequence[Task], int], list[Task]]
 
 
+def centred(reward: float) -> float:
+    """Map a task reward in [0, 1] to [-1, 1] before it updates Q.
+
+    With Q_init = 0 this makes a memory that led to failure rank *below* one never tried, so fresh
+    experiences get their chance to displace misleading ones; with raw 0/1 rewards a failing memory
+    and an untried one would tie at 0 forever.
+    """
+    return 2.0 * reward - 1.0
+
+
+def raw(reward: float) -> float:
+    """Use the task reward as it is."""
+    return reward
+
+
 def same_tasks(tasks: Sequence[Task], round_: int) -> list[Task]:
     """Every task, every round, as written."""
     return list(tasks)
@@ -76,6 +91,7 @@ class Evolver:
         learn: apply rewards to memory (reinforce) and write new experiences; False freezes memory.
         writer: a chat model that summarises attempts into experiences (None: cheap mode).
         schedule: which tasks a round runs, and how they are phrased.
+        memory_reward: maps a task reward to the reward that updates Q (default ``centred``).
         progress: show a progress bar.
     """
 
@@ -93,6 +109,7 @@ class Evolver:
         learn: bool = True,
         writer: ChatClient | None = None,
         schedule: Schedule = same_tasks,
+        memory_reward: Callable[[float], float] = centred,
         progress: bool = True,
     ) -> None:
         if not tasks:
@@ -114,6 +131,7 @@ class Evolver:
         self.learn = learn
         self.writer = writer
         self.schedule = schedule
+        self.memory_reward = memory_reward
         self.progress = progress
 
     def run(self, rounds: int) -> list[RoundMetrics]:
@@ -191,7 +209,7 @@ class Evolver:
         if self.memory is None or not self.learn:
             return
         feedback = [
-            (step.recall_id, e.reward, f"{e.id}:{step.recall_id}")
+            (step.recall_id, self.memory_reward(e.reward), f"{e.id}:{step.recall_id}")
             for e in episodes
             if e.error is None
             for step in e.steps
@@ -214,6 +232,7 @@ class Evolver:
                     namespace=view.namespace,
                     llm=self.writer,
                     provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
+                    id=f"{e.id}/{view.namespace}",
                 )
 
     def _finish_learning(self, round_: int) -> None:

@@ -60,6 +60,7 @@ class ModelSection(_Strict):
     max_tokens: int = Field(32, ge=1)
     temperature: float = Field(0.0, ge=0.0)
     cache: bool = False
+    options: dict[str, Any] = Field(default_factory=dict)  # passed to the backend (timeout, batch_size, replies...)
 
 
 class EmbedderSection(_Strict):

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+from sqlalchemy import Engine
+
 import logging
 import threading
 import time
@@ -111,12 +113,28 @@ class MemoryStore:
         success: bool | None = None,
         q: float | None = None,
         meta: Mapping[str, Any] | None = None,
+        id: str | None = None,
     ) -> MemoryItem:
-        """Store one experience for ``intent``; it starts at ``q`` (default ``config.q_init``)."""
+        """Store one experience for ``intent``; it starts at ``q`` (default ``config.q_init``).
+
+        With an ``id`` the call is idempotent: when that id is already stored, the stored item is
+        returned and nothing is written (a resumed run re-writing an attempt adds no duplicate).
+        """
         check_text("intent", intent)
         check_text("experience", experience)
+        if id is not None:
+            check_text("id", id)
+            existing = self._find(id)
+            if existing is not None:
+                return existing
         batch = NewItems.build(
-            [intent], [experience], self._embed([intent]), q=self._q0(q), success=[success], meta=meta
+            [intent],
+            [experience],
+            self._embed([intent]),
+            q=self._q0(q),
+            success=[success],
+            meta=meta,
+            ids=None if id is None else [id],
         )
         return self._insert(check_namespace(namespace), batch)[0]
 
@@ -162,13 +180,21 @@ class MemoryStore:
         namespace: str = "default",
         llm: ChatModel | None = None,
         provenance: Mapping[str, Any] | None = None,
+        id: str | None = None,
     ) -> MemoryItem:
-        """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson."""
+        """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson.
+
+        Pass a deterministic ``id`` (e.g. episode id + namespace) to make writing idempotent.
+        """
+        if id is not None:
+            existing = self._find(id)
+            if existing is not None:
+                return existing
         written = compose_experience(intent, trajectory=trajectory, feedback=feedback, success=bool(success), llm=llm)
         meta: dict[str, Any] = {"writer": written.mode}
         if provenance:
             meta["provenance"] = dict(provenance)
-        return self.add(intent, written.experience, namespace=namespace, success=bool(success), meta=meta)
+        return self.add(intent, written.experience, namespace=namespace, success=bool(success), meta=meta, id=id)
 
     def _insert(self, namespace: str, batch: NewItems, *, group: bool = True) -> list[MemoryItem]:
         with self._lock:
@@ -298,13 +324,22 @@ class MemoryStore:
     # -- reading -------------------------------------------------------------------------------
     def get(self, memory_id: str) -> MemoryItem:
         """One memory by id (``StoreError`` when unknown)."""
+        found = self._find(memory_id)
+        if found is None:
+            raise StoreError(f"unknown memory id {memory_id!r}")
+        return found
+
+    def _find(self, memory_id: str) -> MemoryItem | None:
         with self._lock:
             self._ensure_open()
             with self._engine.begin() as conn:
                 found = report.fetch_items(conn, [memory_id])
-        if not found:
-            raise StoreError(f"unknown memory id {memory_id!r}")
-        return found[0]
+        return found[0] if found else None
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine behind the store; other tables (runs, prompts) may share its database."""
+        return self._engine
 
     def items(self, namespace: str | None = None) -> list[MemoryItem]:
         """Every memory (of one namespace, or all), oldest first."""

@@ -15,15 +15,18 @@ from connectors import ConfigError, HashEmbedder, ScriptedChat, make_engine
 from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.records import episodes
-from memory import MemoryStore
+from memory import MemoryStore, RetrievalConfig
 from tests.evolve.helpers import copying_reply
 
-TASKS = [Task(id=f"t{i}", prompt=f"What is the door code of building {name}?", answer=str(1000 + i)) for i, name in enumerate(["north", "south", "east", "west"])]
+TASKS = [
+    Task(id=f"t{i}", prompt=f"Which code opens the {name} gate?", answer=str(1000 + i))
+    for i, name in enumerate(["amber", "birch", "cedar", "delta"])
+]
 
 
 def make_evolver(url: str, *, memory: bool = True, run: str = "r", model: ScriptedChat | None = None, batch_size: int = 2) -> tuple[Evolver, MemoryStore | None]:
     store = MemoryStore(url, embedder=HashEmbedder()) if memory else None
-    agent = Agent("solver", ChatClient(model or ScriptedChat(copying_reply)), memory=MemoryView(store) if store else None)
+    agent = Agent("solver", ChatClient(model or ScriptedChat(copying_reply)), memory=MemoryView(store, config=RetrievalConfig(k1=10, k2=1, delta=0.95)) if store else None)
     ev = Evolver(Team([agent]), TASKS, memory=store, engine=None if store else make_engine(url), run=run, batch_size=batch_size, progress=False)
     return ev, store
 

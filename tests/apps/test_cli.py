@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apps.cli import main
+
+TASKS = [
+    {"id": "harbor-door", "prompt": "What is the door code of the Harbor warehouse?", "answer": "4471"},
+    {"id": "summit-alarm", "prompt": "What is the alarm code of the Summit workshop?", "answer": "9310"},
+]
+
+
+def write_spec(folder: Path, *, chat: str = 'chat = "fake/scripted"\noptions = { replies = ["4471"] }', embedder: str = "hash", tasks: list[dict] | None = None, rounds: int = 2) -> Path:
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in (TASKS if tasks is None else tasks)))
+    spec = folder / "spec.toml"
+    spec.write_text(
+        f"""
+[run]
+name = "cli"
+rounds = {rounds}
+database = "sqlite:///{folder / 'runs.db'}"
+
+[model]
+{chat}
+max_tokens = 12
+
+[embedder]
+name = "{embedder}"
+
+[environment]
+tasks = "tasks.jsonl"
+
+[memory]
+k2 = 1
+"""
+    )
+    return spec
+
+
+def test_run_prints_the_round_table_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    assert main(["run", str(spec), "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["round", "cli"]
+    assert [line.split()[1] for line in table.splitlines()[1:]] == ["0.50", "0.50"]
+    assert main(["memory", "stats", "--db", f"sqlite:///{tmp_path / 'runs.db'}", "--embedder", "hash"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["count"] == 4  # two tasks, two rounds, one experience per attempt
+    assert main(["run", str(spec), "--quiet", "--rounds", "3"]) == 0  # resumes: only round 3 is new
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    ("spec_kwargs", "message"),
+    [
+        ({"tasks": []}, "at least one task"),
+        ({"chat": 'chat = "nosuch/model"'}, "unknown chat provider 'nosuch'"),
+        ({"embedder": "nosuch"}, "unknown embedder"),
+    ],
+)
+def test_bad_specs_get_a_clear_error_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec_kwargs: dict, message: str) -> None:
+    spec = write_spec(tmp_path, **spec_kwargs)
+    assert main(["run", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evolve: ") and message in err and "Traceback" not in err
+
+
+def test_unknown_spec_field_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace("k2 = 1", "k2 = 1\nlamda = 0.5"))
+    assert main(["run", str(spec)]) == 2
+    assert "memory.lamda" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_evolve_run_end_to_end_with_the_local_models(tmp_path: Path, repo_root: Path) -> None:
+    """The console entry point, in its own process, on SmolLM2 + MiniLM + SQLite/FAISS."""
+    spec = write_spec(tmp_path, chat='chat = "local/smollm2"', embedder="minilm", rounds=2)
+    out = subprocess.run(
+        [sys.executable, "-m", "apps.cli", "run", str(spec), "--quiet"], cwd=repo_root, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert all(0.0 <= float(r[1]) <= 1.0 for r in rows)
+    assert (tmp_path / "runs.db").exists() and list(tmp_path.glob("runs.db*.faiss*")) or list(tmp_path.glob("*.faiss*"))
