@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="the embedded default end to end: no memory vs similarity vs Q-memory")
-    d.add_argument("--rounds", type=int, default=6)
+    d.add_argument("--rounds", type=int, default=8)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--home", type=Path, default=None, help=f"where the demo folder goes (default {evolve_home()})")
     d.set_defaults(func=cmd_demo)

@@ -22,9 +22,13 @@ from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 from apps.report import plot_curves, round_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "facility_codes.jsonl"
-SYSTEM = "You are the assistant of the Acme facilities team. Reply with the code only."
+SYSTEM = (
+    "You are the assistant of the Acme facilities team. Reply with the code only. Past experiences may show "
+    "the correct code in their feedback: the feedback is always right, the answer given may be wrong."
+)
 RETRIEVAL = RetrievalConfig(k1=10, k2=1, delta=0.5, lam=0.5)
 CONDITIONS = ("no memory", "similarity", "q-memory")
+BATCH = 24  # one generate call per round: the whole task set at once
 
 
 def run_condition(
@@ -33,7 +37,7 @@ def run_condition(
     """One condition in its own database file, so the conditions cannot see each other's memories."""
     url = f"sqlite:///{folder / (name.replace(' ', '-') + '.db')}"
     tasks = load_tasks(tasks_path)
-    params = {"max_tokens": 24, "temperature": 0.0}
+    params = {"max_tokens": 20, "temperature": 0.0}
     store = None
     if name != "no memory":
         config = MemoryConfig(retrieval=RETRIEVAL)
@@ -45,6 +49,7 @@ def run_condition(
         memory=store,
         engine=store.engine if store else make_engine(url),
         run=name,
+        batch_size=BATCH,
         schedule=paraphrase_schedule(seed),
         progress=progress,
     )
@@ -57,7 +62,7 @@ def run_condition(
 
 def run_demo(
     *,
-    rounds: int = 6,
+    rounds: int = 8,
     home: Path | None = None,
     chat: ChatClient | None = None,
     embedder: Embedder | None = None,
@@ -70,7 +75,7 @@ def run_demo(
     shutil.rmtree(folder, ignore_errors=True)  # the demo's own scratch folder: always a fresh start
     folder.mkdir(parents=True)
     started = time.perf_counter()
-    chat = chat or load_chat("local/smollm2")
+    chat = chat or load_chat("local/smollm2", batch_size=BATCH)
     embedder = embedder or load_embedder("minilm")
     curves = {
         name: run_condition(

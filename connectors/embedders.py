@@ -94,7 +94,9 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise ConfigError("SentenceTransformerEmbedder needs the 'local' extra: pip install 'evolve[local]'") from e
+            raise ConfigError(
+                f"SentenceTransformerEmbedder needs the 'local' extra (pip install 'evolve[local]'); import failed: {e}"
+            ) from e
         path = model or minilm_path()
         self.name = "minilm" if model is None else str(model)
         self._model = SentenceTransformer(path, device=device, local_files_only=True)
