@@ -101,7 +101,8 @@ class SentenceTransformerEmbedder:
         self.name = "minilm" if model is None else str(model)
         self._model = SentenceTransformer(path, device=device, local_files_only=True)
         self.batch_size = batch_size
-        dim = self._model.get_sentence_embedding_dimension()
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        dim = get_dim()
         if dim is None:
             raise ConnectorError(f"could not read the embedding dimension of {path}")
         self.dim = int(dim)
