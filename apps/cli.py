@@ -30,7 +30,11 @@ def cmd_run(args: argparse.Namespace) -> None:
     spec = load_spec(args.spec)
     rounds = args.rounds or spec.run.rounds
     evolver = build(spec, progress=not args.quiet)
-    metrics = evolver.run(rounds)
+    try:
+        metrics = evolver.run(rounds)
+    finally:
+        if evolver.memory is not None:
+            evolver.memory.close()  # saves the vector index beside the database
     print(round_table({spec.run.name: metrics}))
 
 

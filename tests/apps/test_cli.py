@@ -88,4 +88,5 @@ def test_evolve_run_end_to_end_with_the_local_models(tmp_path: Path, repo_root: 
     rows = [line.split() for line in out.stdout.splitlines()[1:]]
     assert [r[0] for r in rows] == ["1", "2"]
     assert all(0.0 <= float(r[1]) <= 1.0 for r in rows)
-    assert (tmp_path / "runs.db").exists() and list(tmp_path.glob("runs.db*.faiss*")) or list(tmp_path.glob("*.faiss*"))
+    assert (tmp_path / "runs.db").is_file()
+    assert list((tmp_path / "runs.db.faiss").glob("*.faiss")), "the vector index is saved beside the database"
