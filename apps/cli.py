@@ -6,8 +6,8 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from connectors import EvolveError, evolve_home, load_embedder, make_engine
 
@@ -101,7 +101,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if getattr(args, "action", None) in ("export", "import") and args.path is None:
         print(f"evolve memory {args.action}: a JSONL path is required", file=sys.stderr)
         return 2

@@ -15,11 +15,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from apps.report import plot_curves, round_table
 from connectors import ChatClient, Embedder, evolve_home, load_chat, load_embedder, make_engine
 from evolve import Agent, Evolver, MemoryView, RoundMetrics, Team, load_tasks, paraphrase_schedule
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
-
-from apps.report import plot_curves, round_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "facility_codes.jsonl"
 SYSTEM = (
@@ -32,7 +31,15 @@ BATCH = 24  # one generate call per round: the whole task set at once
 
 
 def run_condition(
-    name: str, *, chat: ChatClient, embedder: Embedder, tasks_path: Path, folder: Path, rounds: int, seed: int, progress: bool
+    name: str,
+    *,
+    chat: ChatClient,
+    embedder: Embedder,
+    tasks_path: Path,
+    folder: Path,
+    rounds: int,
+    seed: int,
+    progress: bool,
 ) -> list[RoundMetrics]:
     """One condition in its own database file, so the conditions cannot see each other's memories."""
     url = f"sqlite:///{folder / (name.replace(' ', '-') + '.db')}"
@@ -41,7 +48,9 @@ def run_condition(
     store = None
     if name != "no memory":
         config = MemoryConfig(retrieval=RETRIEVAL)
-        store = MemoryStore(url, embedder=embedder, config=similarity_only(config) if name == "similarity" else config, seed=seed)
+        store = MemoryStore(
+            url, embedder=embedder, config=similarity_only(config) if name == "similarity" else config, seed=seed
+        )
     agent = Agent("solver", chat, system=SYSTEM, memory=MemoryView(store) if store else None, params=params)
     evolver = Evolver(
         Team([agent]),
@@ -79,7 +88,14 @@ def run_demo(
     embedder = embedder or load_embedder("minilm")
     curves = {
         name: run_condition(
-            name, chat=chat, embedder=embedder, tasks_path=tasks_path, folder=folder, rounds=rounds, seed=seed, progress=progress
+            name,
+            chat=chat,
+            embedder=embedder,
+            tasks_path=tasks_path,
+            folder=folder,
+            rounds=rounds,
+            seed=seed,
+            progress=progress,
         )
         for name in CONDITIONS
     }

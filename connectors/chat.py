@@ -23,8 +23,9 @@ import sqlite3
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from connectors.errors import ConfigError, ConnectorError, RateLimited
 from connectors.types import Completion, Message, Usage, as_messages
@@ -62,7 +63,9 @@ def load_chat(spec: str, *, cache: ResponseCache | None = None, retries: int = 3
         **kwargs: passed to the backend's constructor (``base_url``, ``api_key``, ``replies``, ...).
     """
     if not isinstance(spec, str) or "/" not in spec:
-        raise ConfigError(f"chat model spec must look like 'provider/model' (providers: {sorted(PROVIDERS)}), got {spec!r}")
+        raise ConfigError(
+            f"chat model spec must look like 'provider/model' (providers: {sorted(PROVIDERS)}), got {spec!r}"
+        )
     provider, model = spec.split("/", 1)
     target = PROVIDERS.get(provider)
     if target is None:
@@ -186,7 +189,9 @@ class ChatClient:
             total = total + u
         return total
 
-    def complete(self, messages: Prompt, *, sample_index: int = 0, caller: str = "default", **params: Any) -> Completion:
+    def complete(
+        self, messages: Prompt, *, sample_index: int = 0, caller: str = "default", **params: Any
+    ) -> Completion:
         """One answer for one prompt (a string, dicts or ``Message``s)."""
         return self.complete_batch([messages], sample_index=sample_index, caller=caller, **params)[0]
 
@@ -203,7 +208,7 @@ class ChatClient:
         todo = [i for i, c in enumerate(out) if c is None]
         if todo:
             fresh = self._with_retries(lambda: self._call_backend([msgs[i] for i in todo], call_params))
-            for i, c in zip(todo, fresh):
+            for i, c in zip(todo, fresh, strict=True):
                 out[i] = c
                 if self.cache is not None:
                     self.cache.put(keys[i], c)

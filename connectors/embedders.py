@@ -13,7 +13,8 @@ import hashlib
 import importlib.util
 import logging
 import re
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,6 @@ class Observation:
 class Environment(Protocol):
     """A task environment. ``task`` is whatever the environment's task set holds (usually a dict)."""
 
-    def reset(self, task: Mapping[str, Any]) -> str: ...
+    def reset(self, task: Any) -> str: ...
 
     def step(self, action: str) -> Observation: ...

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from connectors.chat import ChatModel, request_key
 from connectors.errors import ConfigError, ConnectorError
@@ -34,7 +35,9 @@ class ScriptedChat:
     ``default``), or a callable ``messages -> str | Completion``.
     """
 
-    def __init__(self, replies: Script, *, name: str = "scripted", default: str | None = None, cycle: bool = False) -> None:
+    def __init__(
+        self, replies: Script, *, name: str = "scripted", default: str | None = None, cycle: bool = False
+    ) -> None:
         if isinstance(replies, (str, bytes)):
             raise ConfigError("ScriptedChat replies must be a list, a dict or a callable, not a single string")
         self.name = name

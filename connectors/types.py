@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from connectors.errors import ConfigError
 
@@ -80,9 +81,7 @@ def as_messages(messages: Sequence[Message | Mapping[str, str]] | str) -> list[M
         elif isinstance(m, Mapping) and "role" in m and "content" in m:
             out.append(Message(m["role"], m["content"]))  # type: ignore[arg-type]
         else:
-            raise ConfigError(
-                f"messages[{i}] must be a Message or a dict with 'role' and 'content', got {m!r}"
-            )
+            raise ConfigError(f"messages[{i}] must be a Message or a dict with 'role' and 'content', got {m!r}")
     if not out:
         raise ConfigError("messages must not be empty")
     return out

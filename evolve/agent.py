@@ -14,9 +14,10 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from connectors import ChatClient, ConfigError, ConnectorError, Message
 from evolve.episode import Step
@@ -80,7 +81,9 @@ def render_experiences(recall: Recall | None) -> str:
     return EXPERIENCE_INTRO + "\n" + "\n".join(blocks)
 
 
-def render_messages(agent: Agent, observation: str, recall: Recall | None, upstream: Mapping[str, str]) -> list[Message]:
+def render_messages(
+    agent: Agent, observation: str, recall: Recall | None, upstream: Mapping[str, str]
+) -> list[Message]:
     """The messages one agent sees: its system prompt, then experiences, teammates' outputs and the task."""
     parts = []
     experiences = render_experiences(recall)
@@ -101,14 +104,16 @@ class Team:
         workers: threads for backends without batched generation (API models).
     """
 
-    def __init__(self, agents: Sequence[Agent], edges: Sequence[tuple[str, str]] | None = None, *, workers: int = 4) -> None:
+    def __init__(
+        self, agents: Sequence[Agent], edges: Sequence[tuple[str, str]] | None = None, *, workers: int = 4
+    ) -> None:
         if not agents:
             raise ConfigError("a Team needs at least one agent")
         names = [a.name for a in agents]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent names must be unique, got {names}")
         self.agents = {a.name: a for a in agents}
-        self.edges = list(edges) if edges is not None else list(zip(names, names[1:]))
+        self.edges = list(edges) if edges is not None else list(zip(names, names[1:], strict=False))
         for a, b in self.edges:
             if a not in self.agents or b not in self.agents:
                 raise ConfigError(f"edge ({a!r}, {b!r}) names an agent that is not in the team {names}")
@@ -137,16 +142,15 @@ class Team:
                 render_messages(agent, observations[i], recalls[j], {p: outputs[i][p] for p in self.predecessors(name)})
                 for j, i in enumerate(live)
             ]
-            for j, (i, result) in enumerate(zip(live, self._generate(agent, prompts))):
+            for j, (i, result) in enumerate(zip(live, self._generate(agent, prompts), strict=True)):
                 if isinstance(result, str):
                     errors[i] = f"{name}: {result}"
                     continue
                 outputs[i][name] = result.text
-                rid = recalls[j].id if recalls[j] is not None else None
+                recall = recalls[j]
+                rid = recall.id if recall is not None else None
                 steps[i].append(Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn))
-        return [
-            TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i]) for i in range(n)
-        ]
+        return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i]) for i in range(n)]
 
     def _recall(self, agent: Agent, queries: list[str]) -> list[Recall | None]:
         if agent.memory is None or not queries:

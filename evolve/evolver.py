@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine
@@ -162,14 +163,16 @@ class Evolver:
     def run_batch(self, tasks: Sequence[Task], round_: int) -> list[Episode]:
         """One episode per task, the team acting on all of them together, turn by turn."""
         envs = [self.env_factory() for _ in tasks]
-        obs = [env.reset(t) for env, t in zip(envs, tasks)]
+        obs = [env.reset(t) for env, t in zip(envs, tasks, strict=True)]
         steps: list[list[Step]] = [[] for _ in tasks]
-        state: list[dict[str, Any]] = [{"answer": "", "reward": 0.0, "feedback": "", "error": None, "info": {}} for _ in tasks]
+        state: list[dict[str, Any]] = [
+            {"answer": "", "reward": 0.0, "feedback": "", "error": None, "info": {}} for _ in tasks
+        ]
         active = list(range(len(tasks)))
         for turn in range(self.max_turns):
             acts = self.team.act([obs[i] for i in active], queries=[tasks[i].prompt for i in active], turn=turn)
             still = []
-            for i, act in zip(active, acts):
+            for i, act in zip(active, acts, strict=True):
                 steps[i].extend(act.steps)
                 s = state[i]
                 s["answer"] = act.answer

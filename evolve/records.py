@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -157,15 +158,27 @@ class RunLog:
     def record_round(self, m: RoundMetrics) -> None:
         with self.engine.begin() as conn:
             conn.execute(
-                insert(rounds).values(run=self.run, round=m.round, metrics=json.dumps(asdict(m)), completed_at=time.time())
+                insert(rounds).values(
+                    run=self.run, round=m.round, metrics=json.dumps(asdict(m)), completed_at=time.time()
+                )
             )
 
 
 def episode_from_row(row: dict[str, Any]) -> Episode:
     """A recorded episode, complete enough to learn from again after a restart."""
-    steps = tuple(Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"]) for s in json.loads(row["steps"]))
+    steps = tuple(
+        Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"]) for s in json.loads(row["steps"])
+    )
     return Episode(
-        row["id"], row["task_id"], row["prompt"], steps, row["answer"], row["reward"], row["feedback"], row["round"], row["error"]
+        row["id"],
+        row["task_id"],
+        row["prompt"],
+        steps,
+        row["answer"],
+        row["reward"],
+        row["feedback"],
+        row["round"],
+        row["error"],
     )
 
 
@@ -174,6 +187,8 @@ def list_runs(engine: Engine) -> dict[str, list[RoundMetrics]]:
     metadata.create_all(engine)
     out: dict[str, list[RoundMetrics]] = {}
     with engine.connect() as conn:
-        for name, r, m in conn.execute(select(rounds.c.run, rounds.c.round, rounds.c.metrics).order_by(rounds.c.run, rounds.c.round)):
+        for name, _round, m in conn.execute(
+            select(rounds.c.run, rounds.c.round, rounds.c.metrics).order_by(rounds.c.run, rounds.c.round)
+        ):
             out.setdefault(name, []).append(RoundMetrics(**json.loads(m)))
     return out

@@ -95,11 +95,11 @@ class AgentSection(_Strict):
 class RunSpec(_Strict):
     """A whole run, validated. ``path`` (set by ``load_spec``) resolves relative file names."""
 
-    run: RunSection = Field(default_factory=RunSection)
-    model: ModelSection = Field(default_factory=ModelSection)
-    embedder: EmbedderSection = Field(default_factory=EmbedderSection)
+    run: RunSection = RunSection()
+    model: ModelSection = ModelSection()
+    embedder: EmbedderSection = EmbedderSection()
     environment: EnvironmentSection
-    memory: MemorySection = Field(default_factory=MemorySection)
+    memory: MemorySection = MemorySection()
     agents: list[AgentSection] = Field(default_factory=lambda: [AgentSection(name="solver")])
     path: Path | None = None
 

@@ -30,7 +30,6 @@ _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTA
 _TAIL_LINES = 20
 
 
-
 def normalise(text: str) -> str:
     """Casefold, collapse whitespace, strip punctuation at both ends: ``" The  Code. "`` → ``"the code"``."""
     return " ".join(text.casefold().split()).strip(_END_PUNCT + " ")
@@ -75,7 +74,6 @@ def strip_code_fences(answer: str) -> str:
     """The code inside the first ```python (or bare ```) fence; the whole answer when it has no fence."""
     found = _FENCE.search(answer)
     return found.group(1) if found else answer
-
 
 
 def run_program(code: str, *, timeout: float) -> tuple[bool, str]:

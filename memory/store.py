@@ -18,8 +18,6 @@ Example:
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
-
 import logging
 import threading
 import time

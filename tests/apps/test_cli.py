@@ -15,7 +15,14 @@ TASKS = [
 ]
 
 
-def write_spec(folder: Path, *, chat: str = 'chat = "fake/scripted"\noptions = { replies = ["4471"] }', embedder: str = "hash", tasks: list[dict] | None = None, rounds: int = 2) -> Path:
+def write_spec(
+    folder: Path,
+    *,
+    chat: str = 'chat = "fake/scripted"\noptions = { replies = ["4471"] }',
+    embedder: str = "hash",
+    tasks: list[dict] | None = None,
+    rounds: int = 2,
+) -> Path:
     (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in (TASKS if tasks is None else tasks)))
     spec = folder / "spec.toml"
     spec.write_text(
@@ -23,7 +30,7 @@ def write_spec(folder: Path, *, chat: str = 'chat = "fake/scripted"\noptions = {
 [run]
 name = "cli"
 rounds = {rounds}
-database = "sqlite:///{folder / 'runs.db'}"
+database = "sqlite:///{folder / "runs.db"}"
 
 [model]
 {chat}
@@ -63,7 +70,9 @@ def test_run_prints_the_round_table_and_resumes(tmp_path: Path, capsys: pytest.C
         ({"embedder": "nosuch"}, "unknown embedder"),
     ],
 )
-def test_bad_specs_get_a_clear_error_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec_kwargs: dict, message: str) -> None:
+def test_bad_specs_get_a_clear_error_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec_kwargs: dict, message: str
+) -> None:
     spec = write_spec(tmp_path, **spec_kwargs)
     assert main(["run", str(spec), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -82,7 +91,11 @@ def test_evolve_run_end_to_end_with_the_local_models(tmp_path: Path, repo_root: 
     """The console entry point, in its own process, on SmolLM2 + MiniLM + SQLite/FAISS."""
     spec = write_spec(tmp_path, chat='chat = "local/smollm2"', embedder="minilm", rounds=2)
     out = subprocess.run(
-        [sys.executable, "-m", "apps.cli", "run", str(spec), "--quiet"], cwd=repo_root, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "apps.cli", "run", str(spec), "--quiet"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()[1:]]

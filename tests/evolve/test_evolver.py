@@ -24,10 +24,24 @@ TASKS = [
 ]
 
 
-def make_evolver(url: str, *, memory: bool = True, run: str = "r", model: ScriptedChat | None = None, batch_size: int = 2) -> tuple[Evolver, MemoryStore | None]:
+def make_evolver(
+    url: str, *, memory: bool = True, run: str = "r", model: ScriptedChat | None = None, batch_size: int = 2
+) -> tuple[Evolver, MemoryStore | None]:
     store = MemoryStore(url, embedder=HashEmbedder()) if memory else None
-    agent = Agent("solver", ChatClient(model or ScriptedChat(copying_reply)), memory=MemoryView(store, config=RetrievalConfig(k1=10, k2=1, delta=0.95)) if store else None)
-    ev = Evolver(Team([agent]), TASKS, memory=store, engine=None if store else make_engine(url), run=run, batch_size=batch_size, progress=False)
+    agent = Agent(
+        "solver",
+        ChatClient(model or ScriptedChat(copying_reply)),
+        memory=MemoryView(store, config=RetrievalConfig(k1=10, k2=1, delta=0.95)) if store else None,
+    )
+    ev = Evolver(
+        Team([agent]),
+        TASKS,
+        memory=store,
+        engine=None if store else make_engine(url),
+        run=run,
+        batch_size=batch_size,
+        progress=False,
+    )
     return ev, store
 
 
