@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench lint typecheck clean
+.PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -23,16 +23,13 @@ demo: $(STAMP)
 	$(BIN)/evolve demo
 
 test: $(STAMP)
+	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench data
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.memory_speed
 
-lint: $(STAMP)
-	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench
-
-typecheck: $(STAMP)
-	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -103,3 +103,33 @@ def test_evolve_run_end_to_end_with_the_local_models(tmp_path: Path, repo_root: 
     assert all(0.0 <= float(r[1]) <= 1.0 for r in rows)
     assert (tmp_path / "runs.db").is_file()
     assert list((tmp_path / "runs.db.faiss").glob("*.faiss")), "the vector index is saved beside the database"
+
+
+def test_memory_show_export_import_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["run", str(spec), "--quiet"]) == 0
+    capsys.readouterr()
+
+    assert main(["memory", "show", "--db", db, "--embedder", "hash"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) == 4 and all("q=" in line and "visits=" in line for line in shown)
+
+    exported = tmp_path / "memories.jsonl"
+    assert main(["memory", "export", str(exported), "--db", db, "--embedder", "hash"]) == 0
+    assert "exported 4 items" in capsys.readouterr().out
+    copy = f"sqlite:///{tmp_path / 'copy.db'}"
+    assert main(["memory", "import", str(exported), "--db", copy, "--embedder", "hash"]) == 0
+    assert "imported 4 items" in capsys.readouterr().out
+    assert main(["memory", "import", str(exported), "--db", copy, "--embedder", "hash"]) == 0
+    assert "imported 0 items" in capsys.readouterr().out  # idempotent by id
+
+    png = tmp_path / "curve.png"
+    assert main(["report", "--db", db, "--out", str(png)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split() == ["round", "cli"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_memory_export_needs_a_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "export"]) == 2
+    assert "a JSONL path is required" in capsys.readouterr().err
