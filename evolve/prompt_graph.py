@@ -57,7 +57,7 @@ Edge = tuple[str, str, float]
 
 metadata = MetaData()
 
-versions = Table(
+prompt_versions = Table(
     "prompt_versions",
     metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),  # ascending = older first
@@ -74,7 +74,7 @@ versions = Table(
     UniqueConstraint("graph", "id", name="uq_prompt_versions_graph_id"),
 )
 
-scores = Table(
+prompt_scores = Table(
     "prompt_scores",
     metadata,
     Column("graph", String(200), primary_key=True),
@@ -84,7 +84,7 @@ scores = Table(
     Column("updated_at", Float, nullable=False),
 )
 
-heads = Table(
+prompt_heads = Table(
     "prompt_heads",
     metadata,
     Column("graph", String(200), primary_key=True),
@@ -92,7 +92,7 @@ heads = Table(
     Column("moved_at", Float, nullable=False),
 )
 
-head_moves = Table(
+prompt_head_moves = Table(
     "prompt_head_moves",
     metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),
@@ -103,7 +103,7 @@ head_moves = Table(
     Column("at", Float, nullable=False),
 )
 
-rejections = Table(
+prompt_rejections = Table(
     "prompt_rejections",
     metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),
@@ -169,21 +169,28 @@ def version_id(nodes: Mapping[str, str], edges: Sequence[Edge], parents: Sequenc
     return hashlib.sha256(canonical_json(payload).encode("ascii")).hexdigest()[:ID_CHARS]
 
 
-def check_nodes(nodes: Any, *, allow_empty_text: bool = False) -> dict[str, str]:
-    """``nodes`` as a plain dict after checking names (``"<agent>.<part>"``) and texts (non-empty str)."""
+def check_nodes(nodes: Any, *, strict: bool = True) -> dict[str, str]:
+    """``nodes`` as a plain dict of str -> str; ``strict`` also checks names and that texts are not empty.
+
+    Names look like ``"<agent>.<part>"``; only ``MAY_BE_EMPTY`` parts may hold blank text.
+    """
     if not isinstance(nodes, Mapping) or not nodes:
         raise ConfigError(f"nodes must be a non-empty mapping of '<agent>.<part>' -> text, got {nodes!r:.200}")
     out: dict[str, str] = {}
     for name, text in nodes.items():
-        agent, dot, part = name.partition(".") if isinstance(name, str) else ("", "", "")
-        if not (agent.strip() and dot and part.strip()) or name != name.strip():
+        if not isinstance(name, str) or (strict and not _is_component_name(name)):
             raise ConfigError(f"component names look like 'solver.system' ('<agent>.<part>'), got {name!r}")
         if not isinstance(text, str):
             raise ConfigError(f"component {name!r} must hold a str, got {type(text).__name__}")
-        if not text.strip() and not allow_empty_text and part not in MAY_BE_EMPTY:
+        if strict and not text.strip() and name.partition(".")[2] not in MAY_BE_EMPTY:
             raise ConfigError(f"component {name!r} is empty; only {sorted(MAY_BE_EMPTY)} parts may be empty")
         out[name] = text
     return out
+
+
+def _is_component_name(name: str) -> bool:
+    agent, dot, part = name.partition(".")
+    return bool(agent.strip() and dot and part.strip()) and name == name.strip()
 
 
 def check_edges(edges: Iterable[Any]) -> tuple[Edge, ...]:
@@ -258,6 +265,10 @@ def _usage(usage: Usage | None) -> Usage:
     return usage
 
 
+def _usage_row(usage: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "cost": usage.cost}
+
+
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
@@ -303,7 +314,8 @@ class PromptGraph:
 
     def log(self, limit: int | None = None) -> list[PromptVersion]:
         """Every version of the graph, newest first (compare with ``head().id`` to mark HEAD)."""
-        query = select(versions).where(versions.c.graph == self.name).order_by(versions.c.seq.desc())
+        v = prompt_versions.c
+        query = select(prompt_versions).where(v.graph == self.name).order_by(v.seq.desc())
         if limit is not None:
             query = query.limit(_limit(limit))
         with self.engine.connect() as conn:
@@ -317,7 +329,7 @@ class PromptGraph:
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """HEAD moves, newest first: ``{"from": id | None, "to": id, "reason": str, "at": unix time}``."""
-        m = head_moves.c
+        m = prompt_head_moves.c
         query = select(m.from_version, m.to_version, m.reason, m.at).where(m.graph == self.name).order_by(m.seq.desc())
         if limit is not None:
             query = query.limit(_limit(limit))
@@ -326,7 +338,7 @@ class PromptGraph:
 
     def rejected(self, limit: int = 5) -> list[tuple[Candidate, str]]:
         """The most recent rejected proposals, newest first, as ``(nodes, reason)``."""
-        r = rejections.c
+        r = prompt_rejections.c
         query = select(r.nodes, r.reason).where(r.graph == self.name).order_by(r.seq.desc()).limit(_limit(limit))
         with self.engine.connect() as conn:
             return [(json.loads(row[0]), row[1]) for row in conn.execute(query)]
@@ -358,7 +370,7 @@ class PromptGraph:
             log.debug("prompt graph %r initialised concurrently", self.name)
         if vid not in self._root_ids():
             log.warning(
-                "prompt graph %r exists and its seed differs from the prompts given to init(); keeping HEAD. "
+                "prompt graph %r exists and its seed differs from the nodes or edges given to init(); keeping HEAD. "
                 "Use another graph name to start from the new prompts.",
                 self.name,
             )
@@ -398,7 +410,7 @@ class PromptGraph:
             vid = version_id(clean, edge_t, ids)
             self._insert_version(conn, vid, ids, clean, edge_t, spent, message)
             self._merge_scores(conn, vid, found)
-            head = self._head_id(conn)
+            head = self._head_id(conn, lock=True)
             if move_head and head != vid:
                 self._move_head(conn, head, vid, "commit")
             return self._load(conn, vid)
@@ -421,19 +433,17 @@ class PromptGraph:
         usage: Usage | None = None,
     ) -> None:
         """Record a proposal that failed its gate, so later rewrites can be shown what did not work."""
-        clean = check_nodes(nodes, allow_empty_text=True)
+        clean = check_nodes(nodes, strict=False)  # a failed proposal may be malformed
         found, spent = check_scores(scores), _usage(usage)
         if not _text(reason, "reason").strip():
             raise ConfigError("reason must say why the proposal was rejected, got an empty str")
         with self.engine.begin() as conn:
-            row: dict[str, Any] = {
-                "graph": self.name,
-                "parent": self._resolve(conn, parent),
-                "nodes": canonical_json(clean),
-            }
-            row |= {"reason": reason, "scores": canonical_json(found), "created_at": time.time()}
-            row |= {"prompt_tokens": spent.prompt_tokens, "completion_tokens": spent.completion_tokens}
-            conn.execute(insert(rejections).values(**row, cost=spent.cost))
+            row = {"graph": self.name, "parent": self._resolve(conn, parent), "nodes": canonical_json(clean)}
+            conn.execute(
+                insert(prompt_rejections).values(
+                    **row, reason=reason, scores=canonical_json(found), created_at=time.time(), **_usage_row(spent)
+                )
+            )
 
     def rollback(self, to: str | None = None, *, reason: str = "rollback") -> PromptVersion:
         """Move HEAD to version ``to`` (any version, by id or prefix) or, by default, to HEAD's first parent.
@@ -441,7 +451,7 @@ class PromptGraph:
         Nothing is deleted: the version left behind stays in ``log()`` and the move in ``history()``.
         """
         with self.engine.begin() as conn:
-            head = self._head_or_raise(conn)
+            head = self._head_or_raise(conn, lock=True)
             if to is None:
                 parents = self._load(conn, head).parents
                 if not parents:
@@ -455,11 +465,13 @@ class PromptGraph:
 
     # ---- SQL helpers (each runs inside the caller's transaction) --------------------------------------
 
-    def _head_id(self, conn: Connection) -> str | None:
-        return conn.execute(select(heads.c.version).where(heads.c.graph == self.name)).scalar()
+    def _head_id(self, conn: Connection, *, lock: bool = False) -> str | None:
+        # FOR UPDATE makes read-then-move atomic on PostgreSQL; SQLite's BEGIN IMMEDIATE already is.
+        query = select(prompt_heads.c.version).where(prompt_heads.c.graph == self.name)
+        return conn.execute(query.with_for_update() if lock else query).scalar()
 
-    def _head_or_raise(self, conn: Connection) -> str:
-        head = self._head_id(conn)
+    def _head_or_raise(self, conn: Connection, *, lock: bool = False) -> str:
+        head = self._head_id(conn, lock=lock)
         if head is None:
             raise StoreError(f"prompt graph {self.name!r} has no versions yet: call init(nodes) first")
         return head
@@ -470,7 +482,8 @@ class PromptGraph:
         key = ref.strip().lower()
         if not key or not set(key) <= HEX:
             raise StoreError(f"unknown version {ref!r} in prompt graph {self.name!r} (ids are hex, see log())")
-        query = select(versions.c.id).where(versions.c.graph == self.name, versions.c.id.startswith(key)).limit(2)
+        v = prompt_versions.c
+        query = select(v.id).where(v.graph == self.name, v.id.startswith(key)).limit(2)
         found = list(conn.execute(query).scalars())
         if len(found) != 1:
             kind = "ambiguous version prefix" if found else "unknown version"
@@ -478,22 +491,25 @@ class PromptGraph:
         return str(found[0])
 
     def _load(self, conn: Connection, vid: str) -> PromptVersion:
-        row = conn.execute(select(versions).where(versions.c.graph == self.name, versions.c.id == vid)).first()
+        v = prompt_versions.c
+        row = conn.execute(select(prompt_versions).where(v.graph == self.name, v.id == vid)).first()
         if row is None:
             raise StoreError(f"unknown version {vid!r} in prompt graph {self.name!r}")
         return _version(row._mapping, self._scores(conn, vid).get(vid, {}))
 
     def _scores(self, conn: Connection, vid: str | None) -> dict[str, dict[str, float]]:
-        query = select(scores.c.version, scores.c.example, scores.c.score).where(scores.c.graph == self.name)
+        s = prompt_scores.c
+        query = select(s.version, s.example, s.score).where(s.graph == self.name).order_by(s.example)
         if vid is not None:
-            query = query.where(scores.c.version == vid)
+            query = query.where(s.version == vid)
         out: dict[str, dict[str, float]] = {}
-        for version, example, score in conn.execute(query.order_by(scores.c.example)):
+        for version, example, score in conn.execute(query):
             out.setdefault(version, {})[example] = score
         return out
 
     def _root_ids(self) -> set[str]:
-        query = select(versions.c.id).where(versions.c.graph == self.name, versions.c.parents == "[]")
+        v = prompt_versions.c
+        query = select(v.id).where(v.graph == self.name, v.parents == "[]")
         with self.engine.connect() as conn:
             return set(conn.execute(query).scalars())
 
@@ -509,43 +525,40 @@ class PromptGraph:
     ) -> None:
         row: dict[str, Any] = {"parents": canonical_json(list(parents)), "nodes": canonical_json(nodes)}
         row["edges"] = canonical_json([list(e) for e in edges])
-        stored = conn.execute(
-            select(versions.c.parents, versions.c.nodes, versions.c.edges).where(
-                versions.c.graph == self.name, versions.c.id == vid
-            )
-        ).first()
+        v = prompt_versions.c
+        stored = conn.execute(select(v.parents, v.nodes, v.edges).where(v.graph == self.name, v.id == vid)).first()
         if stored is not None:
             if tuple(stored) != (row["parents"], row["nodes"], row["edges"]):
                 raise StoreError(f"version id {vid} collides with different stored content in {self.name!r}")
             return  # same content, same parents: the version exists already
-        row |= {"graph": self.name, "id": vid, "message": message, "created_at": time.time()}
-        row |= {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "cost": usage.cost}
-        conn.execute(insert(versions).values(**row))
+        row |= {"graph": self.name, "id": vid, "message": message, "created_at": time.time(), **_usage_row(usage)}
+        conn.execute(insert(prompt_versions).values(**row))
 
     def _merge_scores(self, conn: Connection, vid: str, found: Mapping[str, float]) -> None:
         if not found:
             return
-        now, s = time.time(), scores.c
+        now, s = time.time(), prompt_scores.c
         known = set(conn.execute(select(s.example).where(s.graph == self.name, s.version == vid)).scalars())
         for example, score in found.items():
             if example in known:
                 where = (s.graph == self.name, s.version == vid, s.example == example)
-                conn.execute(update(scores).where(*where).values(score=score, updated_at=now))
+                conn.execute(update(prompt_scores).where(*where).values(score=score, updated_at=now))
         new = [
             {"graph": self.name, "version": vid, "example": e, "score": v, "updated_at": now}
             for e, v in found.items()
             if e not in known
         ]
         if new:
-            conn.execute(insert(scores), new)
+            conn.execute(insert(prompt_scores), new)
 
     def _move_head(self, conn: Connection, frm: str | None, to: str, reason: str) -> None:
         now = time.time()
         if frm is None:
-            conn.execute(insert(heads).values(graph=self.name, version=to, moved_at=now))
+            conn.execute(insert(prompt_heads).values(graph=self.name, version=to, moved_at=now))
         else:
-            conn.execute(update(heads).where(heads.c.graph == self.name).values(version=to, moved_at=now))
-        conn.execute(insert(head_moves).values(graph=self.name, from_version=frm, to_version=to, reason=reason, at=now))
+            conn.execute(update(prompt_heads).where(prompt_heads.c.graph == self.name).values(version=to, moved_at=now))
+        move = {"graph": self.name, "from_version": frm, "to_version": to, "reason": reason, "at": now}
+        conn.execute(insert(prompt_head_moves).values(**move))
         log.info("prompt graph %r: HEAD %s -> %s (%s)", self.name, frm, to, reason)
 
 

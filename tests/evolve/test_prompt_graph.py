@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from connectors import ConfigError, StoreError, Usage, make_engine
-from evolve.prompt_graph import PromptGraph, PromptVersion, check_edges, version_id, versions
+from evolve.prompt_graph import PromptGraph, PromptVersion, check_edges, prompt_versions, version_id
 from optimizers.types import Version
 
 SEED = {"solver.system": "You solve arithmetic.\nReply with the number only.", "solver.library": ""}
@@ -172,6 +172,8 @@ def test_rejected_is_newest_first_and_limited(graph: PromptGraph) -> None:
     assert got[0][0]["solver.system"] == "Try 6."
     assert len(graph.rejected(limit=2)) == 2 and len(graph.rejected(limit=50)) == 7
     assert len(graph.log()) == 1 and graph.head().id == seed.id  # a rejection is not a version
+    graph.reject({"solver.system": ""}, parent=seed.id, reason="the rewrite came back empty")
+    assert graph.rejected(limit=1) == [({"solver.system": ""}, "the rewrite came back empty")]
     with pytest.raises(StoreError):
         graph.reject(SEED, parent="abcdef12", reason="x")
 
@@ -228,7 +230,7 @@ def test_graphs_in_one_database_are_independent(engine: Engine) -> None:
     a.commit(edit(sa, system="Only in a."), parents=[sa.id])
     assert len(a.log()) == 2 and len(b.log()) == 1 and b.head().id == sb.id
     with engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(versions)).scalar() == 3
+        assert conn.execute(select(func.count()).select_from(prompt_versions)).scalar() == 3
 
 
 def test_lookup_by_prefix_unknown_and_ambiguous(graph: PromptGraph) -> None:
