@@ -23,7 +23,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from apps.report import round_table
+    from apps.report import run_table
     from evolve.build import build
     from evolve.spec import load_spec
 
@@ -35,7 +35,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     finally:
         if evolver.memory is not None:
             evolver.memory.close()  # saves the vector index beside the database
-    print(round_table({spec.run.name: metrics}))
+    print(run_table(metrics))
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -66,6 +66,33 @@ def cmd_memory(args: argparse.Namespace) -> None:
             print(f"imported {store.import_(args.path)} items from {args.path}")
 
 
+def cmd_prompts(args: argparse.Namespace) -> None:
+    from evolve.prompt_graph import PromptGraph
+
+    graph = PromptGraph(make_engine(args.db), args.graph)
+    head = graph.head()
+    if args.action == "log":
+        for v in graph.log(args.limit):
+            mark = "*" if v.id == head.id else " "
+            score = "   -  " if v.mean_score is None else f"{v.mean_score:6.3f}"
+            parents = ",".join(p[:8] for p in v.parents) or "seed"
+            print(f"{mark} {v.id[:16]}  val {score}  from {parents:<17} {v.message[:70]}")
+    elif args.action == "show":
+        v = graph.get(args.versions[0]) if args.versions else head
+        print(f"version {v.id}{' (HEAD)' if v.id == head.id else ''}")
+        for component, text in v.nodes.items():
+            print(f"\n--- {component}\n{text}")
+    elif args.action == "diff":
+        if len(args.versions) not in (1, 2):
+            raise EvolveError("evolve prompts diff takes one version (against HEAD) or two")
+        a, b = (args.versions[0], head.id) if len(args.versions) == 1 else args.versions
+        print(graph.diff(a, b) or "no difference")
+    elif args.action == "rollback":
+        target = args.versions[0] if args.versions else None
+        v = graph.rollback(target)
+        print(f"HEAD is now {v.id}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description="Agents that get better at their job while they work.")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -87,6 +114,14 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
     rep.add_argument("--out", type=Path, default=None, help="write the learning curves here (PNG)")
     rep.set_defaults(func=cmd_report)
+
+    pr = sub.add_parser("prompts", help="the versioned prompts: log, show, diff, rollback")
+    pr.add_argument("action", choices=["log", "show", "diff", "rollback"])
+    pr.add_argument("versions", nargs="*", help="version ids (a unique prefix is enough)")
+    pr.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+    pr.add_argument("--graph", default="default", help="the prompt graph: the run's name")
+    pr.add_argument("--limit", type=int, default=None)
+    pr.set_defaults(func=cmd_prompts)
 
     m = sub.add_parser("memory", help="inspect, export and import memories")
     m.add_argument("action", choices=["stats", "show", "export", "import"])

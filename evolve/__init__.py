@@ -6,6 +6,9 @@ The public face: agents and teams, episodes, task environments, and the ``Evolve
 from evolve.agent import Agent, MemoryView, Team, TeamAct, render_messages
 from evolve.episode import Episode, Step
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
+from evolve.prompt_graph import PromptGraph
+from evolve.prompt_loop import PromptEvolution, make_evaluate, split_tasks
+from evolve.prompt_versions import PromptVersion
 from evolve.records import RoundMetrics, list_runs
 from evolve.tasks import Task, TaskEnv, load_tasks
 
@@ -14,6 +17,9 @@ __all__ = [
     "Episode",
     "Evolver",
     "MemoryView",
+    "PromptEvolution",
+    "PromptGraph",
+    "PromptVersion",
     "RoundMetrics",
     "Step",
     "Task",
@@ -21,8 +27,10 @@ __all__ = [
     "Team",
     "TeamAct",
     "list_runs",
+    "make_evaluate",
     "load_tasks",
     "paraphrase_schedule",
     "render_messages",
     "same_tasks",
+    "split_tasks",
 ]

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sqlalchemy import Engine
+
 from connectors import ChatClient, ConfigError, Embedder, ResponseCache, evolve_home, load_chat, load_embedder
 from evolve.agent import Agent, MemoryView, Team
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
+from evolve.prompt_graph import PromptGraph
+from evolve.prompt_loop import PromptEvolution, PromptOptimizer, split_tasks
 from evolve.spec import RunSpec
-from evolve.tasks import load_tasks
+from evolve.tasks import Task, load_tasks
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 
 
@@ -24,6 +28,40 @@ def build_chat(spec: RunSpec) -> ChatClient:
         kwargs["api_key"] = key
     cache = ResponseCache(evolve_home() / "cache" / "responses.db") if spec.model.cache else None
     return load_chat(spec.model.chat, cache=cache, **kwargs)
+
+
+def build_prompt_evolution(
+    spec: RunSpec, team: Team, tasks: list[Task], engine: Engine, chat: ChatClient
+) -> PromptEvolution | None:
+    """The spec's prompt optimizer over a ``PromptGraph`` named after the run, or None when it is off."""
+    o = spec.optimizer
+    if o.kind == "none":
+        return None
+    from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
+
+    critic_kwargs: dict[str, Any] = {"base_url": o.critic_base_url} if o.critic_base_url else {}
+    critic = chat if o.critic == "same" else load_chat(o.critic, **critic_kwargs)
+    optimizer: PromptOptimizer
+    if o.kind == "textgrad":
+        optimizer = TextualGradientOptimizer(
+            critic=critic,
+            budget=o.budget,
+            minibatch_size=o.minibatch,
+            parent_selection=o.parent_selection,
+            seed=spec.run.seed,
+        )
+    else:
+        optimizer = TrainingFreeGRPO(
+            critic=critic,
+            library_component=f"{team.sink}.library",
+            group_size=o.group_size,
+            temperature=o.temperature,
+            batch_size=o.minibatch,
+            budget=o.budget,
+            seed=spec.run.seed,
+        )
+    train_ids, val_ids = split_tasks(tasks, val_fraction=o.val_fraction, seed=spec.run.seed)
+    return PromptEvolution(PromptGraph(engine, spec.run.name), optimizer, train_ids=train_ids, val_ids=val_ids)
 
 
 def memory_config(spec: RunSpec) -> MemoryConfig:
@@ -62,6 +100,7 @@ def build(
 
         engine = make_engine(spec.run.database)
     writer = chat if spec.memory.writer == "llm" else None
+    prompts = build_prompt_evolution(spec, team, tasks, engine, chat)
     schedule = paraphrase_schedule(spec.run.seed) if spec.environment.paraphrase else same_tasks
     return Evolver(
         team,
@@ -73,6 +112,7 @@ def build(
         max_turns=spec.environment.max_turns,
         writer=writer,
         schedule=schedule,
+        prompts=prompts,
         progress=progress,
     )
 

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from connectors import ChatClient, ConfigError, Environment, EvolveError
 from evolve.agent import Team
 from evolve.episode import Episode, Step
+from evolve.prompt_loop import PromptEvolution, PromptUpdate, make_evaluate
 from evolve.records import RoundMetrics, RunLog, episode_from_row
 from evolve.tasks import Task, TaskEnv
 from memory import MemoryStore
@@ -93,6 +94,8 @@ class Evolver:
         writer: a chat model that summarises attempts into experiences (None: cheap mode).
         schedule: which tasks a round runs, and how they are phrased.
         memory_reward: maps a task reward to the reward that updates Q (default ``centred``).
+        prompts: prompt evolution (a ``PromptEvolution``): one gated optimizer step per round, after
+            the round's memory updates; the team then acts from the new HEAD.
         progress: show a progress bar.
     """
 
@@ -111,6 +114,7 @@ class Evolver:
         writer: ChatClient | None = None,
         schedule: Schedule = same_tasks,
         memory_reward: Callable[[float], float] = centred,
+        prompts: PromptEvolution | None = None,
         progress: bool = True,
     ) -> None:
         if not tasks:
@@ -133,11 +137,16 @@ class Evolver:
         self.writer = writer
         self.schedule = schedule
         self.memory_reward = memory_reward
+        self.prompts = prompts
+        self._started = False
         self.progress = progress
 
     def run(self, rounds: int) -> list[RoundMetrics]:
         """Run (or resume) rounds 1..rounds and return every round's metrics."""
         completed = self.log.completed()
+        if self.prompts is not None and not self._started:
+            self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
+            self._started = True
         for r in range(1, rounds + 1):
             if r not in completed:
                 completed[r] = self.run_round(r)
@@ -156,9 +165,27 @@ class Evolver:
             self.log.mark_learned([e.id for e in episodes])
             bar.update(len(batch))
         bar.close()
+        update = self._evolve_prompts()
         metrics = self._metrics(round_, time.perf_counter() - start)
+        if update is not None:
+            metrics = replace(
+                metrics,
+                prompt_updates=int(update.accepted),
+                prompt_version=update.head,
+                prompt_note=update.reason,
+                optimizer_tokens=update.usage.total_tokens,
+            )
         self.log.record_round(metrics)
         return metrics
+
+    def _evolve_prompts(self) -> PromptUpdate | None:
+        """One gated optimizer step; the team switches to HEAD when a proposal is accepted."""
+        if self.prompts is None:
+            return None
+        update = self.prompts.step(self.team, make_evaluate(self.team, self.tasks, self.env_factory))
+        if update.accepted:
+            self.team = self.team.with_prompts(self.prompts.graph.head().nodes)
+        return update
 
     def run_batch(self, tasks: Sequence[Task], round_: int) -> list[Episode]:
         """One episode per task, the team acting on all of them together, turn by turn."""

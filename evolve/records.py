@@ -84,6 +84,10 @@ class RoundMetrics:
     memory_size: int = 0
     q_mean: float = 0.0
     q_std: float = 0.0
+    prompt_updates: int = 0
+    prompt_version: str = ""
+    prompt_note: str = ""
+    optimizer_tokens: int = 0
 
 
 class RunLog:

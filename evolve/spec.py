@@ -17,6 +17,10 @@ name = "minilm"                         # or "hash", "openai/text-embedding-3-sm
 tasks = "data/facility_codes.jsonl"     # relative to the spec file
 paraphrase = true
 
+[optimizer]                             # prompt evolution, gated on validation; kind = "none" turns it off
+kind = "textgrad"                       # or "tfgrpo" (Training-Free GRPO's experience library)
+critic = "same"                         # or any chat spec: an API model may critique a local one
+
 [memory]
 enabled = true
 k1 = 10
@@ -85,6 +89,18 @@ class MemorySection(_Strict):
     writer: Literal["cheap", "llm"] = "cheap"
 
 
+class OptimizerSection(_Strict):
+    kind: Literal["none", "textgrad", "tfgrpo"] = "none"
+    critic: str = "same"  # "same": the agents' model; else a chat spec such as "openai/gpt-4o-mini"
+    critic_base_url: str | None = None
+    budget: Literal["light", "medium", "heavy"] = "light"
+    minibatch: int = Field(4, ge=1)
+    group_size: int = Field(5, ge=2)
+    temperature: float = Field(0.7, gt=0.0)
+    val_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    parent_selection: Literal["best", "pareto"] = "best"
+
+
 class AgentSection(_Strict):
     name: str
     system: str = "You are a careful assistant. Reply with the answer only."
@@ -100,6 +116,7 @@ class RunSpec(_Strict):
     embedder: EmbedderSection = EmbedderSection()
     environment: EnvironmentSection
     memory: MemorySection = MemorySection()
+    optimizer: OptimizerSection = OptimizerSection()
     agents: list[AgentSection] = Field(default_factory=lambda: [AgentSection(name="solver")])
     path: Path | None = None
 

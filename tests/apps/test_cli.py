@@ -53,8 +53,10 @@ def test_run_prints_the_round_table_and_resumes(tmp_path: Path, capsys: pytest.C
     spec = write_spec(tmp_path)
     assert main(["run", str(spec), "--quiet"]) == 0
     table = capsys.readouterr().out
-    assert table.splitlines()[0].split() == ["round", "cli"]
-    assert [line.split()[1] for line in table.splitlines()[1:]] == ["0.50", "0.50"]
+    assert table.splitlines()[0].split()[:5] == ["round", "success", "reward", "memories", "mean"]
+    rows = [line.split() for line in table.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["0.50", "0.50"]  # the scripted model knows one of the two codes
+    assert [r[3] for r in rows] == ["2", "4"]  # one experience per attempt
     assert main(["memory", "stats", "--db", f"sqlite:///{tmp_path / 'runs.db'}", "--embedder", "hash"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["count"] == 4  # two tasks, two rounds, one experience per attempt
