@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -26,6 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from bench.common import machine, merge_summary
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.index import load_faiss
@@ -82,37 +80,6 @@ def timed(fn: Callable[[int], Any], n: int, label: str) -> Timings:
         fn(i)
         out[i] = time.perf_counter() - start
     return Timings(out)
-
-
-def machine() -> dict[str, Any]:
-    faiss = load_faiss()
-    import sqlalchemy
-
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in _read("/proc/cpuinfo").splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or "unknown",
-    )
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu": model,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-        "faiss": getattr(faiss, "__version__", None) if faiss else None,
-        "sqlalchemy": sqlalchemy.__version__,
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-    }
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
 
 
 def bench_size(n: int, *, queries: int, workdir: Path, seed: int) -> dict[str, Any]:
@@ -288,17 +255,6 @@ def markdown(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def merge_summary(path: Path, flat: dict[str, Any]) -> None:
-    summary: dict[str, Any] = {}
-    if path.exists():
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            logging.getLogger(__name__).warning("%s was not valid JSON; starting it afresh", path)
-    summary.update(flat)
-    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

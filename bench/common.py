@@ -1,0 +1,56 @@
+"""What every benchmark shares: a description of the machine and the flat summary file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory.index import load_faiss
+
+
+def machine() -> dict[str, Any]:
+    faiss = load_faiss()
+    import sqlalchemy
+
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown",
+    )
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "faiss": getattr(faiss, "__version__", None) if faiss else None,
+        "sqlalchemy": sqlalchemy.__version__,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def merge_summary(path: Path, flat: dict[str, Any]) -> None:
+    summary: dict[str, Any] = {}
+    if path.exists():
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            logging.getLogger(__name__).warning("%s was not valid JSON; starting it afresh", path)
+    summary.update(flat)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
