@@ -4,7 +4,7 @@ them an ``Evaluate`` callable (run a candidate on some examples, return traces) 
 
 A ``Candidate`` maps component names to prompt text. Components are named ``"<agent>.<part>"``:
 ``"solver.system"`` (role and instructions) and ``"solver.library"`` (the experience library of
-Training-Free GRPO, one ``- when …, do …`` line per entry).
+Training-Free GRPO, one numbered ``[1] When …, do …`` line per entry; an empty library is ``""``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,10 @@ class StepResult:
 
     ``candidate`` is the proposal (None when nothing was proposed); ``accepted`` says whether it passed
     both gates; ``reason`` says why or why not in one line; ``val_scores`` holds the proposal's
-    per-example validation scores when it reached the validation gate.
+    per-example validation scores when it reached the validation gate. ``parent_scores`` holds the
+    parent's per-example validation scores when the step had to evaluate them (the parent version had
+    none for some validation examples), so the caller can store them. ``usage`` is the critic's spend
+    in this step; ``usage_by_component`` splits it by the component each call was about.
     """
 
     parent: str
@@ -82,6 +85,8 @@ class StepResult:
     minibatch: tuple[float, float] | None = None  # (parent mean, proposal mean)
     val_scores: Mapping[str, float] | None = None
     usage: Usage = field(default_factory=Usage)
+    parent_scores: Mapping[str, float] | None = None
+    usage_by_component: Mapping[str, Usage] = field(default_factory=dict)
 
 
 # evaluate(candidate, example_ids, *, samples=1, temperature=None) -> one Trace per example per sample
