@@ -31,6 +31,13 @@ def scores_on(version: Version, example_ids: Sequence[str]) -> dict[str, float]:
     return {e: float(version.scores[e]) for e in example_ids if e in version.scores}
 
 
+def sample_ids(rng: random.Random, ids: Sequence[str], k: int) -> list[str]:
+    """``k`` ids drawn without replacement (all when fewer), kept in their given order."""
+    ids = list(ids)
+    chosen = set(rng.sample(range(len(ids)), min(k, len(ids))))
+    return [e for i, e in enumerate(ids) if i in chosen]
+
+
 def pareto_front(scores: Mapping[str, Mapping[str, float]]) -> list[str]:
     """The ids whose score vectors no other id dominates (>= everywhere, > somewhere).
 

@@ -34,7 +34,7 @@ from optimizers.acceptance import judge, mean_score, step_result
 from optimizers.budget import Budget, BudgetExhausted, Spend, as_budget
 from optimizers.critic import Critic, CriticFailed
 from optimizers.parsing import parse_critique, parse_rewrite
-from optimizers.selection import ParentSelection, select_parent
+from optimizers.selection import ParentSelection, sample_ids, select_parent
 from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, Version
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class TextualGradientOptimizer:
             raise ConfigError(f"parent_selection must be 'best' or 'pareto', got {parent_selection!r}")
         self.critic = critic
         self.budget = as_budget(budget)
-        self.minibatch_size = minibatch_size or self.budget.minibatch_size
+        self.minibatch_size = self.budget.minibatch_size if minibatch_size is None else minibatch_size
         if self.minibatch_size < 1:
             raise ConfigError(f"minibatch_size must be >= 1, got {minibatch_size}")
         self.parent_selection: ParentSelection = parent_selection
@@ -119,8 +119,8 @@ class TextualGradientOptimizer:
         if not train_ids:
             raise ConfigError("step needs at least one training example id, got none")
         parent = select_parent(versions, head, mode=self.parent_selection, example_ids=val_ids, rng=self._rng)
-        minibatch = sorted(self._rng.sample(list(train_ids), min(self.minibatch_size, len(train_ids))),
-                           key=list(train_ids).index)
+        trainable = self._trainable(parent.candidate)
+        minibatch = sample_ids(self._rng, train_ids, self.minibatch_size)
         spend = Spend(self.budget)
         critic = Critic(self.critic, spend, params=self.critic_params)
         traces = evaluate(parent.candidate, minibatch)
@@ -128,7 +128,6 @@ class TextualGradientOptimizer:
         failures = [t for t in traces if t.score < self.success]
         if not failures:
             return step_result(parent, spend, "nothing to learn: every minibatch example succeeded")
-        trainable = self._trainable(parent.candidate)
         try:
             gradients, budget_hit = self._backward(failures, parent.candidate, trainable, critic)
             if not gradients:

@@ -38,6 +38,7 @@ from optimizers.budget import Budget, BudgetExhausted, Spend, as_budget
 from optimizers.critic import Critic, CriticFailed
 from optimizers.library import merge_operations, parse_library, show_library
 from optimizers.parsing import Operation, parse_lessons, parse_operations, parse_summary
+from optimizers.selection import sample_ids
 from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, Version
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,7 @@ class TrainingFreeGRPO:
         if not train_ids:
             raise ConfigError("step needs at least one training example id, got none")
         parent = by_id[head]
-        batch = sorted(self._rng.sample(list(train_ids), min(self.batch_size, len(train_ids))),
-                       key=list(train_ids).index)
+        batch = sample_ids(self._rng, train_ids, self.batch_size)
         spend = Spend(self.budget)
         rollout = {"samples": self.group_size, "temperature": self.temperature}
         traces = evaluate(parent.candidate, batch, **rollout)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from connectors import ConfigError
-from optimizers.selection import pareto_front, select_parent, win_counts
+from optimizers.selection import pareto_front, sample_ids, select_parent, win_counts
 from optimizers.types import Version
 
 VAL = ["x", "y", "z"]
@@ -64,3 +64,11 @@ def test_unknown_head_or_mode_is_a_config_error() -> None:
         select_parent(VERSIONS, "nope")
     with pytest.raises(ConfigError, match="'best' or 'pareto'"):
         select_parent(VERSIONS, "v0", mode="random")  # type: ignore[arg-type]
+
+
+def test_sample_ids_is_seeded_keeps_order_and_takes_all_when_few() -> None:
+    ids = [f"t{i}" for i in range(10)]
+    a = sample_ids(random.Random(1), ids, 4)
+    assert a == sample_ids(random.Random(1), ids, 4)
+    assert len(a) == 4 and a == sorted(a, key=ids.index)
+    assert sample_ids(random.Random(1), ids[:3], 4) == ids[:3]

@@ -8,7 +8,7 @@ import pytest
 
 from connectors import ChatClient, ConfigError, ConnectorError, Message, ScriptedChat
 from optimizers import Budget, TextualGradientOptimizer, Version
-from tests.optimizers.world import RuleTeam, TwoAgentTeam, scripted_critic, transcript, user_prompts
+from tests.optimizers.world import Router, RuleTeam, TwoAgentTeam, scripted_critic, transcript, user_prompts
 
 TRAIN = {"t1": "units", "t2": "units", "t3": "units", "t4": "sign"}
 VAL = {"v1": "units", "v2": "units", "v3": "units", "v4": "units", "v5": "units", "v6": "sign"}
@@ -23,7 +23,7 @@ def critique(messages: Sequence[Message]) -> str:
 
 
 REWRITE = "Rewrite one prompt component"
-ROUTES = {"Critique the prompts": critique, REWRITE: f"<new_text>\n{EVOLVED}\n</new_text>"}
+ROUTES: Router = {"Critique the prompts": critique, REWRITE: f"<new_text>\n{EVOLVED}\n</new_text>"}
 
 
 def team() -> RuleTeam:
@@ -170,7 +170,7 @@ def test_pareto_selection_builds_on_a_non_dominated_version() -> None:
 
 
 def test_per_call_critiques_walk_back_from_the_output() -> None:
-    routes = {
+    routes: Router = {
         "(step 2 of 2, agent solver)": "The solver cannot repair a plan that ignores units.",
         "(step 1 of 2, agent planner)": "The planner must tell the solver to mind the units.",
         "Component: planner.system": "<new_text>Plan the steps and mind the units.</new_text>",

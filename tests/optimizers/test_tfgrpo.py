@@ -9,7 +9,7 @@ import pytest
 
 from connectors import ConfigError, Message
 from optimizers import Budget, TrainingFreeGRPO, Version
-from tests.optimizers.world import LibraryTeam, scripted_critic, transcript, user_prompts
+from tests.optimizers.world import LibraryTeam, Router, scripted_critic, transcript, user_prompts
 
 RULES = {"m1": "units", "m2": "sign", "h1": "scale", "e1": "units"}
 KINDS = {"m1": "mixed", "m2": "mixed", "h1": "hard", "e1": "easy"}  # only m1 and m2 have mixed rewards
@@ -37,7 +37,7 @@ def operations(messages: Sequence[Message]) -> str:
     return "Here you go:\n```json\n" + json.dumps(ops) + "\n```"
 
 
-ROUTES = {SUMMARY: summary, ADVANTAGE: advantage, OPERATIONS: operations}
+ROUTES: Router = {SUMMARY: summary, ADVANTAGE: advantage, OPERATIONS: operations}
 
 
 def team() -> LibraryTeam:
