@@ -26,6 +26,8 @@ from typing import Any
 
 from connectors.env import Observation
 from connectors.errors import ConfigError
+from evolve.rules import check_task as _check_rules
+from evolve.rules import validate_task as _validate_rules
 from evolve.textmatch import (
     matches_normalised,
     parse_number,
@@ -134,6 +136,8 @@ def _validate(task: Task) -> None:
 
 def _validate_answer(task: Task, where: str) -> None:
     """The built-in checkers' needs; a registered checker gets ``answer`` and ``tests`` as they are."""
+    if task.checker == "rules":
+        _validate_rules(task)  # known rules in meta["rules"] and a non-empty answer
     if task.checker == "python" and not (isinstance(task.tests, str) and task.tests.strip()):
         raise ConfigError(f"{where}: the python checker needs 'tests' (code that exits 0 when the answer passes)")
     if task.checker not in _ANSWER_CHECKERS:
@@ -233,12 +237,14 @@ CHECKERS: dict[str, Callable[[Task, str], CheckResult]] = {
     "regex": _check_regex,
     "contains": _check_contains,
     "python": _check_python,
+    "rules": _check_rules,
 }
 """Checker name → ``fn(task, answer)``. Built in: ``exact`` (equal after ``strip``), ``normalised`` (see
 ``matches_normalised``), ``numeric`` (the last number in the answer, "1,234" / "-3.5" / "1e3", within
 ``tolerance · max(1, |expected|)``), ``regex`` (``answer`` is a pattern searched case-insensitively),
 ``contains`` (the expected text inside the answer, ignoring case and runs of whitespace), ``python``
-(``answer`` is a program, fenced or not, run with ``tests`` appended; passes on exit code 0). With a list
+(``answer`` is a program, fenced or not, run with ``tests`` appended; passes on exit code 0), ``rules`` (the
+output rules in ``meta["rules"]`` and the content, see ``evolve.rules``). With a list
 ``answer`` any accepted one passes. Extend with ``register_checker``."""
 
 
