@@ -3,7 +3,8 @@
 A task of the ``rules`` checker lists its rules in ``meta["rules"]``, e.g. ``["max_words:6",
 "one_sentence"]``. Each rule is a pure function ``(answer) -> str | None`` that returns a violation
 message in plain words, or ``None`` when the rule holds. Rules that take an argument are written
-``name:argument`` (``max_words:6``, ``prefix:ANSWER:``).
+``name:argument``. The rules: ``one_word``, ``lowercase``, ``no_punctuation``, ``one_line``,
+``one_sentence``, ``max_words:<n>`` and ``prefix:<text>``; ``state_rules`` words them as instructions.
 
 A ``prefix`` rule is an envelope: it is checked first and removed, and the other rules and the content
 check judge what follows it. The reward is 1.0 only when every rule holds and the content matches an
@@ -28,11 +29,11 @@ from functools import partial
 from typing import Any
 
 from connectors.errors import ConfigError
-from evolve.textmatch import matches_normalised
+from evolve.textmatch import matches_normalised, words
 
 logger = logging.getLogger(__name__)
 
-RuleCheck = Callable[[str], "str | None"]
+RuleCheck = Callable[[str], str | None]
 """A rule ready to run: the answer in, a violation message or ``None`` out."""
 
 # A sentence ends at . ! or ? (repeats allowed) followed by whitespace or the end: "3.5" does not split.
@@ -76,7 +77,7 @@ def no_punctuation(answer: str) -> str | None:
     marks = list(dict.fromkeys(ch for ch in answer if ch in string.punctuation or ch in "\u201c\u201d\u2018\u2019"))
     if not marks:
         return None
-    return f"The answer must have no punctuation; it has {' '.join(marks)}."
+    return f"The answer must have no punctuation; it has {', '.join(repr(mark) for mark in marks)}."
 
 
 def one_line(answer: str) -> str | None:
@@ -228,6 +229,17 @@ def rule_violations(rules: Sequence[str], answer: str) -> tuple[list[str], str]:
     return violations, body
 
 
+def holds_answer(expected: str, text: str) -> bool:
+    """Whether the words of ``expected`` appear as a contiguous run of whole words anywhere in ``text``.
+
+    Looser than ``matches_normalised`` (no limit on the words around it): it judges whether a long
+    answer that broke a length rule still had the right content, never the reward itself.
+    """
+    want, got = words(expected), words(text)
+    n = len(want)
+    return n > 0 and any(got[i : i + n] == want for i in range(len(got) - n + 1))
+
+
 def check_rules(rules: Sequence[str], answer: str, expected: Any, *, reveal: bool = True) -> tuple[float, str]:
     """Score ``answer``: 1.0 when every rule holds and the content is right, else 0.0 with the reasons.
 
@@ -241,23 +253,23 @@ def check_rules(rules: Sequence[str], answer: str, expected: Any, *, reveal: boo
             the task's feedback mode decide.
 
     Returns:
-        ``(reward, feedback)``: feedback is empty on success; otherwise one sentence per broken rule
-        followed by whether the content was right.
+        ``(reward, feedback)``: feedback is empty on success; otherwise one sentence per broken rule,
+        then whether the content was right. When a rule broke, a right answer buried in a long reply
+        counts as right content (``holds_answer``): the feedback then blames the form, not the
+        knowledge.
     """
     accepted = expected_answers(expected)
     if not accepted:
         raise ConfigError(f"check_rules needs at least one expected answer, got {expected!r}")
     violations, body = rule_violations(rules, answer)
-    content_right = any(matches_normalised(item, body) for item in accepted)
-    if content_right and not violations:
+    if not violations and any(matches_normalised(item, body) for item in accepted):
         return 1.0, ""
-    if content_right:
-        verdict = "The content was right."
-    else:
-        verdict = "The content was wrong." if violations else "Every rule was followed, but the content was wrong."
-        if reveal:
-            first = accepted[0].strip()
-            verdict += f" The expected answer is: {first}" + ("" if first.endswith((".", "!", "?")) else ".")
+    if violations and any(holds_answer(item, body) for item in accepted):
+        return 0.0, " ".join([*violations, "The content was right."])
+    verdict = "The content was wrong." if violations else "Every rule was followed, but the content was wrong."
+    if reveal:
+        first = accepted[0].strip()
+        verdict += f" The expected answer is: {first}" + ("" if first.endswith((".", "!", "?")) else ".")
     return 0.0, " ".join([*violations, verdict])
 
 
