@@ -29,6 +29,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.memory_speed
+	$(BIN)/python -m bench.prompt_evolution
 
 
 clean:

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+DEFAULT_MAX_TOKENS = 512
+
+
 class CriticFailed(EvolveError):
     """The critic's backend failed (after the client's own retries); the step stops without a proposal."""
 
@@ -54,7 +57,9 @@ class Critic:
     ) -> None:
         self.client = client
         self.spend = spend
-        self.params = dict(params or {})
+        # Long enough for a full critique or rewrite; backends' own defaults are often far shorter
+        # (a local model's 64 new tokens cut a rewrite before its closing tag). Callers override it.
+        self.params = {"max_tokens": DEFAULT_MAX_TOKENS, **(params or {})}
         self.system = system
         self.retried = 0
         self.skipped = 0

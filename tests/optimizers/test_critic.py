@@ -30,8 +30,18 @@ def test_a_parse_failure_is_retried_with_the_error_then_the_item_is_skipped() ->
 
 def test_params_are_passed_on_every_call() -> None:
     backend = ScriptedChat(["fine"])
-    Critic(ChatClient(backend), Spend(Budget()), params={"temperature": 0.0}).ask("x", component="c", parse=parse_critique)
-    assert backend.calls[0][1] == {"temperature": 0.0}
+    Critic(ChatClient(backend), Spend(Budget()), params={"temperature": 0.0}).ask(
+        "x", component="c", parse=parse_critique
+    )
+    assert backend.calls[0][1] == {"temperature": 0.0, "max_tokens": 512}  # a default long enough for a rewrite
+
+
+def test_max_tokens_can_be_overridden() -> None:
+    backend = ScriptedChat(["fine"])
+    Critic(ChatClient(backend), Spend(Budget()), params={"max_tokens": 64}).ask(
+        "x", component="c", parse=parse_critique
+    )
+    assert backend.calls[0][1] == {"max_tokens": 64}
 
 
 def test_the_budget_is_checked_before_the_call() -> None:
