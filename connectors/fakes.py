@@ -31,19 +31,29 @@ class ScriptedChat:
     """A chat model that answers from a script and records every call.
 
     ``replies`` is a list (answered in order; the last one repeats when ``cycle`` is false and the
-    list runs out), a dict (the first key found as a substring of the last user message wins; else
-    ``default``), or a callable ``messages -> str | Completion``.
+    list runs out), a dict (the first key found as a substring of the last user message wins — of any
+    message, the system prompt included, with ``match="all"``; else ``default``), or a callable
+    ``messages -> str | Completion``.
     """
 
     def __init__(
-        self, replies: Script, *, name: str = "scripted", default: str | None = None, cycle: bool = False
+        self,
+        replies: Script,
+        *,
+        name: str = "scripted",
+        default: str | None = None,
+        cycle: bool = False,
+        match: str = "last_user",
     ) -> None:
+        if match not in ("last_user", "all"):
+            raise ConfigError(f"ScriptedChat match must be 'last_user' or 'all', got {match!r}")
         if isinstance(replies, (str, bytes)):
             raise ConfigError("ScriptedChat replies must be a list, a dict or a callable, not a single string")
         self.name = name
         self.replies = replies
         self.default = default
         self.cycle = cycle
+        self.match = match
         self.calls: list[tuple[list[Message], dict[str, Any]]] = []
         self._lock = threading.Lock()
 
@@ -63,8 +73,9 @@ class ScriptedChat:
             return r(messages)
         if isinstance(r, Mapping):
             last = next((m.content for m in reversed(messages) if m.role == "user"), "")
+            seen = "\n".join(m.content for m in messages) if self.match == "all" else last
             for key, value in r.items():
-                if key in last:
+                if key in seen:
                     return value
             if self.default is None:
                 raise ConnectorError(f"ScriptedChat has no reply for {last[:80]!r} and no default")

@@ -39,7 +39,9 @@ def build_prompt_evolution(
         return None
     from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
 
-    critic_kwargs: dict[str, Any] = {"base_url": o.critic_base_url} if o.critic_base_url else {}
+    critic_kwargs: dict[str, Any] = dict(o.critic_options)
+    if o.critic_base_url:
+        critic_kwargs["base_url"] = o.critic_base_url
     critic = chat if o.critic == "same" else load_chat(o.critic, **critic_kwargs)
     optimizer: PromptOptimizer
     if o.kind == "textgrad":

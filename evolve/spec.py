@@ -93,6 +93,7 @@ class OptimizerSection(_Strict):
     kind: Literal["none", "textgrad", "tfgrpo"] = "none"
     critic: str = "same"  # "same": the agents' model; else a chat spec such as "openai/gpt-4o-mini"
     critic_base_url: str | None = None
+    critic_options: dict[str, Any] = Field(default_factory=dict)  # passed to the critic's backend
     budget: Literal["light", "medium", "heavy"] = "light"
     minibatch: int = Field(4, ge=1)
     group_size: int = Field(5, ge=2)

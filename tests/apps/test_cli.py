@@ -135,3 +135,80 @@ def test_memory_show_export_import_and_report(tmp_path: Path, capsys: pytest.Cap
 def test_memory_export_needs_a_path(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["memory", "export"]) == 2
     assert "a JSONL path is required" in capsys.readouterr().err
+
+
+CITY_TASKS = [
+    {
+        "id": f"q{i}",
+        "prompt": q,
+        "answer": "Paris",
+        "checker": "rules",
+        "meta": {"rules": ["max_words:7", "one_sentence"]},
+    }
+    for i, q in enumerate(
+        [
+            "What is the capital of France?",
+            "Which city is the French capital?",
+            "Name the capital city of France.",
+            "France's capital is which city?",
+            "Where is the seat of the French government?",
+            "Tell me the capital of France.",
+            "Capital of France?",
+            "Which city hosts the French presidency?",
+            "What city is France's capital?",
+            "In which city is the capital of France?",
+        ]
+    )
+]
+MEMORY_AND_PROMPTS = """
+[run]
+name = "cli"
+rounds = 2
+database = "sqlite:///{db}"
+
+[model]
+chat = "fake/scripted"
+options = {{ match = "all", default = "The capital of France is Paris, a lovely city on the Seine.", replies = {{ "at most seven words" = "Paris." }} }}
+
+[embedder]
+name = "hash"
+
+[environment]
+tasks = "tasks.jsonl"
+paraphrase = false
+
+[optimizer]
+kind = "textgrad"
+critic = "fake/scripted"
+critic_options = {{ replies = {{ "Rewrite one" = "<new_text>Answer in at most seven words.</new_text>", "Critique" = "The answers are too long: ask for at most seven words." }}, default = "NO CHANGE" }}
+minibatch = 4
+
+[memory]
+k2 = 1
+"""
+
+
+def test_run_with_memory_and_prompt_evolution_shows_both_updates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in CITY_TASKS))
+    spec = tmp_path / "spec.toml"
+    spec.write_text(MEMORY_AND_PROMPTS.format(db=tmp_path / "runs.db"))
+    assert main(["run", str(spec), "--quiet"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["0.00", "1.00"]  # the evolved prompt fixes round 2
+    assert [r[3] for r in rows] == ["10", "20"]  # memory grew by one experience per attempt
+    assert [r[5] for r in rows] == ["+1", "0"]  # round 1 accepted a prompt update, round 2 had nothing to fix
+
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["prompts", "log", "--db", db, "--graph", "cli"]) == 0
+    log = capsys.readouterr().out.splitlines()
+    assert len(log) == 2 and log[0].startswith("*")
+    assert main(["prompts", "show", "--db", db, "--graph", "cli"]) == 0
+    assert "Answer in at most seven words." in capsys.readouterr().out
+    assert main(["prompts", "rollback", "--db", db, "--graph", "cli"]) == 0
+    capsys.readouterr()
+    assert main(["prompts", "show", "--db", db, "--graph", "cli"]) == 0
+    assert "You are a careful assistant." in capsys.readouterr().out
+    assert main(["prompts", "diff", log[1].split()[0], "--db", db, "--graph", "cli"]) == 0  # the seed vs HEAD
+    assert "no difference" in capsys.readouterr().out

@@ -108,3 +108,13 @@ def test_fakes_through_load_chat(tmp_path: Path) -> None:
         load_chat("fake/replay")
     with pytest.raises(ConfigError, match="unknown fake chat model"):
         load_chat("fake/other")
+
+
+def test_dict_replies_can_match_the_system_prompt() -> None:
+
+    chat = ScriptedChat({"be brief": "Paris."}, default="The capital of France is Paris.", match="all")
+    brief = chat.complete([Message("system", "Always be brief."), Message("user", "Capital of France?")])
+    plain = chat.complete([Message("system", "Be helpful."), Message("user", "Capital of France?")])
+    assert (brief.text, plain.text) == ("Paris.", "The capital of France is Paris.")
+    with pytest.raises(ConfigError, match="match must be"):
+        ScriptedChat({}, match="system")

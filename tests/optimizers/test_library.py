@@ -51,7 +51,9 @@ def test_a_batch_of_operations_merges_into_the_golden_library(golden: Callable[[
 
 
 def test_adds_past_max_entries_are_dropped() -> None:
-    update = merge_operations(LIBRARY, [Operation(op="ADD", text=f"When {i}, do {i}.") for i in range(3)], max_entries=4)
+    update = merge_operations(
+        LIBRARY, [Operation(op="ADD", text=f"When {i}, do {i}.") for i in range(3)], max_entries=4
+    )
     assert len(update.entries) == 4
     assert (update.added, update.dropped) == (1, 2)
 

@@ -18,7 +18,9 @@ def test_rewrite_takes_the_last_block_when_the_tags_are_echoed() -> None:
     assert parse_rewrite(raw) == "Be exact."
 
 
-@pytest.mark.parametrize("raw", ["Always state the units.", "<new_text>Always state the units.", "<new_text>  </new_text>"])
+@pytest.mark.parametrize(
+    "raw", ["Always state the units.", "<new_text>Always state the units.", "<new_text>  </new_text>"]
+)
 def test_rewrite_without_a_complete_nonempty_block_is_a_parse_error(raw: str) -> None:
     with pytest.raises(ParseError) as info:
         parse_rewrite(raw)

@@ -56,7 +56,10 @@ def test_a_step_evolves_the_prompt_from_the_critique(golden: Callable[[str, str]
     assert [c.ids for c in fake.calls] == [list(TRAIN), list(TRAIN), list(VAL), list(VAL)]
     assert result.usage == client.usage and result.usage.total_tokens > 0
     assert set(result.usage_by_component) == {"solver.system"}
-    golden("textgrad_step.txt", transcript(backend) + f"######## proposal ({result.reason})\n{result.candidate['solver.system']}\n")
+    golden(
+        "textgrad_step.txt",
+        transcript(backend) + f"######## proposal ({result.reason})\n{result.candidate['solver.system']}\n",
+    )
 
 
 def test_known_parent_scores_are_not_evaluated_again() -> None:
@@ -163,7 +166,9 @@ def test_pareto_selection_builds_on_a_non_dominated_version() -> None:
     for seed in range(12):
         client, _ = scripted_critic(ROUTES)
         fake = RuleTeam({**TRAIN, **val})
-        result = optimizer(client, parent_selection="pareto", seed=seed).step(versions, "v0", fake, list(TRAIN), list(val))
+        result = optimizer(client, parent_selection="pareto", seed=seed).step(
+            versions, "v0", fake, list(TRAIN), list(val)
+        )
         parents.add(result.parent)
         assert fake.calls[0].candidate == dict(next(v.candidate for v in versions if v.id == result.parent))
     assert parents == {"units", "sign"}
@@ -190,7 +195,10 @@ def test_per_call_critiques_walk_back_from_the_output() -> None:
     assert "- on solver.system (step 2, agent solver): The solver cannot repair" in prompts[1]
     assert len(result.gradients) == 4
     assert result.changed == ("planner.system",)  # the solver's rewrite returned its current text
-    assert result.candidate == {"planner.system": "Plan the steps and mind the units.", "solver.system": "Follow the plan."}
+    assert result.candidate == {
+        "planner.system": "Plan the steps and mind the units.",
+        "solver.system": "Follow the plan.",
+    }
 
 
 def test_long_texts_reach_the_critic_in_full() -> None:

@@ -18,11 +18,17 @@ START = {"solver.system": "Solve it.", "solver.library": "[1] When unsure, guess
 UNITS = "When a quantity has units, state them in the answer."
 SIGN = "When unsure, check the sign before guessing."
 
-SUMMARY, ADVANTAGE, OPERATIONS = "Summarise one attempt", "Several attempts at the same task", "Update an experience library"
+SUMMARY, ADVANTAGE, OPERATIONS = (
+    "Summarise one attempt",
+    "Several attempts at the same task",
+    "Update an experience library",
+)
 
 
 def summary(messages: Sequence[Message]) -> str:
-    return "It kept the key detail and succeeded." if "Reward: 1.00" in messages[1].content else "It missed it and failed."
+    return (
+        "It kept the key detail and succeeded." if "Reward: 1.00" in messages[1].content else "It missed it and failed."
+    )
 
 
 def advantage(messages: Sequence[Message]) -> str:
@@ -61,11 +67,17 @@ def test_a_step_learns_a_library_from_groups_with_mixed_rewards(golden: Callable
     assert result.changed == ("solver.library",)
     assert result.candidate is not None and result.candidate["solver.system"] == "Solve it."
     assert result.candidate["solver.library"] == f"[1] {SIGN}\n[2] {UNITS}"  # the update beat the delete
-    assert [(g.component, g.example_ids) for g in result.gradients] == [("solver.library", ("m1",)), ("solver.library", ("m2",))]
+    assert [(g.component, g.example_ids) for g in result.gradients] == [
+        ("solver.library", ("m1",)),
+        ("solver.library", ("m2",)),
+    ]
     assert result.minibatch == (pytest.approx(9 / 20), pytest.approx(15 / 20))
     assert len(backend.calls) == 2 * (5 + 2)  # per kept group: G summaries, one advantage, one operations call
     assert set(result.usage_by_component) == {"solver.library"}
-    golden("tfgrpo_step.txt", transcript(backend) + f"######## library ({result.reason})\n{result.candidate['solver.library']}\n")
+    golden(
+        "tfgrpo_step.txt",
+        transcript(backend) + f"######## library ({result.reason})\n{result.candidate['solver.library']}\n",
+    )
 
 
 def test_rollouts_are_requested_as_groups_at_the_sampling_temperature() -> None:

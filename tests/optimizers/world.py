@@ -46,7 +46,9 @@ class RuleTeam:
         library = candidate.get("solver.library", "")
         experience = f"\n\nExperience:\n{library}" if library else ""
         prompt = f"{candidate.get('solver.system', '')}{experience}\n\nTask {example_id}: solve it."
-        call = NodeCall("solver", tuple(c for c in ("solver.system", "solver.library") if c in candidate), prompt, answer)
+        call = NodeCall(
+            "solver", tuple(c for c in ("solver.system", "solver.library") if c in candidate), prompt, answer
+        )
         feedback = "correct" if ok else f"wrong: the answer must take care of the {rule}"
         return Trace(example_id, (call,), answer, 1.0 if ok else 0.0, feedback)
 
