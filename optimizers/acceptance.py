@@ -65,13 +65,17 @@ class Verdict:
     parent_scores: Mapping[str, float] | None = None
 
 
-def evaluate_scores(evaluate: Evaluate, candidate: Candidate, example_ids: Sequence[str], **kwargs: Any) -> dict[str, float]:
+def evaluate_scores(
+    evaluate: Evaluate, candidate: Candidate, example_ids: Sequence[str], **kwargs: Any
+) -> dict[str, float]:
     """Run ``evaluate`` and check it scored exactly the examples asked for."""
     scores = scores_by_example(evaluate(candidate, list(example_ids), **kwargs))
     if set(scores) != set(example_ids):
         missing = sorted(set(example_ids) - set(scores))[:5]
         extra = sorted(set(scores) - set(example_ids))[:5]
-        raise ConfigError(f"evaluate must return traces for exactly the examples asked for; missing {missing}, extra {extra}")
+        raise ConfigError(
+            f"evaluate must return traces for exactly the examples asked for; missing {missing}, extra {extra}"
+        )
     return scores
 
 
@@ -146,7 +150,13 @@ def step_result(
 ) -> StepResult:
     """A ``StepResult`` carrying the step's critic spend (total and per component)."""
     return StepResult(
-        parent=parent.id, candidate=candidate, accepted=fields.pop("accepted", False), reason=reason,
-        changed=changed, gradients=tuple(gradients), usage=spend.total, usage_by_component=dict(spend.by_component),
+        parent=parent.id,
+        candidate=candidate,
+        accepted=fields.pop("accepted", False),
+        reason=reason,
+        changed=changed,
+        gradients=tuple(gradients),
+        usage=spend.total,
+        usage_by_component=dict(spend.by_component),
         **fields,
     )

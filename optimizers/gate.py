@@ -91,8 +91,9 @@ def paired_test(
     return GateDecision(accepted, mean_diff, p, len(keys), _reason(mean_diff, p, len(keys), accepted))
 
 
-def sign_flip_p_value(diffs: np.ndarray, *, exact_limit: int = EXACT_LIMIT, samples: int = MONTE_CARLO_SAMPLES,
-                      seed: int = 0) -> float:
+def sign_flip_p_value(
+    diffs: np.ndarray, *, exact_limit: int = EXACT_LIMIT, samples: int = MONTE_CARLO_SAMPLES, seed: int = 0
+) -> float:
     """One-sided p-value of ``sum(diffs)`` under random sign flips of the non-zero differences.
 
     Zero differences carry no sign and are left out. With no non-zero difference the p-value is 1.

@@ -87,7 +87,9 @@ def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def merge_operations(entries: Sequence[str], operations: Iterable[Operation], *, max_entries: int = 30) -> LibraryUpdate:
+def merge_operations(
+    entries: Sequence[str], operations: Iterable[Operation], *, max_entries: int = 30
+) -> LibraryUpdate:
     """Apply a batch's operations to a library (ids refer to ``entries``, numbered from 1).
 
     Raises:

@@ -144,15 +144,30 @@ class TextualGradientOptimizer:
             reason = "critic answer unparseable twice: skipped" if critic.skipped else "critic proposed no change"
             return step_result(parent, spend, reason, gradients=gradients)
         if any(dict(proposal) == dict(r) for r in rejected):
-            return step_result(parent, spend, "proposal repeats a recently rejected candidate", proposal, changed, gradients)
+            return step_result(
+                parent, spend, "proposal repeats a recently rejected candidate", proposal, changed, gradients
+            )
         verdict = judge(
-            evaluate=evaluate, parent=parent, proposal=proposal, minibatch_ids=minibatch, parent_minibatch=before,
-            val_ids=val_ids, alpha=self.alpha, seed=self.seed,
+            evaluate=evaluate,
+            parent=parent,
+            proposal=proposal,
+            minibatch_ids=minibatch,
+            parent_minibatch=before,
+            val_ids=val_ids,
+            alpha=self.alpha,
+            seed=self.seed,
         )
         log.info("textual-gradient step on %s changed %s: %s", parent.id, ", ".join(changed), verdict.reason)
         return step_result(
-            parent, spend, verdict.reason, proposal, changed, gradients,
-            accepted=verdict.accepted, minibatch=verdict.minibatch, val_scores=verdict.val_scores,
+            parent,
+            spend,
+            verdict.reason,
+            proposal,
+            changed,
+            gradients,
+            accepted=verdict.accepted,
+            minibatch=verdict.minibatch,
+            val_scores=verdict.val_scores,
             parent_scores=verdict.parent_scores,
         )
 
@@ -186,8 +201,10 @@ class TextualGradientOptimizer:
         if self.backward == "whole" or (self.backward == "auto" and len(trace.calls) <= 1) or not used:
             prompt = P.TRACE_CRITIQUE_PROMPT.format(
                 component_texts=P.render_blocks(P.render_component(c, candidate.get(c, "")) for c in targets),
-                calls=P.render_calls(trace.calls), final=P.shown(trace.output),
-                score=f"{trace.score:.2f}", feedback=P.shown(trace.feedback),
+                calls=P.render_calls(trace.calls),
+                final=P.shown(trace.output),
+                score=f"{trace.score:.2f}",
+                feedback=P.shown(trace.feedback),
             )
             text = critic.ask(prompt, component=",".join(targets), parse=parse_critique, reserve_calls=reserve)
             return [Gradient(c, text, (trace.example_id,)) for c in targets] if text else []
@@ -197,15 +214,25 @@ class TextualGradientOptimizer:
             call = trace.calls[step - 1]
             for component in (c for c in call.components if c in trainable):
                 prompt = P.CRITIQUE_PROMPT.format(
-                    component=component, description=P.describe(component), text=P.shown(candidate.get(component, "")),
-                    step=step, steps=len(trace.calls), node=call.node, prompt=P.shown(call.prompt),
-                    output=P.shown(call.output), final=P.shown(trace.output), score=f"{trace.score:.2f}",
-                    feedback=P.shown(trace.feedback), downstream=P.render_list(downstream),
+                    component=component,
+                    description=P.describe(component),
+                    text=P.shown(candidate.get(component, "")),
+                    step=step,
+                    steps=len(trace.calls),
+                    node=call.node,
+                    prompt=P.shown(call.prompt),
+                    output=P.shown(call.output),
+                    final=P.shown(trace.output),
+                    score=f"{trace.score:.2f}",
+                    feedback=P.shown(trace.feedback),
+                    downstream=P.render_list(downstream),
                 )
                 text = critic.ask(prompt, component=component, parse=parse_critique, reserve_calls=reserve)
                 if text:
                     gradients.append(Gradient(component, text, (trace.example_id,)))
-                    downstream.append(P.DOWNSTREAM_ITEM.format(component=component, step=step, node=call.node, text=text))
+                    downstream.append(
+                        P.DOWNSTREAM_ITEM.format(component=component, step=step, node=call.node, text=text)
+                    )
         return gradients
 
     def _update(
@@ -222,7 +249,8 @@ class TextualGradientOptimizer:
         for done, component in enumerate(chosen):
             current = parent.candidate.get(component, "")
             prompt = P.REWRITE_PROMPT.format(
-                component=component, description=P.describe(component),
+                component=component,
+                description=P.describe(component),
                 role_block=P.render_role(component, parent.candidate.get(P.system_component(component))),
                 text=P.shown(current),
                 critiques=P.render_list(

@@ -142,15 +142,31 @@ class TrainingFreeGRPO:
         proposal = {**parent.candidate, self.library_component: update.text}
         changed = (self.library_component,)
         if any(r.get(self.library_component) == update.text for r in rejected):
-            return step_result(parent, spend, "proposal repeats a recently rejected library", proposal, changed, gradients)
+            return step_result(
+                parent, spend, "proposal repeats a recently rejected library", proposal, changed, gradients
+            )
         verdict = judge(
-            evaluate=evaluate, parent=parent, proposal=proposal, minibatch_ids=batch, parent_minibatch=mean_score(traces),
-            val_ids=val_ids, alpha=self.alpha, seed=self.seed, minibatch_gate=self.minibatch_gate,
+            evaluate=evaluate,
+            parent=parent,
+            proposal=proposal,
+            minibatch_ids=batch,
+            parent_minibatch=mean_score(traces),
+            val_ids=val_ids,
+            alpha=self.alpha,
+            seed=self.seed,
+            minibatch_gate=self.minibatch_gate,
             minibatch_kwargs=rollout,
         )
         return step_result(
-            parent, spend, verdict.reason, proposal, changed, gradients,
-            accepted=verdict.accepted, minibatch=verdict.minibatch, val_scores=verdict.val_scores,
+            parent,
+            spend,
+            verdict.reason,
+            proposal,
+            changed,
+            gradients,
+            accepted=verdict.accepted,
+            minibatch=verdict.minibatch,
+            val_scores=verdict.val_scores,
             parent_scores=verdict.parent_scores,
         )
 
@@ -184,8 +200,12 @@ class TrainingFreeGRPO:
         summaries: list[tuple[Trace, str]] = []
         for trace in group:
             prompt = P.SUMMARY_PROMPT.format(
-                example_id=example_id, library=shown_library, calls=P.render_calls(trace.calls),
-                output=P.shown(trace.output), score=f"{trace.score:.2f}", feedback=P.shown(trace.feedback),
+                example_id=example_id,
+                library=shown_library,
+                calls=P.render_calls(trace.calls),
+                output=P.shown(trace.output),
+                score=f"{trace.score:.2f}",
+                feedback=P.shown(trace.feedback),
             )
             summary = critic.ask(prompt, component=component, parse=parse_summary)
             if summary is not None:
@@ -198,13 +218,15 @@ class TrainingFreeGRPO:
         )
         lessons = critic.ask(
             P.ADVANTAGE_PROMPT.format(example_id=example_id, library=shown_library, attempts=attempts),
-            component=component, parse=parse_lessons,
+            component=component,
+            parse=parse_lessons,
         )
         if lessons is None:
             return None
         operations = critic.ask(
             P.OPERATIONS_PROMPT.format(max_entries=self.max_entries, library=shown_library, lessons=lessons),
-            component=component, parse=parse_operations,
+            component=component,
+            parse=parse_operations,
         )
         return Gradient(component, lessons, (example_id,)), list(operations or [])
 
