@@ -38,10 +38,21 @@ SEED_PROMPT = "You are a helpful assistant."
 def build_optimizer(kind: str, critic: ChatClient, seed: int) -> PromptOptimizer:
     from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
 
+    # A 135M critic cannot keep the <new_text> format, so textgrad takes untagged rewrites (the gates
+    # still decide); critic answers are capped at 160 tokens because the small model rambles past that.
+    params = {"max_tokens": 160}
     if kind == "textgrad":
-        return TextualGradientOptimizer(critic=critic, budget="light", minibatch_size=4, seed=seed)
+        return TextualGradientOptimizer(
+            critic=critic, budget="light", minibatch_size=4, critic_params=params, untagged=True, seed=seed
+        )
     return TrainingFreeGRPO(
-        critic=critic, library_component="solver.library", group_size=4, batch_size=3, budget="light", seed=seed
+        critic=critic,
+        library_component="solver.library",
+        group_size=4,
+        batch_size=3,
+        budget="light",
+        critic_params=params,
+        seed=seed,
     )
 
 

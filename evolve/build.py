@@ -50,6 +50,8 @@ def build_prompt_evolution(
             budget=o.budget,
             minibatch_size=o.minibatch,
             parent_selection=o.parent_selection,
+            critic_params={"max_tokens": o.critic_max_tokens},
+            untagged=o.untagged,
             seed=spec.run.seed,
         )
     else:
@@ -60,6 +62,7 @@ def build_prompt_evolution(
             temperature=o.temperature,
             batch_size=o.minibatch,
             budget=o.budget,
+            critic_params={"max_tokens": o.critic_max_tokens},
             seed=spec.run.seed,
         )
     train_ids, val_ids = split_tasks(tasks, val_fraction=o.val_fraction, seed=spec.run.seed)

@@ -51,6 +51,29 @@ def parse_rewrite(raw: str) -> str:
     return text
 
 
+def parse_untagged_rewrite(raw: str) -> str:
+    """``parse_rewrite``, falling back to the first paragraph of an answer that has no tags.
+
+    Small local critics often cannot keep the output format; their first paragraph is still a
+    proposal worth testing (the gates decide). Repeated lines are dropped and a lead-in such as
+    "Here is the new text:" is skipped.
+
+    Raises:
+        ParseError: the answer is empty, or has no paragraph of at least three words.
+    """
+    try:
+        return parse_rewrite(raw)
+    except ParseError:
+        pass
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", raw.replace("<new_text>", "")) if p.strip()]
+    for paragraph in paragraphs:
+        if paragraph.rstrip().endswith(":") or len(paragraph.split()) < 3:
+            continue  # a lead-in or a fragment
+        lines = list(dict.fromkeys(line.strip() for line in paragraph.splitlines() if line.strip()))
+        return "\n".join(lines)
+    raise ParseError("no <new_text> block and no paragraph of at least three words to use instead", raw=raw)
+
+
 def parse_text(raw: str, *, what: str, nothing: str | None = None) -> str | None:
     """Free text, stripped; None when the answer is exactly the ``nothing`` sentinel.
 

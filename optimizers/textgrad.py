@@ -33,7 +33,7 @@ from optimizers import prompts as P
 from optimizers.acceptance import judge, mean_score, step_result
 from optimizers.budget import Budget, BudgetExhausted, Spend, as_budget
 from optimizers.critic import Critic, CriticFailed
-from optimizers.parsing import parse_critique, parse_rewrite
+from optimizers.parsing import parse_critique, parse_rewrite, parse_untagged_rewrite
 from optimizers.selection import ParentSelection, sample_ids, select_parent
 from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, Version
 
@@ -58,6 +58,8 @@ class TextualGradientOptimizer:
         history: how many past versions and rejected proposals the rewrite prompt shows.
         alpha: the validation test's significance level.
         critic_params: sampling parameters for every critic call.
+        untagged: accept a rewrite without ``<new_text>`` tags (its first paragraph), for small
+            critics that cannot keep the format; the two gates still decide.
         seed: seeds minibatch sampling, Pareto draws and the validation test.
 
     Example:
@@ -82,6 +84,7 @@ class TextualGradientOptimizer:
         history: int = 3,
         alpha: float = 0.05,
         critic_params: Mapping[str, Any] | None = None,
+        untagged: bool = False,
         seed: int = 0,
     ) -> None:
         if critic is None:
@@ -102,6 +105,7 @@ class TextualGradientOptimizer:
         self.history = history
         self.alpha = alpha
         self.critic_params = dict(critic_params or {})
+        self.parse_rewrite = parse_untagged_rewrite if untagged else parse_rewrite
         self.seed = seed
         self._rng = random.Random(seed)
 
@@ -261,7 +265,7 @@ class TextualGradientOptimizer:
                 rejected=P.render_blocks(rejected_items(component, current, rejected, self.history)),
             )
             try:
-                new_text = critic.ask(prompt, component=component, parse=parse_rewrite)
+                new_text = critic.ask(prompt, component=component, parse=self.parse_rewrite)
             except BudgetExhausted:
                 if done == 0:
                     raise

@@ -75,3 +75,13 @@ def test_bad_operations_are_parse_errors_keeping_the_raw_text(raw: str, message:
     with pytest.raises(ParseError, match=message) as info:
         parse_operations(raw)
     assert info.value.raw == raw
+
+
+def test_untagged_rewrite_falls_back_to_the_first_real_paragraph() -> None:
+    from optimizers.parsing import parse_untagged_rewrite
+
+    assert parse_untagged_rewrite("x <new_text>Be brief.</new_text>") == "Be brief."
+    raw = "Here is the new text:\n\nAnswer in at most seven words.\nAnswer in at most seven words.\n\nMore chatter here."
+    assert parse_untagged_rewrite(raw) == "Answer in at most seven words."
+    with pytest.raises(ParseError):
+        parse_untagged_rewrite("Okay.\n\nSure:")
