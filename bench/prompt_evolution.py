@@ -25,9 +25,8 @@ from tqdm import tqdm
 from bench.common import machine, merge_summary
 from connectors import ChatClient, load_chat, make_engine
 from evolve import Agent, PromptEvolution, PromptGraph, Team, load_tasks, make_evaluate, split_tasks
-from evolve.prompt_loop import PromptOptimizer
 from evolve.tasks import TaskEnv
-from optimizers.types import Candidate, Evaluate
+from optimizers.types import Candidate, Evaluate, PromptOptimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -11,10 +11,11 @@ from connectors import ChatClient, ConfigError, Embedder, ResponseCache, evolve_
 from evolve.agent import Agent, MemoryView, Team
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
 from evolve.prompt_graph import PromptGraph
-from evolve.prompt_loop import PromptEvolution, PromptOptimizer, split_tasks
+from evolve.prompt_loop import PromptEvolution, split_tasks
 from evolve.spec import RunSpec
 from evolve.tasks import Task, load_tasks
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
+from optimizers.types import PromptOptimizer
 
 
 def build_chat(spec: RunSpec) -> ChatClient:

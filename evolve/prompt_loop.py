@@ -13,30 +13,15 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from connectors import ConfigError, Environment, EvolveError, Usage
 from evolve.agent import Team
 from evolve.prompt_graph import PromptGraph
 from evolve.tasks import Task
-from optimizers.types import Candidate, Evaluate, NodeCall, StepResult, Trace, Version
+from optimizers.types import Candidate, Evaluate, NodeCall, PromptOptimizer, Trace
 
 log = logging.getLogger(__name__)
-
-
-class PromptOptimizer(Protocol):
-    """What ``TextualGradientOptimizer`` and ``TrainingFreeGRPO`` have in common."""
-
-    def step(
-        self,
-        versions: Sequence[Version],
-        head: str,
-        evaluate: Evaluate,
-        train_ids: Sequence[str],
-        val_ids: Sequence[str],
-        *,
-        rejected: Sequence[Candidate] = (),
-    ) -> StepResult: ...
 
 
 def make_evaluate(team: Team, tasks: Sequence[Task], env_factory: Callable[[], Environment]) -> Evaluate:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from connectors import Usage
 
@@ -92,3 +93,19 @@ class StepResult:
 # evaluate(candidate, example_ids, *, samples=1, temperature=None) -> one Trace per example per sample
 Evaluate = Callable[..., list[Trace]]
 ExampleIds = Sequence[str]
+
+
+class PromptOptimizer(Protocol):
+    """One gated step over the versions of a team's prompts (``TextualGradientOptimizer``,
+    ``TrainingFreeGRPO``); ``evolve.PromptEvolution`` calls it once a round."""
+
+    def step(
+        self,
+        versions: Sequence[Version],
+        head: str,
+        evaluate: Evaluate,
+        train_ids: Sequence[str],
+        val_ids: Sequence[str],
+        *,
+        rejected: Sequence[Candidate] = (),
+    ) -> StepResult: ...
