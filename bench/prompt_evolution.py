@@ -97,6 +97,7 @@ def run_optimizer(
         "seconds": round(time.perf_counter() - started, 1),
         "head": head.id,
         "head_prompt": dict(head.nodes),
+        "rejected": [{"proposal": dict(nodes), "reason": reason} for nodes, reason in graph.rejected(limit=steps)],
     }
 
 
