@@ -57,6 +57,6 @@ def run_table(metrics: Sequence[RoundMetrics]) -> str:
         prompt = "+1" if m.prompt_updates else ("0" if m.prompt_version else "-")
         lines.append(
             f"{m.round:<6}{m.success_rate:>8.2f}{m.mean_reward:>8.2f}{m.memory_size:>10}{m.q_mean:>+8.2f}{prompt:>8}  "
-            f"{m.prompt_version[:16]:<17}{m.prompt_note[:60]}"
+            f"{m.prompt_version[:16]:<17}{m.prompt_note[:100]}"
         )
     return "\n".join(lines)
