@@ -37,8 +37,9 @@ SEED_PROMPT = "You are a helpful assistant."
 def build_optimizer(kind: str, critic: ChatClient, seed: int) -> PromptOptimizer:
     from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
 
-    # A 135M critic cannot keep the <new_text> format, so textgrad takes untagged rewrites (the gates
-    # still decide); critic answers are capped at 160 tokens because the small model rambles past that.
+    # A 135M critic cannot keep the <new_text> format nor write the operations JSON, so both optimizers
+    # take untagged answers (the gates still decide); its answers are capped at 160 tokens because the
+    # small model rambles past that.
     params = {"max_tokens": 160}
     if kind == "textgrad":
         return TextualGradientOptimizer(
@@ -51,6 +52,7 @@ def build_optimizer(kind: str, critic: ChatClient, seed: int) -> PromptOptimizer
         batch_size=3,
         budget="light",
         critic_params=params,
+        untagged=True,
         seed=seed,
     )
 

@@ -64,6 +64,7 @@ def build_prompt_evolution(
             batch_size=o.minibatch,
             budget=o.budget,
             critic_params={"max_tokens": o.critic_max_tokens},
+            untagged=o.untagged,
             seed=spec.run.seed,
         )
     train_ids, val_ids = split_tasks(tasks, val_fraction=o.val_fraction, seed=spec.run.seed)

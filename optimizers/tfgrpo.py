@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,8 @@ class TrainingFreeGRPO:
         minibatch_gate: False skips the batch re-run and goes straight to validation.
         alpha: the validation test's significance level.
         critic_params: sampling parameters for every critic call.
+        untagged: when the operations answer cannot be parsed, add the group's lessons as new
+            entries instead (small critics cannot write the JSON); the gates still decide.
         seed: seeds batch sampling and the validation test.
 
     Example:
@@ -81,6 +84,7 @@ class TrainingFreeGRPO:
         minibatch_gate: bool = True,
         alpha: float = 0.05,
         critic_params: Mapping[str, Any] | None = None,
+        untagged: bool = False,
         seed: int = 0,
     ) -> None:
         if critic is None:
@@ -101,6 +105,7 @@ class TrainingFreeGRPO:
         self.minibatch_gate = minibatch_gate
         self.alpha = alpha
         self.critic_params = dict(critic_params or {})
+        self.untagged = untagged
         self.seed = seed
         self._rng = random.Random(seed)
 
@@ -228,7 +233,17 @@ class TrainingFreeGRPO:
             component=component,
             parse=parse_operations,
         )
+        if operations is None and self.untagged:
+            operations = lessons_as_additions(lessons)
         return Gradient(component, lessons, (example_id,)), list(operations or [])
+
+
+def lessons_as_additions(lessons: str, *, limit: int = 2) -> list[Operation]:
+    """ADD operations for the first distinct lesson lines (at least three words each): the fallback
+    when a small critic cannot write the operations JSON. The gates still decide."""
+    lines = [re.sub(r"^\s*(?:[-*]|\d+[.)]|\[\d+\])\s*", "", line).strip() for line in lessons.splitlines()]
+    kept = [line for line in dict.fromkeys(lines) if len(line.split()) >= 3]
+    return [Operation(op="ADD", id=None, text=line) for line in kept[:limit]]
 
 
 def group_by_example(traces: Sequence[Trace]) -> dict[str, list[Trace]]:

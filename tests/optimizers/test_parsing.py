@@ -81,7 +81,9 @@ def test_untagged_rewrite_falls_back_to_the_first_real_paragraph() -> None:
     from optimizers.parsing import parse_untagged_rewrite
 
     assert parse_untagged_rewrite("x <new_text>Be brief.</new_text>") == "Be brief."
-    raw = "Here is the new text:\n\nAnswer in at most seven words.\nAnswer in at most seven words.\n\nMore chatter here."
+    raw = (
+        "Here is the new text:\n\nAnswer in at most seven words.\nAnswer in at most seven words.\n\nMore chatter here."
+    )
     assert parse_untagged_rewrite(raw) == "Answer in at most seven words."
     with pytest.raises(ParseError):
         parse_untagged_rewrite("Okay.\n\nSure:")

@@ -176,3 +176,15 @@ def test_configuration_errors() -> None:
         grpo(client, batch_size=0)
     with pytest.raises(ConfigError, match="head 'v9'"):
         grpo(client).step(start(), "v9", team(), list(RULES), list(VAL))
+
+
+def test_unparseable_operations_fall_back_to_the_lessons_when_untagged() -> None:
+    from optimizers.tfgrpo import lessons_as_additions
+
+    ops = lessons_as_additions(
+        "1. When asked for a capital, answer in one short sentence.\n- Keep it short\n1. When asked for a capital, answer in one short sentence.\nok"
+    )
+    assert [(o.op, o.text) for o in ops] == [
+        ("ADD", "When asked for a capital, answer in one short sentence."),
+        ("ADD", "Keep it short"),
+    ]
