@@ -144,16 +144,17 @@ class Evolver:
     def run(self, rounds: int) -> list[RoundMetrics]:
         """Run (or resume) rounds 1..rounds and return every round's metrics."""
         completed = self.log.completed()
-        if self.prompts is not None and not self._started:
-            self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
-            self._started = True
         for r in range(1, rounds + 1):
             if r not in completed:
                 completed[r] = self.run_round(r)
         return [completed[r] for r in range(1, rounds + 1)]
 
     def run_round(self, round_: int) -> RoundMetrics:
+        """One round: every scheduled task once, memory learning after each batch, then a prompt step."""
         start = time.perf_counter()
+        if self.prompts is not None and not self._started:
+            self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
+            self._started = True
         self._finish_learning(round_)
         done = self.log.done_task_ids(round_)
         todo = [t for t in self.schedule(self.tasks, round_) if t.id not in done]
