@@ -6,7 +6,11 @@ validation score of the seed prompt is written next to the validation score of t
 A step whose proposal does not beat its parent on validation (paired test) leaves HEAD where it was,
 so the evolved score can equal the seed's — that is the gate working, not a failure to report.
 
-Run: python -m bench.prompt_evolution [--steps 3] [--optimizers textgrad tfgrpo]
+``textgrad-feedback`` is the textual-gradient step for critics too small to critique: the
+environment's feedback is the gradient (``backward="feedback"``) and a step adds one instruction
+(``edit="append"``).
+
+Run: python -m bench.prompt_evolution [--steps 3] [--optimizers textgrad textgrad-feedback tfgrpo]
 Writes bench/results/prompt_evolution.{json,md} and prompt_* keys of bench/results/summary.json.
 """
 
@@ -32,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 TASKS = ROOT / "data" / "format_rules.jsonl"
 SEED_PROMPT = "You are a helpful assistant."
+KINDS = ("textgrad", "textgrad-feedback", "tfgrpo")
 
 
 def build_optimizer(kind: str, critic: ChatClient, seed: int) -> PromptOptimizer:
@@ -44,6 +49,19 @@ def build_optimizer(kind: str, critic: ChatClient, seed: int) -> PromptOptimizer
     if kind == "textgrad":
         return TextualGradientOptimizer(
             critic=critic, budget="light", minibatch_size=4, critic_params=params, untagged=True, seed=seed
+        )
+    if kind == "textgrad-feedback":
+        # Nor can it critique: the environment's feedback is the gradient, and each step adds one
+        # instruction instead of rewriting the whole prompt.
+        return TextualGradientOptimizer(
+            critic=critic,
+            budget="light",
+            minibatch_size=4,
+            critic_params=params,
+            untagged=True,
+            backward="feedback",
+            edit="append",
+            seed=seed,
         )
     return TrainingFreeGRPO(
         critic=critic,
@@ -135,7 +153,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--optimizers", nargs="+", default=["textgrad", "tfgrpo"], choices=["textgrad", "tfgrpo"])
+    parser.add_argument("--optimizers", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -170,10 +188,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     (args.out / "prompt_evolution.md").write_text(markdown(result), encoding="utf-8")
     flat = {}
     for kind, r in result["optimizers"].items():
+        key = kind.replace("-", "_")
         flat |= {
-            f"prompt_{kind}_seed_val": r["seed_val"],
-            f"prompt_{kind}_evolved_val": r["evolved_val"],
-            f"prompt_{kind}_accepted": r["accepted"],
+            f"prompt_{key}_seed_val": r["seed_val"],
+            f"prompt_{key}_evolved_val": r["evolved_val"],
+            f"prompt_{key}_accepted": r["accepted"],
         }
     merge_summary(args.out / "summary.json", flat)
     print(markdown(result))

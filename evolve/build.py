@@ -51,6 +51,8 @@ def build_prompt_evolution(
             budget=o.budget,
             minibatch_size=o.minibatch,
             parent_selection=o.parent_selection,
+            backward=o.backward,
+            edit=o.edit,
             critic_params={"max_tokens": o.critic_max_tokens},
             untagged=o.untagged,
             seed=spec.run.seed,

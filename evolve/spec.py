@@ -100,6 +100,8 @@ class OptimizerSection(_Strict):
     temperature: float = Field(0.7, gt=0.0)
     val_fraction: float = Field(0.5, gt=0.0, lt=1.0)
     parent_selection: Literal["best", "pareto"] = "best"
+    backward: Literal["auto", "per_call", "whole", "feedback"] = "auto"  # textgrad: "feedback" skips critiques
+    edit: Literal["rewrite", "append"] = "rewrite"  # textgrad: "append" adds one instruction per step
     untagged: bool = False  # accept untagged rewrites / lessons without operations JSON (small local critics)
     critic_max_tokens: int = Field(512, ge=16)
 

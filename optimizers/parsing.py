@@ -32,6 +32,8 @@ NONE = "NONE"
 _NEW_TEXT = re.compile(r"<\s*new_text\s*>(.*?)<\s*/\s*new_text\s*>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 _NUMBERING = re.compile(r"^\s*\[\d+\]\s*")
+# A clause and the whitespace after it: up to . ; ! or ? followed by space or the end, or the rest.
+_CLAUSE = re.compile(r".*?(?:[.;!?]+(?=\s|$)\s*|$)", re.DOTALL)
 
 
 def parse_rewrite(raw: str) -> str:
@@ -70,8 +72,36 @@ def parse_untagged_rewrite(raw: str) -> str:
         if paragraph.rstrip().endswith(":") or len(paragraph.split()) < 3:
             continue  # a lead-in or a fragment
         lines = list(dict.fromkeys(line.strip() for line in paragraph.splitlines() if line.strip()))
-        return "\n".join(lines)
+        return trim_degenerate("\n".join(lines))
     raise ParseError("no <new_text> block and no paragraph of at least three words to use instead", raw=raw)
+
+
+def trim_degenerate(text: str) -> str:
+    """``text`` up to its first repeated clause, without a final clause cut off mid-way.
+
+    Small models fall into loops ("the answer is correct; the answer is correct; ...") and run out of
+    tokens mid-clause; what comes before the loop is the proposal. Clauses end at ``. ; ! ?``; a repeat
+    is the same clause ignoring case and spacing. An unterminated last clause is dropped when a complete
+    one precedes it.
+
+    Example:
+        >>> trim_degenerate("Be brief. Answer in one sentence. Be brief. Be brief. Be")
+        'Be brief. Answer in one sentence.'
+    """
+    clauses = _CLAUSE.findall(text)
+    kept: list[str] = []
+    seen: set[str] = set()
+    for clause in clauses:
+        key = " ".join(clause.lower().rstrip(".;!? \n").split())
+        if not key:
+            continue
+        if key in seen:
+            break
+        seen.add(key)
+        kept.append(clause)
+    if len(kept) > 1 and not re.search(r"[.;!?]\s*$", kept[-1]):
+        kept.pop()  # cut off by the token limit
+    return "".join(kept).strip().rstrip(";").strip() or text.strip()
 
 
 def parse_text(raw: str, *, what: str, nothing: str | None = None) -> str | None:

@@ -94,6 +94,24 @@ Write the complete new text of {component}. Keep what already works, address the
 general rules rather than answers to single examples, and keep it no longer than it needs to be. Put \
 the new text, and nothing else, between <new_text> and </new_text>."""
 
+# Update, edit="append": one new instruction per chosen component, added after its current text.
+APPEND_PROMPT = """Add one instruction to a prompt component of an agent team.
+
+Component: {component} — {description}
+{role_block}Current text, in full:
+<text>
+{text}
+</text>
+
+Critiques from recent attempts (what to change and why):
+{critiques}
+
+Recently rejected proposals for this component (they did not pass validation; do not repeat them):
+{rejected}
+
+Write one short, general instruction to add to {component} so that the critiques no longer apply. Put \
+the instruction, and nothing else, between <new_text> and </new_text>."""
+
 # Training-Free GRPO: summarise each rollout of a group with mixed rewards.
 SUMMARY_PROMPT = """Summarise one attempt of an agent at a task, to compare it with other attempts at \
 the same task (example {example_id}).

@@ -7,7 +7,7 @@ One ``step`` (DESIGN §5):
 3. the loss: each failed example's score and the environment's feedback;
 4. backward: a critique per (LLM call x trainable component), walking the calls from the output back
    so each critique sees how its call's output was judged downstream; a single-call trace gets one
-   critique of the whole trace instead;
+   critique of the whole trace instead (or, with ``backward="feedback"``, the feedback is the critique);
 5. update: one rewrite per chosen component (the most criticised first), from its role, its full
    current text, the critiques, the best past versions with their scores and the recently rejected
    proposals;
@@ -39,7 +39,8 @@ from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, V
 
 log = logging.getLogger(__name__)
 
-Backward = Literal["auto", "per_call", "whole"]
+Backward = Literal["auto", "per_call", "whole", "feedback"]
+Edit = Literal["rewrite", "append"]
 
 
 class TextualGradientOptimizer:
@@ -52,9 +53,15 @@ class TextualGradientOptimizer:
         minibatch_size: training examples per step (default: the budget's).
         parent_selection: ``best`` (highest mean validation score) or ``pareto``.
         components: the trainable component names (default: every component of the parent).
-        backward: ``per_call`` critiques, one ``whole``-trace critique, or ``auto`` (whole when the
-            trace has a single call).
+        backward: ``per_call`` critiques, one ``whole``-trace critique, ``auto`` (whole when the
+            trace has a single call), or ``feedback``: the environment's feedback itself is the
+            critique of every component the trace used, with no critic call — for environments whose
+            feedback already says what is wrong, and for critics too small to critique (a 135M model
+            cannot; it can still turn feedback into a rewrite).
         success: a score at or above this is a success and is not critiqued.
+        edit: ``rewrite`` asks for the complete new text of each chosen component; ``append`` asks
+            for one new instruction and adds it after the current text (a smaller edit that a small
+            critic can make without destroying what already works).
         history: how many past versions and rejected proposals the rewrite prompt shows.
         alpha: the validation test's significance level.
         critic_params: sampling parameters for every critic call.
@@ -80,6 +87,7 @@ class TextualGradientOptimizer:
         parent_selection: ParentSelection = "best",
         components: Sequence[str] | None = None,
         backward: Backward = "auto",
+        edit: Edit = "rewrite",
         success: float = 1.0,
         history: int = 3,
         alpha: float = 0.05,
@@ -89,8 +97,10 @@ class TextualGradientOptimizer:
     ) -> None:
         if critic is None:
             raise ConfigError("TextualGradientOptimizer needs critic=<ChatClient>; there is no default model")
-        if backward not in ("auto", "per_call", "whole"):
-            raise ConfigError(f"backward must be 'auto', 'per_call' or 'whole', got {backward!r}")
+        if backward not in ("auto", "per_call", "whole", "feedback"):
+            raise ConfigError(f"backward must be 'auto', 'per_call', 'whole' or 'feedback', got {backward!r}")
+        if edit not in ("rewrite", "append"):
+            raise ConfigError(f"edit must be 'rewrite' or 'append', got {edit!r}")
         if parent_selection not in ("best", "pareto"):
             raise ConfigError(f"parent_selection must be 'best' or 'pareto', got {parent_selection!r}")
         self.critic = critic
@@ -101,6 +111,7 @@ class TextualGradientOptimizer:
         self.parent_selection: ParentSelection = parent_selection
         self.components = tuple(components) if components is not None else None
         self.backward: Backward = backward
+        self.edit: Edit = edit
         self.success = success
         self.history = history
         self.alpha = alpha
@@ -202,6 +213,9 @@ class TextualGradientOptimizer:
     ) -> list[Gradient]:
         used = [c for call in trace.calls for c in call.components if c in trainable]
         targets = list(dict.fromkeys(used)) or list(trainable)  # an opaque trace: critique everything
+        if self.backward == "feedback":
+            feedback = trace.feedback.strip()
+            return [Gradient(c, feedback, (trace.example_id,)) for c in targets] if feedback else []
         if self.backward == "whole" or (self.backward == "auto" and len(trace.calls) <= 1) or not used:
             prompt = P.TRACE_CRITIQUE_PROMPT.format(
                 component_texts=P.render_blocks(P.render_component(c, candidate.get(c, "")) for c in targets),
@@ -248,11 +262,11 @@ class TextualGradientOptimizer:
         rejected: Sequence[Candidate],
         critic: Critic,
     ) -> dict[str, str]:
-        """One rewrite per chosen component; a budget stop keeps the rewrites already made."""
+        """One rewrite (or addition) per chosen component; a budget stop keeps the ones already made."""
         proposal = dict(parent.candidate)
         for done, component in enumerate(chosen):
             current = parent.candidate.get(component, "")
-            prompt = P.REWRITE_PROMPT.format(
+            fields = dict(
                 component=component,
                 description=P.describe(component),
                 role_block=P.render_role(component, parent.candidate.get(P.system_component(component))),
@@ -261,9 +275,13 @@ class TextualGradientOptimizer:
                     P.CRITIQUE_ITEM.format(index=i, examples=", ".join(g.example_ids) or "-", text=g.text)
                     for i, g in enumerate(merge_gradients(gradients, component), 1)
                 ),
-                history=P.render_blocks(history_items(component, versions, self.history)),
                 rejected=P.render_blocks(rejected_items(component, current, rejected, self.history)),
             )
+            if self.edit == "append":
+                prompt = P.APPEND_PROMPT.format(**fields)
+            else:
+                history = P.render_blocks(history_items(component, versions, self.history))
+                prompt = P.REWRITE_PROMPT.format(**fields, history=history)
             try:
                 new_text = critic.ask(prompt, component=component, parse=self.parse_rewrite)
             except BudgetExhausted:
@@ -271,8 +289,22 @@ class TextualGradientOptimizer:
                     raise
                 break
             if new_text is not None:
-                proposal[component] = new_text
+                proposal[component] = append_instruction(current, new_text) if self.edit == "append" else new_text
         return proposal
+
+
+def append_instruction(text: str, instruction: str) -> str:
+    """``text`` with ``instruction`` on a new line after it, unless ``text`` already says it.
+
+    Example:
+        >>> append_instruction("Answer briefly.", "State the units.")
+        'Answer briefly.\\nState the units.'
+        >>> append_instruction("Answer briefly.\\nState the units.", "state the units.")
+        'Answer briefly.\\nState the units.'
+    """
+    if " ".join(instruction.lower().split()) in " ".join(text.lower().split()):
+        return text
+    return f"{text.rstrip()}\n{instruction}" if text.strip() else instruction
 
 
 def choose_components(gradients: Sequence[Gradient], limit: int) -> list[str]:

@@ -77,6 +77,18 @@ def test_bad_operations_are_parse_errors_keeping_the_raw_text(raw: str, message:
     assert info.value.raw == raw
 
 
+def test_degenerate_loops_and_cut_off_clauses_are_trimmed() -> None:
+    from optimizers.parsing import trim_degenerate
+
+    looping = "Keep it short; name the unit; the answer is right; the answer is right; the answer is"
+    assert trim_degenerate(looping) == "Keep it short; name the unit; the answer is right"
+    assert trim_degenerate("Use version 2.5 of the API. Be brief. Be brief.") == "Use version 2.5 of the API. Be brief."
+    assert trim_degenerate("BE BRIEF. be  brief. Say more.") == "BE BRIEF."  # repeats ignore case and spacing
+    assert trim_degenerate("Answer in one line\nName the unit") == "Answer in one line\nName the unit"
+    assert trim_degenerate("State the units. Then") == "State the units."  # cut off by the token limit
+    assert trim_degenerate("...") == "..."  # nothing to trim to: the text stays
+
+
 def test_untagged_rewrite_falls_back_to_the_first_real_paragraph() -> None:
     from optimizers.parsing import parse_untagged_rewrite
 

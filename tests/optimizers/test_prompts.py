@@ -73,7 +73,8 @@ def test_prompts_match_the_golden_snapshot(golden: Callable[[str, str], None]) -
 
 
 def test_prompts_that_ask_for_a_format_name_it() -> None:
-    assert "<new_text>" in prompts.REWRITE_PROMPT and "</new_text>" in prompts.REWRITE_PROMPT
+    for template in (prompts.REWRITE_PROMPT, prompts.APPEND_PROMPT):
+        assert "<new_text>" in template and "</new_text>" in template
     assert "NO CHANGE" in prompts.CRITIQUE_PROMPT and "NO CHANGE" in prompts.TRACE_CRITIQUE_PROMPT
     assert "NONE" in prompts.ADVANTAGE_PROMPT
     assert "JSON list" in prompts.OPERATIONS_PROMPT

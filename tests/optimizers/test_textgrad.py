@@ -201,6 +201,46 @@ def test_per_call_critiques_walk_back_from_the_output() -> None:
     }
 
 
+def test_feedback_backward_uses_the_environments_feedback_as_the_critique() -> None:
+    client, backend = scripted_critic({REWRITE: f"<new_text>{EVOLVED}</new_text>"})
+    result = optimizer(client, backward="feedback").step(start(), "v0", team(), list(TRAIN), list(VAL))
+    prompts = user_prompts(backend)
+    assert len(prompts) == 1 and prompts[0].startswith(REWRITE)  # no critique calls: only the rewrite
+    assert "1. (examples t1, t2, t3) wrong: the answer must take care of the units" in prompts[0]
+    assert "2. (examples t4) wrong: the answer must take care of the sign" in prompts[0]
+    assert [g.text for g in result.gradients][-1] == "wrong: the answer must take care of the sign"
+    assert result.accepted and result.candidate == {"solver.system": EVOLVED}
+
+
+def test_append_edit_adds_one_instruction_after_the_current_text() -> None:
+    routes: Router = {
+        "Critique the prompts": critique,
+        "Add one instruction": "<new_text>Always state the units.</new_text>",
+    }
+    client, backend = scripted_critic(routes)
+    result = optimizer(client, edit="append").step(start(), "v0", team(), list(TRAIN), list(VAL))
+    assert result.candidate == {"solver.system": f"{START}\nAlways state the units."}
+    assert result.accepted
+    assert user_prompts(backend)[-1].startswith("Add one instruction to a prompt component")
+
+
+def test_an_addition_the_text_already_holds_is_no_change() -> None:
+    routes: Router = {
+        "Critique the prompts": critique,
+        "Add one instruction": "<new_text>answer the question BRIEFLY.</new_text>",
+    }
+    client, _ = scripted_critic(routes)
+    result = optimizer(client, edit="append").step(start(), "v0", team(), list(TRAIN), list(VAL))
+    assert (result.accepted, result.reason) == (False, "critic proposed no change")
+
+
+def test_a_looping_untagged_rewrite_is_cut_before_the_loop() -> None:
+    loop = "Always state the units. Check the sign. Always state the units. Always state the units. Alw"
+    client, _ = scripted_critic({"Critique the prompts": critique, REWRITE: loop})
+    result = optimizer(client, untagged=True).step(start(), "v0", team(), list(TRAIN), list(VAL))
+    assert result.candidate == {"solver.system": "Always state the units. Check the sign."}
+
+
 def test_long_texts_reach_the_critic_in_full() -> None:
     long = START + " " + " ".join(f"clause{i}." for i in range(2500))
     client, backend = scripted_critic(ROUTES)
@@ -257,6 +297,8 @@ def test_configuration_errors() -> None:
     client, _ = scripted_critic(ROUTES)
     with pytest.raises(ConfigError, match="backward"):
         TextualGradientOptimizer(critic=client, backward="sideways")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="edit must be 'rewrite' or 'append'"):
+        TextualGradientOptimizer(critic=client, edit="prepend")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="unknown budget preset"):
         TextualGradientOptimizer(critic=client, budget="enormous")
     with pytest.raises(ConfigError, match="training example"):
