@@ -93,6 +93,53 @@ def cmd_prompts(args: argparse.Namespace) -> None:
         print(f"HEAD is now {v.id}")
 
 
+# ---- evolve adapters: the agents' trained LoRA adapters (evolve.adapter_versions) ----------------------
+
+
+def cmd_adapters(args: argparse.Namespace) -> None:
+    from evolve.adapter_versions import AdapterRegistry
+
+    registry = AdapterRegistry(make_engine(args.db), args.run, root=evolve_home() / "adapters")
+    known = registry.agents()
+    if args.agent is not None and args.agent not in known:
+        listed = ", ".join(known) or "none"
+        raise EvolveError(f"agent {args.agent!r} has no adapters in run {args.run!r} (agents with adapters: {listed})")
+    if not known:
+        raise EvolveError(f"run {args.run!r} has no adapters in {args.db or 'the default database'}")
+    if args.adapters_action == "rollback":
+        before = registry.head(args.agent)
+        after = registry.rollback(args.agent, args.to)
+        frm, to = (v.id if v else "base (no adapter)" for v in (before, after))
+        moved = f"HEAD {frm} -> {to}" if frm != to else f"HEAD stays at {to}"
+        print(f"{args.agent}: {moved}" + (f"  {after.path}" if after else ""))
+        return
+    lines = []  # printed once all are read, so an error never leaves half a log
+    for agent in [args.agent] if args.agent else known:
+        head = registry.head(agent)
+        lines.append(f"{agent}: HEAD {f'{head.id}  {head.path}' if head else 'base (no adapter)'}")
+        for v in registry.log(agent, args.limit):
+            mark = "*" if head is not None and v.id == head.id else " "
+            metrics = " ".join(f"{k}={x:.3f}" for k, x in sorted(v.metrics.items())) or "-"
+            lines.append(f"{mark} {v.id}  from {(v.parent or 'base')[:8]:<8}  {metrics}  {v.message[:70]}")
+    print("\n".join(lines))
+
+
+def add_adapters_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    a = sub.add_parser("adapters", help="the agents' trained LoRA adapters: log, rollback")
+    actions = a.add_subparsers(dest="adapters_action", required=True)
+    for name, help_text in (("log", "every adapter version, newest first"), ("rollback", "move an agent's HEAD")):
+        act = actions.add_parser(name, help=help_text)
+        act.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+        act.add_argument("--run", required=True, help="the run's name")
+        act.add_argument("--agent", required=name == "rollback", default=None, help="the agent (log: default all)")
+        act.set_defaults(func=cmd_adapters)
+    log_p, rollback_p = actions.choices["log"], actions.choices["rollback"]
+    log_p.add_argument("--limit", type=int, default=None, help="at most this many versions per agent")
+    rollback_p.add_argument(
+        "--to", default=None, help="version id or unique prefix, or 'base' (default: HEAD's parent)"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description="Agents that get better at their job while they work.")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -122,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--graph", default="default", help="the prompt graph: the run's name")
     pr.add_argument("--limit", type=int, default=None)
     pr.set_defaults(func=cmd_prompts)
+    add_adapters_parser(sub)
 
     m = sub.add_parser("memory", help="inspect, export and import memories")
     m.add_argument("action", choices=["stats", "show", "export", "import"])
