@@ -28,6 +28,8 @@ from connectors.errors import ConfigError
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+    from optimizers.marft.policy import AgentPolicies
+
 log = logging.getLogger(__name__)
 
 LOCAL_HINT = "pip install 'evolve[local]'"
@@ -204,3 +206,27 @@ def _check_sizes(**sizes: int) -> None:
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"tiny_llama: {name} must be a positive integer, got {value!r}")
+
+
+def tiny_policies(
+    words: Sequence[str],
+    agents: Sequence[str],
+    *,
+    hidden: int = 64,
+    layers: int = 2,
+    model_seed: int = 0,
+    **options: Any,
+) -> AgentPolicies:
+    """:class:`~optimizers.marft.policy.AgentPolicies` on a fresh :func:`tiny_llama` (seeded by ``model_seed``)
+    over a :func:`word_tokenizer` of ``words``; ``options`` are the policies' keywords (``seed`` seeds the adapters).
+
+    Example:
+        >>> team = tiny_policies(["secret", "red"], ["sender", "receiver"], hidden=32)  # doctest: +SKIP
+        >>> team.adapters                                                             # doctest: +SKIP
+        ('sender', 'receiver', 'critic')
+    """
+    from optimizers.marft.policy import AgentPolicies
+
+    tokenizer = word_tokenizer(words)
+    base = tiny_llama(len(tokenizer), hidden=hidden, layers=layers, seed=model_seed)
+    return AgentPolicies(base, tokenizer, agents, **options)

@@ -1,6 +1,6 @@
 """Toy tasks on which LoRA MARFT must visibly learn: a target token for one agent, a relay for two.
 
-Both follow :class:`TeamTask`, the small protocol a generic trainer needs: the agents in team order,
+Both follow :class:`ToyTask`, the small protocol a generic trainer needs: the agents in team order,
 the words a tokenizer must know, how to draw an episode, what each agent is shown (agent m sees what
 agents 1..m-1 said) and the team's reward. Rewards are plain functions of the episode and the decoded
 responses; nothing here imports torch.
@@ -35,8 +35,11 @@ SECRET_POOL = ("red", "green", "blue", "gold", "pink", "gray", "white", "black")
 """The words a :class:`RelayTask` draws its secrets from (the first ``k`` of them)."""
 
 
-class TeamTask(Protocol[S]):
+class ToyTask(Protocol[S]):
     """What a MARFT trainer needs from a task; ``S`` is the task's episode state.
+
+    It is :class:`optimizers.marft.rollout.MarftTask` with a read-only ``agents`` (so frozen dataclasses
+    fit) plus the ``vocabulary`` a word-level tokenizer must cover.
 
     One episode: ``state = task.sample(rng)``; for each agent ``m`` in order,
     ``task.prompt(state, m, responses[:m])`` is what it sees and its answer is appended to
