@@ -5,10 +5,10 @@ same column, so the logits at column ``prompt_len - 1 + t`` predict response tok
 Position ids count real tokens only, so padding changes no row's numbers.
 
 Example:
-    >>> batch = pack([[1, 5], [1, 6, 7]], [[8, 2], [9]], pad_id=0, device="cpu")   # doctest: +SKIP
-    >>> batch.input_ids.tolist()                                                  # doctest: +SKIP
+    >>> batch = pack([[1, 5], [1, 6, 7]], [[8, 2], [9]], pad_id=0, device="cpu")
+    >>> batch.input_ids.tolist()
     [[0, 1, 5, 8, 2], [1, 6, 7, 9, 0]]
-    >>> batch.position_ids.tolist(), batch.response_mask.tolist()                 # doctest: +SKIP
+    >>> batch.position_ids.tolist(), batch.response_mask.tolist()
     ([[0, 0, 1, 2, 3], [0, 1, 2, 3, 3]], [[1.0, 1.0], [1.0, 0.0]])
 """
 

@@ -168,8 +168,10 @@ class AgentPolicies:
         return [bos + list(ids) for ids in tok(list(texts), add_special_tokens=False)["input_ids"]]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of a response, special tokens (``<eos>``...) left out."""
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        """Text of a response without its EOS. Other special tokens stay visible: a reward on "the first
+        word" then sees the first token (``<pad> star`` does not start with ``star``), and the next agent
+        reads exactly what was said."""
+        return str(self.tokenizer.decode([t for t in ids if t not in self.eos_ids], skip_special_tokens=False))
 
     @contextlib.contextmanager
     def using(self, adapter: str) -> Iterator[None]:

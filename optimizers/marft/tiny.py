@@ -9,11 +9,11 @@ torch, tokenizers and transformers are imported inside the functions, never when
 
 Example:
     >>> from optimizers.marft.tiny import tiny_llama, word_tokenizer
-    >>> tok = word_tokenizer(["say", "star", "moon"])                     # doctest: +SKIP
-    >>> tok("say star").input_ids                                         # doctest: +SKIP
+    >>> tok = word_tokenizer(["say", "star", "moon"])
+    >>> tok("say star").input_ids
     [4, 5]
-    >>> model = tiny_llama(len(tok), hidden=32)                           # doctest: +SKIP
-    >>> model.config.vocab_size, model.training                           # doctest: +SKIP
+    >>> model = tiny_llama(len(tok), hidden=32)
+    >>> model.config.vocab_size, model.training
     (7, False)
 """
 
@@ -37,6 +37,10 @@ PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 """Special tokens, in id order: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3."""
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIALS))
+INIT_STD = 0.1
+"""Initial weight std of :func:`tiny_llama`. Not transformers' 0.02: LoRA leaves the LM head and the final
+norm alone, and with std 0.02 a 64-wide model's logits stay within about ±1.3, so no adapter can push one
+of 14 tokens past p ≈ 0.28 (measured: REINFORCE on the target task plateaus there; with 0.1 it reaches 0.99)."""
 
 
 def require_local(what: str) -> None:
@@ -120,6 +124,7 @@ def _tiny_config(
     layers: int = 2,
     heads: int = 4,
     max_positions: int = 512,
+    init_std: float = INIT_STD,
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -128,6 +133,8 @@ def _tiny_config(
     _check_sizes(vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads, max_positions=max_positions)
     if hidden % heads or (hidden // heads) % 2:
         raise ConfigError(f"tiny_llama: hidden ({hidden}) must split into {heads} heads of an even size (rotary)")
+    if not init_std > 0:
+        raise ConfigError(f"tiny_llama: init_std must be > 0, got {init_std}")
     for name, token_id in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
         if not 0 <= token_id < vocab_size:
             raise ConfigError(f"tiny_llama: {name} must be a token id below vocab_size {vocab_size}, got {token_id}")
@@ -142,6 +149,7 @@ def _tiny_config(
         num_key_value_heads=heads,
         max_position_embeddings=max_positions,
         tie_word_embeddings=False,
+        initializer_range=init_std,
         pad_token_id=pad_id,
         bos_token_id=bos_id,
         eos_token_id=eos_id,
@@ -156,6 +164,7 @@ def tiny_llama(
     heads: int = 4,
     seed: int = 0,
     max_positions: int = 512,
+    init_std: float = INIT_STD,
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -171,6 +180,7 @@ def tiny_llama(
         heads: attention heads (as many key/value heads).
         seed: initialisation seed.
         max_positions: longest sequence (prompt + response) the rotary tables cover.
+        init_std: initial weight std (see :data:`INIT_STD` for why it is not 0.02).
         pad_id: padding token id (the defaults match :func:`word_tokenizer`).
         bos_id: beginning-of-sequence token id.
         eos_id: end-of-sequence token id; generation stops on it.
@@ -186,6 +196,7 @@ def tiny_llama(
         layers=layers,
         heads=heads,
         max_positions=max_positions,
+        init_std=init_std,
         pad_id=pad_id,
         bos_id=bos_id,
         eos_id=eos_id,
@@ -221,8 +232,8 @@ def tiny_policies(
     over a :func:`word_tokenizer` of ``words``; ``options`` are the policies' keywords (``seed`` seeds the adapters).
 
     Example:
-        >>> team = tiny_policies(["secret", "red"], ["sender", "receiver"], hidden=32)  # doctest: +SKIP
-        >>> team.adapters                                                             # doctest: +SKIP
+        >>> team = tiny_policies(["secret", "red"], ["sender", "receiver"], hidden=32)
+        >>> team.adapters
         ('sender', 'receiver', 'critic')
     """
     from optimizers.marft.policy import AgentPolicies

@@ -189,6 +189,7 @@ def test_save_then_load_into_fresh_policies_reproduces_logprobs_and_values_exact
     ]
 
 
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
 def test_a_saved_agent_folder_is_an_ordinary_peft_adapter(tmp_path: Path) -> None:
     from peft import PeftModel
 
@@ -254,7 +255,8 @@ def test_encode_adds_bos_or_uses_the_chat_template() -> None:
         "{% for m in messages %}relay {{ m['content'] }}{% endfor %}{% if add_generation_prompt %} secret{% endif %}"
     )
     assert pol.decode(pol.encode(["red"])[0]) == "relay red secret"
-    assert pol.decode([tok.bos_token_id, 6, EOS_ID]) == "red"
+    assert pol.decode([6, 7, EOS_ID]) == "red green"
+    assert pol.decode([tok.pad_token_id, 6, EOS_ID]) == "<pad> red"  # the first token is <pad>, not "red"
 
 
 @pytest.mark.slow
@@ -269,3 +271,26 @@ def test_smollm2_policies_generate_for_two_agents() -> None:
         logp, mask = pol.logprobs(agent, prompts, out, temperature=1.0)
         assert torch.isfinite(logp).all() and mask.sum() == sum(map(len, out))
     assert pol.values(prompts, out).shape == logp.shape
+
+
+def test_plain_policy_gradient_learns_the_target_task() -> None:
+    """The test bed can learn: REINFORCE on the adapter takes "say ..." → "star" from chance to near 1."""
+    import random
+
+    from optimizers.marft.toys import TargetTokenTask
+
+    task = TargetTokenTask()
+    pol = tiny_policies(task.vocabulary, task.agents, critic=False)
+    optimizer = torch.optim.Adam(pol.parameters_of("speaker"), lr=3e-3)
+    rng, generator, success = random.Random(0), torch.Generator().manual_seed(0), []
+    for _ in range(30):
+        states = [task.sample(rng) for _ in range(64)]
+        prompts = pol.encode([task.prompt(s, 0, []) for s in states])
+        out = pol.generate("speaker", prompts, max_new_tokens=2, temperature=1.0, generator=generator)
+        rewards = torch.tensor([task.reward(s, [pol.decode(o)]) for s, o in zip(states, out, strict=True)])
+        success.append(float(rewards.mean()))
+        optimizer.zero_grad()
+        logp, _ = pol.logprobs("speaker", prompts, out, temperature=1.0)
+        (-(logp.sum(1) * (rewards - rewards.mean())).mean()).backward()
+        optimizer.step()
+    assert success[0] < 0.3 and min(success[-5:]) > 0.9
