@@ -175,7 +175,7 @@ class AgentPolicies:
 
     @contextlib.contextmanager
     def using(self, adapter: str) -> Iterator[None]:
-        """Make ``adapter`` the active one for the block (an agent's name or ``"critic"``)."""
+        """Make ``adapter`` (an agent's name or ``"critic"``) the active one; it stays active after the block."""
         self._check_adapter(adapter)
         self.model.set_adapter(adapter)
         # peft's set_adapter freezes the other adapters; a loss built before the switch would then lose
@@ -347,6 +347,7 @@ class AgentPolicies:
             if head:
                 save_file(head, str(root / VALUE_HEAD), metadata={"format": "pt"})
         (root / MANIFEST).write_text(json.dumps(self._manifest(), indent=2), encoding="utf-8")
+        log.info("saved adapters %s to %s", self.adapters, root)
         return root
 
     def load(self, folder: str | Path) -> None:
