@@ -6,7 +6,7 @@ in-memory word tokenizer: nothing is downloaded), trained together with multi-ag
 per-agent advantage normalisation. The learning curve is the success rate of each iteration's sampled
 rollouts; before and after, the team is also evaluated on fresh episodes.
 
-Run: python -m bench.marft_relay [--steps 60] [--seed 0]
+Run: python -m bench.marft_relay [--steps 150] [--seed 0]
 Writes bench/results/marft_relay.{json,md,png} and ``marft_relay_*`` keys of bench/results/summary.json.
 """
 
@@ -131,12 +131,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from optimizers.marft import Args
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (a tiny model is fastest on one)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     opts = parser.parse_args(argv)
-    args = Args(steps=opts.steps, batch_size=opts.batch_size, seed=opts.seed, checkpoint_every=0)
+    import torch
+
+    torch.set_num_threads(opts.threads)
+    args = Args(
+        steps=opts.steps, batch_size=opts.batch_size, lr=opts.lr, critic_lr=opts.lr, seed=opts.seed, checkpoint_every=0
+    )
     result = run(args, opts.steps, opts.seed)
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "marft_relay.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 class MarftTask(Protocol):
     """A task a team is trained on: episodes, prompts in team order, and a team reward."""
 
-    agents: tuple[str, ...]
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The agents, in team order."""
+        ...
 
     def sample(self, rng: random.Random) -> Any:
         """A fresh episode's state (what the environment knows)."""

@@ -185,12 +185,18 @@ class Trainer:
         import torch
 
         with torch.no_grad():
-            old = [self.policy.logprobs(t.agent, t.prompt_ids, t.response_ids, temperature=self.args.temperature) for t in batch.turns]
-            ref = (
-                [self.policy.reference_logprobs(t.agent, t.prompt_ids, t.response_ids, temperature=self.args.temperature) for t in batch.turns]
-                if self.args.kl_coef
-                else [None] * len(batch.turns)
-            )
+            old = [
+                self.policy.logprobs(t.agent, t.prompt_ids, t.response_ids, temperature=self.args.temperature)
+                for t in batch.turns
+            ]
+            ref: list[torch.Tensor | None] = [None] * len(batch.turns)
+            if self.args.kl_coef:
+                ref = [
+                    self.policy.reference_logprobs(
+                        t.agent, t.prompt_ids, t.response_ids, temperature=self.args.temperature
+                    )[0]
+                    for t in batch.turns
+                ]
             if self.uses_critic:
                 values = [self.policy.values(t.prompt_ids, t.response_ids) for t in batch.turns]
                 advantages, returns = advantages_gae(batch, values, [m for _, m in old], self.args)
@@ -220,9 +226,14 @@ class Trainer:
     def policy_step(self, batch: Batch, targets: Targets, m: int, rows: list[int]) -> dict[str, float]:
         a, turn = self.args, batch.turns[m]
         new, mask = self.policy.logprobs(
-            turn.agent, [turn.prompt_ids[i] for i in rows], [turn.response_ids[i] for i in rows], temperature=a.temperature
+            turn.agent,
+            [turn.prompt_ids[i] for i in rows],
+            [turn.response_ids[i] for i in rows],
+            temperature=a.temperature,
         )
-        loss, stats = M.ppo_loss(new, targets.logprobs[m][rows], targets.advantages[m][rows], mask, clip=a.clip, level=a.ratio)
+        loss, stats = M.ppo_loss(
+            new, targets.logprobs[m][rows], targets.advantages[m][rows], mask, clip=a.clip, level=a.ratio
+        )
         ref = targets.reference[m]
         if ref is not None:
             kl = M.kl_to_reference(new, ref[rows], mask)
