@@ -30,6 +30,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.memory_speed
 	$(BIN)/python -m bench.prompt_evolution
+	$(BIN)/python -m bench.marft_relay
+	$(BIN)/python -m bench.marft_smollm2
 
 
 clean:

@@ -88,5 +88,7 @@ def restore(trainer: Trainer, root: str | Path) -> Path:
 
 
 def _comparable(args: dict[str, Any]) -> dict[str, Any]:
-    """Settings that must match to resume (more iterations or other checkpoint spacing are fine)."""
-    return {k: v for k, v in args.items() if k not in ("steps", "checkpoint_every")}
+    """Settings that must match to resume: all but the checkpoint spacing (and the iteration count,
+    unless the learning rate anneals over it)."""
+    free = {"checkpoint_every"} | (set() if args.get("anneal_lr") else {"steps"})
+    return {k: v for k, v in args.items() if k not in free}

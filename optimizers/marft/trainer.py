@@ -58,6 +58,7 @@ class Args:
     temperature: float = 1.0  # sampling temperature; the ratio uses the same one
     lr: float = 3e-3  # Adam learning rate of the agents' adapters
     critic_lr: float = 3e-3  # Adam learning rate of the critic adapter and value head
+    anneal_lr: bool = True  # decay both learning rates linearly to 0 at the last iteration
     epochs: int = 2  # passes over each batch
     minibatches: int = 2  # minibatches per pass
     clip: float = 0.2  # PPO clip range epsilon
@@ -167,6 +168,7 @@ class Trainer:
         )
         targets = self.targets(batch)
         agents = self.task.agents if a.schedule == "all" else (self.task.agents[self.step % len(self.task.agents)],)
+        self._set_learning_rates()
         stats = self.update(batch, targets, agents)
         self.step += 1
         entry = StepLog(
@@ -255,6 +257,14 @@ class Trainer:
         loss = sum(losses[1:], losses[0]) / len(losses)
         grad_norm = self._descend(CRITIC, loss)
         return {"value_loss": float(loss.detach()), "grad_norm": grad_norm}
+
+    def _set_learning_rates(self) -> None:
+        """Linear annealing (as in CleanRL's PPO): late updates are small, so a learned protocol stays learned."""
+        frac = 1.0 - self.step / self.args.steps if self.args.anneal_lr else 1.0
+        for who, optimizer in self.optimizers.items():
+            base = self.args.critic_lr if who == CRITIC else self.args.lr
+            for group in optimizer.param_groups:
+                group["lr"] = base * frac
 
     def _descend(self, who: str, loss: torch.Tensor) -> float:
         import torch

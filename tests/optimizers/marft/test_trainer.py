@@ -85,8 +85,16 @@ def test_a_resumed_run_continues_bit_for_bit(tmp_path: Path) -> None:
     straight, task = policies()
     expected = Trainer(straight, task, args).run(checkpoint_dir=tmp_path / "straight")
 
+    class Killed(Exception):
+        pass
+
+    def kill_in_iteration_3(entry: Any) -> None:
+        if entry.step == 3:  # after iteration 2's checkpoint, before iteration 3's
+            raise Killed
+
     stopped, _ = policies()
-    Trainer(stopped, task, Args(**{**SMALL, "steps": 2, "checkpoint_every": 2})).run(checkpoint_dir=tmp_path / "cut")
+    with pytest.raises(Killed):
+        Trainer(stopped, task, args).run(checkpoint_dir=tmp_path / "cut", on_step=kill_in_iteration_3)
     resumed, _ = policies(seed=0)
     trainer = Trainer(resumed, task, args)
     history = trainer.run(checkpoint_dir=tmp_path / "cut")
