@@ -212,3 +212,26 @@ def test_run_with_memory_and_prompt_evolution_shows_both_updates(
     assert "You are a careful assistant." in capsys.readouterr().out
     assert main(["prompts", "diff", log[1].split()[0], "--db", db, "--graph", "cli"]) == 0  # the seed vs HEAD
     assert "no difference" in capsys.readouterr().out
+
+
+def test_small_critic_options_reach_the_optimizer_from_the_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """backward = "feedback" sends no critique call; edit = "append" adds the critic's one instruction."""
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in CITY_TASKS))
+    spec_text = MEMORY_AND_PROMPTS.format(db=tmp_path / "runs.db").replace(
+        '"Rewrite one" = "<new_text>Answer in at most seven words.</new_text>", "Critique" = "The answers are too long: ask for at most seven words."',
+        '"Add one instruction" = "<new_text>Answer in at most seven words.</new_text>"',
+    )
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text.replace("minibatch = 4", 'minibatch = 4\nbackward = "feedback"\nedit = "append"'))
+    assert main(["run", str(spec), "--quiet"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[5] for r in rows] == ["+1", "0"]
+    assert main(["prompts", "show", "--db", f"sqlite:///{tmp_path / 'runs.db'}", "--graph", "cli"]) == 0
+    shown = capsys.readouterr().out
+    assert "You are a careful assistant. Reply with the answer only.\nAnswer in at most seven words." in shown
+
+    spec.write_text(spec_text.replace("minibatch = 4", 'minibatch = 4\nedit = "prepend"'))
+    assert main(["run", str(spec), "--quiet"]) == 2
+    assert "edit" in capsys.readouterr().err
