@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-gpu bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -25,7 +25,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench data
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m 'not gpu and not vllm' $(PYTEST_ARGS)
+
+# On a machine with a CUDA GPU (and vLLM for the rollout-engine checks): peak memory, tokens/s, multi-LoRA.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'gpu' $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.memory_speed

@@ -31,3 +31,36 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``gpu`` tests need CUDA and ``vllm`` tests need vLLM; where they are missing, say so and skip.
+
+    ``make test`` deselects both (CI has neither); ``make test-gpu`` runs them on a GPU machine.
+    """
+    needs = {
+        "gpu": (_cuda, "needs a CUDA GPU (run make test-gpu on a GPU machine)"),
+        "vllm": (_vllm, "needs vLLM installed in this environment"),
+    }
+    have: dict[str, bool] = {}
+    for item in items:
+        for marker, (probe, why) in needs.items():
+            if marker in item.keywords:
+                if marker not in have:
+                    have[marker] = probe()
+                if not have[marker]:
+                    item.add_marker(pytest.mark.skip(reason=why))
