@@ -4,24 +4,20 @@ A version is one agent's adapter folder (peft's ``adapter_config.json`` and weig
 the folder holds). Its id is a content address: the sha256 of the sorted ``(relative path, sha256 of the
 file's bytes)`` pairs, so the same bytes always get the same id and committing them again stores nothing
 new. Files are copied into ``<root>/<run>/<agent>/<id>/`` through a temporary folder that is renamed
-into place, so a version folder is complete or absent. Rows live in ``adapter_*`` tables in the same
-database as memory and prompts; a row is never changed. Each agent of a run has a HEAD that says which
-adapter it runs with (none: the bare base model); every HEAD move is a row in ``adapter_head_moves``,
-so a rollback is auditable and nothing is ever deleted. This module only moves files and rows: it
-never imports torch or peft.
+into place (:mod:`evolve.adapter_files`), so a version folder is complete or absent. Rows live in
+``adapter_*`` tables in the same database as memory and prompts; a row is never changed. Each agent of a
+run has a HEAD that says which adapter it runs with (none: the bare base model); every HEAD move is a
+row in ``adapter_head_moves``, so a rollback is auditable and nothing is ever deleted. This module only
+moves files and rows: it never imports torch or peft.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import numbers
-import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +29,12 @@ from sqlalchemy import Connection, Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from connectors.errors import ConfigError, StoreError
+from evolve.adapter_files import check_adapter_folder, content_id, manifest, store_files
 
 log = logging.getLogger(__name__)
 
-ID_CHARS = 16  # hex chars of the sha256 kept as the id, as for prompt versions
 HEX = frozenset("0123456789abcdef")
 BASE = "base"  # rollback(to=BASE): the agent runs on the bare base model again
-CONFIG_FILE = "adapter_config.json"
-WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
-CHUNK = 1 << 20
 T = TypeVar("T")
 
 metadata = sa.MetaData()
@@ -105,48 +98,6 @@ class AdapterVersion:
 
     def __hash__(self) -> int:
         return hash((self.run, self.agent, self.id))
-
-
-def file_digest(path: Path) -> str:
-    """The sha256 of one file's bytes, read in chunks (adapters can be hundreds of MB)."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def manifest(folder: Path) -> dict[str, str]:
-    """``{relative posix path: sha256}`` of every file under ``folder``; symlinked folders are refused."""
-    out: dict[str, str] = {}
-    for here, dirs, files in os.walk(folder):
-        linked = [d for d in dirs if os.path.islink(os.path.join(here, d))]
-        if linked:
-            raise ConfigError(f"adapter folder {folder} holds symlinked folders {linked}; copy them in instead")
-        for name in files:
-            path = Path(here, name)
-            out[path.relative_to(folder).as_posix()] = file_digest(path)
-    return dict(sorted(out.items()))
-
-
-def content_id(files: Mapping[str, str]) -> str:
-    """The content address of an adapter: sha256 over the sorted (relative path, file sha256) pairs."""
-    text = json.dumps(sorted(files.items()), separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:ID_CHARS]
-
-
-def check_adapter_folder(folder: Any) -> dict[str, str]:
-    """The manifest of a folder peft could load: a config and the weights; ConfigError says what is missing."""
-    path = Path(folder)
-    if not path.is_dir():
-        raise ConfigError(f"an adapter is a folder saved by peft's save_pretrained, got {folder!r} (not a folder)")
-    files = manifest(path)
-    missing = [CONFIG_FILE] if CONFIG_FILE not in files else []
-    if not any(w in files for w in WEIGHT_FILES):
-        missing.append(" or ".join(WEIGHT_FILES))
-    if missing:
-        raise ConfigError(f"adapter folder {path} lacks {missing}; it holds {sorted(files)[:10]}")
-    return files
 
 
 def check_name(value: Any, what: str) -> str:
@@ -291,7 +242,7 @@ class AdapterRegistry:
         if parent is not None:
             with self.engine.connect() as conn:
                 parent = self._resolve(conn, agent, parent)[1]
-        target = self._store_files(Path(folder), agent, vid, files)
+        target = store_files(Path(folder), self.root / self.run / agent, vid, files)
 
         def write(conn: Connection) -> AdapterVersion:
             head = self._head_row(conn, agent)
@@ -329,47 +280,6 @@ class AdapterRegistry:
             return None if target is None else self._load(conn, agent, target)
 
         return self._write(write)
-
-    # ---- files --------------------------------------------------------------------------------------
-
-    def _store_files(self, source: Path, agent: str, vid: str, files: Mapping[str, str]) -> Path:
-        """Copy into ``<root>/<run>/<agent>/<id>`` via a temporary sibling renamed into place."""
-        home = self.root / self.run / agent
-        target = home / vid
-        if target.exists():
-            return self._reuse(target, files)
-        home.mkdir(parents=True, exist_ok=True)
-        tmp = home / f".tmp-{vid}-{uuid.uuid4().hex[:8]}"  # a leading '.' never names a version
-        try:
-            tmp.mkdir()
-            for rel in files:
-                dest = tmp / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source / rel, dest)
-            if manifest(tmp) != files:
-                raise StoreError(f"adapter folder {source} changed while it was being copied; commit it again")
-            _fsync_tree(tmp)
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                if not target.is_dir():  # not a concurrent commit of the same bytes: a real failure
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)
-                return self._reuse(target, files)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        _fsync_dir(home)
-        return target
-
-    @staticmethod
-    def _reuse(target: Path, files: Mapping[str, str]) -> Path:
-        if not target.is_dir() or manifest(target) != files:
-            raise StoreError(
-                f"{target} exists but does not hold the adapter being committed (changed by hand?); "
-                "move it away and commit again"
-            )
-        return target
 
     # ---- SQL helpers (each runs inside the caller's transaction) --------------------------------------
 
@@ -442,25 +352,3 @@ def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
     return value
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Flush the copied files and their folders, so a crash after the rename never exposes half-written bytes."""
-    for here, _dirs, files in os.walk(folder):
-        for name in files:
-            with open(os.path.join(here, name), "rb") as f:
-                os.fsync(f.fileno())
-        _fsync_dir(Path(here))
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some platforms (Windows) cannot open a folder; the rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
+import evolve.adapter_files as adapter_files
 import evolve.adapter_versions as adapter_versions
 from connectors import ConfigError, StoreError, make_engine
 from evolve.adapter_versions import (
@@ -197,14 +198,14 @@ def test_a_copy_that_fails_midway_leaves_no_version(
         copied.append(dest)
         return Path(real_copy(source, dest))
 
-    monkeypatch.setattr(adapter_versions.shutil, "copyfile", copy_then_fail)
+    monkeypatch.setattr(adapter_files.shutil, "copyfile", copy_then_fail)
     with pytest.raises(OSError, match="No space"):
         registry.commit("solver", src)
     home = tmp_path / "adapters" / "run1" / "solver"
     assert copied and list(home.iterdir()) == []  # neither a version folder nor a temporary one is left
     assert registry.head("solver") is None and count_versions(engine) == 0
 
-    monkeypatch.setattr(adapter_versions.shutil, "copyfile", real_copy)
+    monkeypatch.setattr(adapter_files.shutil, "copyfile", real_copy)
     v = registry.commit("solver", src)  # the same commit succeeds once the disk has room
     assert registry.verify(v.id) == v and [p.name for p in home.iterdir()] == [v.id]
 
@@ -219,7 +220,7 @@ def test_a_source_that_changes_during_the_copy_is_refused(
         Path(source).write_bytes(b"still being written")
         return Path(real_copy(source, dest))
 
-    monkeypatch.setattr(adapter_versions.shutil, "copyfile", copy_while_training_writes)
+    monkeypatch.setattr(adapter_files.shutil, "copyfile", copy_while_training_writes)
     with pytest.raises(StoreError, match="changed while it was being copied"):
         registry.commit("solver", src)
     assert registry.head("solver") is None and list((tmp_path / "adapters" / "run1" / "solver").iterdir()) == []
