@@ -21,6 +21,7 @@ import contextlib
 import logging
 import random
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,20 @@ class SeededSampler:
         probs = nucleus_probs(scores, self.temperature, self.top_p)
         choice = torch.multinomial(probs, 1, generator=self.generator)
         return torch.full_like(scores, float("-inf")).scatter(1, choice, 0.0)
+
+
+def render_prompt(tokenizer: Any, messages: Sequence[Message]) -> str:
+    """The text a local model continues for ``messages``: the chat template with the generation prompt,
+    or, for a base model without one, a plain transcript that ends where the answer starts.
+
+    Tokenize it with ``add_special_tokens=False``: the template already holds the special tokens.
+    MARFT trains on prompts rendered by this same function, so an adapter sees at inference exactly
+    the prompt format it was trained on.
+    """
+    dicts = [m.to_dict() for m in messages]
+    if tokenizer.chat_template:
+        return str(tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False))
+    return "".join(f"{m['role']}: {m['content']}\n" for m in dicts) + "assistant:"
 
 
 class LocalChat:
@@ -168,6 +183,44 @@ class LocalChat:
                 out.extend(self._generate(prompts[start : start + self.batch_size], params, generator))
         return out
 
+    @property
+    def folder(self) -> Path:
+        """The base model's folder (for ``"smollm2"``, the converted folder, made on first use)."""
+        if self.path is not None:
+            return Path(self.path)
+        from connectors.smollm2 import smollm2_path
+
+        return Path(smollm2_path())
+
+    def load_adapter(self, name: str, folder: str | Path) -> None:
+        """Add a peft LoRA adapter (or replace the one called ``name``), usable as ``adapter=name`` from
+        the next call on; the base model is loaded once and shared, whatever the number of adapters.
+
+        Raises:
+            ConfigError: ``folder`` holds no peft adapter, or it does not fit this base model.
+        """
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"adapter name must be a non-empty string, got {name!r}")
+        if not (Path(folder) / "adapter_config.json").is_file():
+            raise ConfigError(f"adapter {name!r}: {str(folder)!r} holds no peft adapter (adapter_config.json)")
+        with self._lock:
+            if self._model is None:
+                self.adapters[name] = str(folder)
+                return
+            if not self.adapters:
+                self._model = _with_adapters(self._model, {name: str(folder)}).to(self.device).eval()
+            else:
+                if name in self.adapters:
+                    with warnings.catch_warnings():  # peft warns when the adapter it drops was the active one
+                        warnings.simplefilter("ignore", UserWarning)
+                        self._model.delete_adapter(name)
+                try:
+                    self._model.load_adapter(str(folder), adapter_name=name, is_trainable=False)
+                except (ValueError, RuntimeError, KeyError) as e:
+                    raise ConfigError(f"adapter {name!r} from {folder} does not fit {self.name}: {e}") from e
+            self.adapters[name] = str(folder)
+            log.info("%s: loaded adapter %s from %s", self.name, name, folder)
+
     def _params(
         self,
         max_tokens: int | None,
@@ -209,11 +262,7 @@ class LocalChat:
             raise ConfigError(f"LocalChat needs the 'local' extra: {LOCAL_HINT}") from e
         if self.threads is not None:
             torch.set_num_threads(self.threads)
-        folder = self.path
-        if folder is None:
-            from connectors.smollm2 import smollm2_path
-
-            folder = str(smollm2_path())
+        folder = str(self.folder)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, padding_side="left")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -223,12 +272,7 @@ class LocalChat:
         log.info("loaded %s from %s (%d adapters)", self.name, folder, len(self.adapters))
 
     def _render(self, messages: Sequence[Message]) -> str:
-        tok = self._tokenizer
-        dicts = [m.to_dict() for m in messages]
-        if tok.chat_template:
-            return str(tok.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False))
-        # a base model without a chat template: a plain transcript that ends where the answer starts
-        return "".join(f"{m['role']}: {m['content']}\n" for m in dicts) + "assistant:"
+        return render_prompt(self._tokenizer, messages)
 
     def _generate(
         self, batch: Sequence[Sequence[Message]], params: GenerationParams, generator: Any

@@ -82,6 +82,38 @@ def test_adapter_switching(tiny_model_dir: Path, tiny_adapter_dir: Path, tiny: L
         chat.complete(PROMPTS[0], adapter="nope")
 
 
+def test_an_adapter_loaded_after_the_model_serves_the_next_call(
+    tiny_model_dir: Path, tiny_adapter_dir: Path, tiny: LocalChat
+) -> None:
+    chat = LocalChat(str(tiny_model_dir), max_new_tokens=12)
+    base = [c.text for c in chat.complete_batch(PROMPTS)]  # the model is loaded, with no adapter yet
+    reference = LocalChat(str(tiny_model_dir), max_new_tokens=12, adapters={"critic": str(tiny_adapter_dir)})
+
+    chat.load_adapter("solver@v1", tiny_adapter_dir)
+    chat.load_adapter("editor@v1", tiny_adapter_dir)  # a second adapter on the same base
+    adapted = [c.text for c in chat.complete_batch(PROMPTS, adapter="solver@v1")]
+
+    assert adapted == [c.text for c in reference.complete_batch(PROMPTS, adapter="critic")]
+    assert adapted != base
+    assert [c.text for c in chat.complete_batch(PROMPTS)] == base  # no adapter named: the bare base
+    chat.load_adapter("solver@v1", tiny_adapter_dir)  # replacing one by name works too
+    assert [c.text for c in chat.complete_batch(PROMPTS, adapter="solver@v1")] == adapted
+
+
+def test_an_adapter_added_before_loading_is_picked_up(tiny_model_dir: Path, tiny_adapter_dir: Path) -> None:
+    chat = LocalChat(str(tiny_model_dir), max_new_tokens=12)
+    chat.load_adapter("solver@v1", tiny_adapter_dir)
+    reference = LocalChat(str(tiny_model_dir), max_new_tokens=12, adapters={"critic": str(tiny_adapter_dir)})
+    assert chat.complete(PROMPTS[0], adapter="solver@v1").text == reference.complete(PROMPTS[0], adapter="critic").text
+
+
+def test_loading_a_folder_without_an_adapter_is_a_config_error(tiny_model_dir: Path, tmp_path: Path) -> None:
+    chat = LocalChat(str(tiny_model_dir), max_new_tokens=4)
+    with pytest.raises(ConfigError, match="holds no peft adapter"):
+        chat.load_adapter("solver@v1", tmp_path)
+    assert chat.adapters == {}
+
+
 def test_load_chat_local_prefix(tiny_model_dir: Path) -> None:
     chat = load_chat(f"local/{tiny_model_dir}", max_new_tokens=4)
     answers = chat.complete_batch(["hello", "open the door"], caller="t")
