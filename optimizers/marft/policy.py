@@ -11,13 +11,13 @@ tokens under softmax(logits / T) at the same T, so a PPO ratio compares like wit
 Token ids go in and out as plain lists (one list per row, no padding); :mod:`optimizers.marft.batching`
 packs them into left-padded prompts followed by right-padded responses.
 
-torch, transformers and peft are imported when a policy is built, never when this module is.
+Saving, loading and copying weights live in :mod:`optimizers.marft.policy_io`. torch, transformers and
+peft are imported when a policy is built, never when this module is.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
+from optimizers.marft import policy_io
 from optimizers.marft.batching import Ids, Packed, pack, sample_next, token_logprobs
+from optimizers.marft.policy_io import CRITIC
 from optimizers.marft.tiny import require_local
 
 if TYPE_CHECKING:
@@ -36,13 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CRITIC = "critic"
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-MANIFEST = "policies.json"
-WEIGHTS = "adapter_model.safetensors"
-VALUE_HEAD = "value_head.safetensors"
-"""A saved team: ``<folder>/<adapter>/`` peft adapter folders (loadable by peft, LocalChat and vLLM),
-``value_head.safetensors`` and ``policies.json``, written last."""
 
 
 class AgentPolicies:
@@ -97,7 +93,7 @@ class AgentPolicies:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = _eos_ids(base, tokenizer)
         self.model, self.value_head = self._build(base)
-        self._lora = {name: _lora_parameters(self.model, name) for name in self.adapters}
+        self._lora = {name: policy_io.lora_parameters(self.model, name) for name in self.adapters}
         self.model.eval()
 
     @classmethod
@@ -304,11 +300,7 @@ class AgentPolicies:
 
     def adapter_state(self, adapter: str) -> dict[str, Tensor]:
         """A detached copy of an adapter's weights, keyed as peft saves them (plus ``value_head.*`` for the critic)."""
-        self._check_adapter(adapter)
-        state = {key: p.detach().clone() for key, p in self._lora[adapter].items()}
-        if adapter == CRITIC and self.value_head is not None:
-            state.update({f"value_head.{k}": v.detach().clone() for k, v in self.value_head.state_dict().items()})
-        return state
+        return {key: p.detach().clone() for key, p in self._weights(adapter).items()}
 
     def load_adapter_state(self, adapter: str, state: dict[str, Tensor]) -> None:
         """Overwrite an adapter's weights with ``state`` (as :meth:`adapter_state` returns it), exactly.
@@ -316,37 +308,14 @@ class AgentPolicies:
         Raises:
             ConfigError: the keys or shapes differ from this adapter's.
         """
-        import torch
-
-        self._check_adapter(adapter)
-        targets = dict(self._lora[adapter])
-        if adapter == CRITIC and self.value_head is not None:
-            targets.update({f"value_head.{k}": p for k, p in self.value_head.named_parameters()})
-        missing, unexpected = sorted(set(targets) - set(state)), sorted(set(state) - set(targets))
-        wrong = [k for k in set(targets) & set(state) if tuple(state[k].shape) != tuple(targets[k].shape)]
-        if missing or unexpected or wrong:
-            raise ConfigError(
-                f"adapter {adapter!r}: state does not fit (rank {self.rank}, targets {self.target_modules}): "
-                f"missing {missing[:3]}, unexpected {unexpected[:3]}, wrong shape {sorted(wrong)[:3]}"
-            )
-        with torch.no_grad():
-            for key, p in targets.items():
-                p.copy_(state[key].to(device=p.device, dtype=p.dtype))
+        targets = self._weights(adapter)
+        what = f"adapter {adapter!r}: state does not fit (rank {self.rank}, targets {self.target_modules})"
+        policy_io.copy_state(targets, state, what=what)
 
     def save(self, folder: str | Path) -> Path:
-        """Write every adapter as a peft folder ``<folder>/<name>/``, the value head, and a manifest."""
-        from safetensors.torch import save_file
-
-        root = Path(folder)
-        for name in self.adapters:
-            (root / name).mkdir(parents=True, exist_ok=True)
-            state = {k: v.contiguous() for k, v in self.adapter_state(name).items()}
-            head = {k.removeprefix("value_head."): state.pop(k) for k in list(state) if k.startswith("value_head.")}
-            save_file(state, str(root / name / WEIGHTS), metadata={"format": "pt"})
-            self.model.peft_config[name].save_pretrained(str(root / name))
-            if head:
-                save_file(head, str(root / VALUE_HEAD), metadata={"format": "pt"})
-        (root / MANIFEST).write_text(json.dumps(self._manifest(), indent=2), encoding="utf-8")
+        """Write every adapter as a peft folder ``<folder>/<name>/``, the value head, and a manifest
+        (:mod:`optimizers.marft.policy_io` describes the folder)."""
+        root = policy_io.save(self, folder)
         log.info("saved adapters %s to %s", self.adapters, root)
         return root
 
@@ -356,24 +325,15 @@ class AgentPolicies:
         Raises:
             ConfigError: no saved team there, or one with other agents, rank, targets or critic.
         """
-        from safetensors.torch import load_file
+        policy_io.load(self, folder)
 
-        root = Path(folder)
-        try:
-            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"AgentPolicies.load: {root} holds no readable {MANIFEST} (see save): {e}") from e
-        if manifest != self._manifest():
-            raise ConfigError(f"AgentPolicies.load: {root} holds {manifest}, but these policies are {self._manifest()}")
-        for name in self.adapters:
-            state = load_file(str(root / name / WEIGHTS))
-            if name == CRITIC:
-                state.update({f"value_head.{k}": v for k, v in load_file(str(root / VALUE_HEAD)).items()})
-            self.load_adapter_state(name, state)
-
-    def _manifest(self) -> dict[str, Any]:
-        return {"agents": list(self.agents), "critic": self.critic, "rank": self.rank, "alpha": self.alpha,
-                "target_modules": list(self.target_modules)}  # fmt: skip
+    def _weights(self, adapter: str) -> dict[str, nn.Parameter]:
+        """An adapter's weights keyed as saved: peft's keys, plus ``value_head.*`` for the critic."""
+        self._check_adapter(adapter)
+        weights = dict(self._lora[adapter])
+        if adapter == CRITIC and self.value_head is not None:
+            weights.update({f"{policy_io.HEAD_PREFIX}{k}": p for k, p in self.value_head.named_parameters()})
+        return weights
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self.agents:
@@ -393,17 +353,6 @@ def _checked_agents(agents: Sequence[str]) -> tuple[str, ...]:
         if not isinstance(name, str) or not name.isidentifier() or name == CRITIC or name in "lora_":
             raise ConfigError(f"AgentPolicies: agent {name!r} must be an identifier, not 'critic' nor part of 'lora_'")
     return names
-
-
-def _lora_parameters(model: Any, adapter: str) -> dict[str, nn.Parameter]:
-    """An adapter's LoRA weights keyed as peft saves them: ``...q_proj.lora_A.<adapter>.weight`` →
-    ``...q_proj.lora_A.weight``."""
-    found = {}
-    for name, p in model.named_parameters():
-        parts = name.split(".")
-        if len(parts) >= 3 and parts[-2] == adapter and parts[-3].startswith("lora_"):
-            found[".".join(parts[:-2] + parts[-1:])] = p
-    return found
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
