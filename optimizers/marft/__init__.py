@@ -24,6 +24,7 @@ _EXPORTS = {
     "RolloutEngine": "optimizers.marft.rollout",
     "collect": "optimizers.marft.rollout",
     "AgentPolicies": "optimizers.marft.policy",
+    "VLLMEngine": "optimizers.marft.vllm_engine",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -3,7 +3,7 @@
 One iteration, top to bottom (``train``):
 
 1. roll out a batch of team episodes: agents act in team order, agent m sees agents 1..m-1
-   (``rollout.collect``);
+   (``rollout.collect``), with the policy itself or another rollout engine (e.g. ``VLLMEngine``);
 2. score them: the team reward sits on the last agent's action (earlier agents get 0), so every value
    estimates the same team return;
 3. advantages: GAE chained across the agents (action level: one position per agent; token level: one
@@ -11,11 +11,12 @@ One iteration, top to bottom (``train``):
 4. PPO: recompute every agent's log-probs with the training model, clipped surrogate with a per-agent
    ratio (per token, or per answer), optional KL to the adapter-free base, gradient clipping; all agents
    at once or round-robin one agent per iteration; the critic (its own adapter + a value head) regresses
-   the returns;
+   the returns; a separate rollout engine then gets the new adapters (``engine.sync(policy)``);
 5. checkpoint: adapters, value head, optimizer states and every random state, so a resumed run
    continues bit for bit.
 
-The maths are the pure functions of ``optimizers.marft.maths``; this module only orders them.
+The maths are the pure functions of ``optimizers.marft.maths`` and the advantage arrangement is
+``optimizers.marft.advantages``; this module only orders them.
 
 Example:
     >>> Args(steps=2, batch_size=8).updates_per_step(agents=2)
@@ -30,12 +31,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from connectors import ConfigError
 from optimizers.marft import checkpoint
 from optimizers.marft import maths as M
-from optimizers.marft.rollout import Batch, MarftTask, collect
+from optimizers.marft.advantages import Targets, advantages_gae, advantages_group
+from optimizers.marft.rollout import Batch, MarftTask, RolloutEngine, collect
 
 if TYPE_CHECKING:
     import torch
@@ -45,6 +47,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CRITIC = "critic"
+
+
+@runtime_checkable
+class SyncsWeights(Protocol):
+    """A rollout engine that keeps its own copy of the agents' weights (``VLLMEngine``): the trainer
+    hands it the policy after every update and after a resume."""
+
+    def sync(self, policy: AgentPolicies) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -109,22 +119,33 @@ class StepLog:
 
 @dataclass
 class Trainer:
-    """Owns the optimizers and random state of a run; ``train`` drives it.
+    """Owns the optimizers and random state of a run; ``run`` drives it.
+
+    ``engine`` samples the rollouts: by default the policy itself (transformers); another engine must
+    be :class:`SyncsWeights` (e.g. ``VLLMEngine``) and is synced after every update. Either way the
+    loss's log-probs come from the policy.
 
     Example:
         >>> trainer = Trainer(policy, task, Args(steps=50))  # doctest: +SKIP
         >>> history = trainer.run(checkpoint_dir="runs/relay")  # doctest: +SKIP
+        >>> fast = Trainer(policy, task, Args(steps=50), engine=VLLMEngine(policy, smollm2_path()))  # doctest: +SKIP
     """
 
     policy: AgentPolicies
     task: MarftTask
     args: Args
+    engine: RolloutEngine | None = None
     step: int = 0
     history: list[StepLog] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         import torch
 
+        if self.engine is not None and self.engine is not self.policy and not isinstance(self.engine, SyncsWeights):
+            raise ConfigError(
+                f"Trainer: a rollout engine other than the policy must take the new weights after each update "
+                f"(a sync(policy) method, see SyncsWeights); {type(self.engine).__name__} has none"
+            )
         self.rng = random.Random(self.args.seed)
         self.generator = torch.Generator().manual_seed(self.args.seed)
         self.optimizers = {a: torch.optim.Adam(self.policy.parameters_of(a), lr=self.args.lr) for a in self.task.agents}
@@ -135,12 +156,18 @@ class Trainer:
     def uses_critic(self) -> bool:
         return self.args.advantage == "gae"
 
+    @property
+    def rollouts(self) -> RolloutEngine:
+        """What samples the episodes: the engine, or the policy itself."""
+        return self.policy if self.engine is None else self.engine
+
     def run(
         self, *, checkpoint_dir: str | Path | None = None, on_step: Callable[[StepLog], None] | None = None
     ) -> list[StepLog]:
         """Train up to ``args.steps`` iterations, resuming from the newest checkpoint in ``checkpoint_dir``."""
         if checkpoint_dir is not None and checkpoint.latest(checkpoint_dir) is not None:
             checkpoint.restore(self, checkpoint_dir)
+            self._sync_engine()
             log.info("resumed MARFT at iteration %d from %s", self.step, checkpoint_dir)
         while self.step < self.args.steps:
             entry = self.iteration()
@@ -157,7 +184,7 @@ class Trainer:
         started = time.perf_counter()
         a = self.args
         batch = collect(
-            self.policy,
+            self.rollouts,
             self.task,
             episodes=a.batch_size,
             rng=self.rng,
@@ -170,6 +197,7 @@ class Trainer:
         agents = self.task.agents if a.schedule == "all" else (self.task.agents[self.step % len(self.task.agents)],)
         self._set_learning_rates()
         stats = self.update(batch, targets, agents)
+        self._sync_engine()
         self.step += 1
         entry = StepLog(
             self.step,
@@ -258,6 +286,11 @@ class Trainer:
         grad_norm = self._descend(CRITIC, loss)
         return {"value_loss": float(loss.detach()), "grad_norm": grad_norm}
 
+    def _sync_engine(self) -> None:
+        """Hand the policy's current adapters to a separate rollout engine."""
+        if self.engine is not None and self.engine is not self.policy and isinstance(self.engine, SyncsWeights):
+            self.engine.sync(self.policy)
+
     def _set_learning_rates(self) -> None:
         """Linear annealing (as in CleanRL's PPO): late updates are small, so a learned protocol stays learned."""
         frac = 1.0 - self.step / self.args.steps if self.args.anneal_lr else 1.0
@@ -297,77 +330,6 @@ class Trainer:
         self.history = [StepLog(**h) for h in state["history"]]
 
 
-@dataclass(frozen=True)
-class Targets:
-    """Per agent (in team order): old log-probs and masks (B, R), reference log-probs, advantages
-    ((B, R) for the token ratio, (B,) for answer-level ratios), and with a critic old values and returns."""
-
-    logprobs: list[torch.Tensor]
-    masks: list[torch.Tensor]
-    reference: list[torch.Tensor | None]
-    advantages: list[torch.Tensor]
-    values: list[torch.Tensor]
-    returns: list[torch.Tensor]
-
-
-def advantages_gae(
-    batch: Batch, values: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], args: Args
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Chained GAE over the agents' positions (one per answer, or one per token), normalised, split back."""
-    import torch
-
-    if args.level == "action":
-        spans = [v[:, :1] for v in values]
-        valid = [torch.ones_like(s) for s in spans]
-    else:
-        spans, valid = list(values), [m.to(values[0].dtype) for m in masks]
-    v, mask = torch.cat(spans, dim=1), torch.cat(valid, dim=1)
-    rewards = torch.zeros_like(v)
-    last = _last_valid(mask)
-    rewards[torch.arange(v.shape[0]), last] = torch.tensor(batch.rewards, dtype=v.dtype)
-    adv, ret = M.gae(rewards, v, mask, gamma=args.gamma, lam=args.lam)
-    keys = torch.cat([torch.full_like(s, m, dtype=torch.int64) for m, s in enumerate(spans)], dim=1)
-    adv = _normalised(adv, mask, keys, args)
-    bounds = torch.tensor([0] + [s.shape[1] for s in spans]).cumsum(0).tolist()
-    adv_parts = [adv[:, b:e] for b, e in zip(bounds, bounds[1:], strict=False)]
-    ret_parts = [ret[:, b:e] for b, e in zip(bounds, bounds[1:], strict=False)]
-    return [_per_ratio(p, masks[m], args) for m, p in enumerate(adv_parts)], ret_parts
-
-
-def advantages_group(batch: Batch, masks: Sequence[torch.Tensor], args: Args) -> list[torch.Tensor]:
-    """Critic-free: each episode's reward against its group's, the same for every agent of the team."""
-    import torch
-
-    group = M.group_advantages(torch.tensor(batch.rewards), torch.tensor(batch.groups, dtype=torch.int64))
-    adv = group[:, None].repeat(1, len(batch.turns))
-    keys = torch.arange(len(batch.turns))[None, :].expand_as(adv)
-    adv = _normalised(adv, torch.ones_like(adv), keys, args)
-    return [_per_ratio(adv[:, m : m + 1], masks[m], args) for m in range(len(batch.turns))]
-
-
-def _normalised(adv: torch.Tensor, mask: torch.Tensor, keys: torch.Tensor, args: Args) -> torch.Tensor:
-    if args.normalise == "none":
-        return adv
-    return M.normalise(adv, mask, keys=keys if args.normalise == "agent" else None)
-
-
-def _per_ratio(adv: torch.Tensor, mask: torch.Tensor, args: Args) -> torch.Tensor:
-    """Shape an agent's advantages for its ratio: per token (B, R), or one per answer (B,)."""
-    if args.ratio != "token":
-        return adv[:, 0]
-    if adv.shape[1] == 1:  # an answer-level advantage on every token of the answer
-        return adv.expand_as(mask) * mask
-    return adv * mask
-
-
-def _last_valid(mask: Any) -> Any:
-    """The index of the last valid position of every row."""
-    import torch
-
-    positions = torch.arange(mask.shape[1]).expand_as(mask)
-    return torch.where(mask > 0, positions, torch.full_like(positions, -1)).max(dim=1).values
-
-
 def _chunks(order: list[int], parts: int) -> list[list[int]]:
     size = -(-len(order) // parts)
     return [order[i : i + size] for i in range(0, len(order), size)]
@@ -381,7 +343,7 @@ def _accumulate(sums: dict[str, dict[str, float]], key: str, stats: dict[str, fl
 
 
 def evaluate(
-    policy: AgentPolicies,
+    policy: RolloutEngine,
     task: MarftTask,
     *,
     episodes: int,
@@ -389,7 +351,9 @@ def evaluate(
     temperature: float = 1.0,
     max_new_tokens: int = 1,
 ) -> float:
-    """The team's success rate on ``episodes`` fresh episodes (its own seeds: training state untouched)."""
+    """The team's success rate on ``episodes`` fresh episodes (its own seeds: training state untouched).
+
+    ``policy`` is any rollout engine: the policies themselves or a synced ``VLLMEngine``."""
     import torch
 
     batch = collect(
