@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from connectors import ConfigError
 
@@ -31,23 +31,34 @@ if TYPE_CHECKING:
     import torch
 
 
-class MarftTask(Protocol):
-    """A task a team is trained on: episodes, prompts in team order, and a team reward."""
+S = TypeVar("S")
+"""A task's episode state (what the environment knows about one episode)."""
+
+
+class MarftTask(Protocol[S]):
+    """A task a team is trained on: episodes, prompts in team order, and a team reward; ``S`` is the
+    episode state.
+
+    One episode: ``state = task.sample(rng)``; for each agent ``m`` in order,
+    ``task.prompt(state, m, responses[:m])`` is what it sees and its answer is appended to
+    ``responses``; then ``task.reward(state, responses)`` scores the team. ``agents`` is read-only, so
+    a frozen dataclass with an ``agents`` field fits.
+    """
 
     @property
     def agents(self) -> tuple[str, ...]:
         """The agents, in team order."""
         ...
 
-    def sample(self, rng: random.Random) -> Any:
-        """A fresh episode's state (what the environment knows)."""
+    def sample(self, rng: random.Random) -> S:
+        """A fresh episode's state, drawn only from ``rng``."""
         ...
 
-    def prompt(self, state: Any, agent_index: int, previous: Sequence[str]) -> str:
-        """The prompt of agent ``agent_index``, given what its predecessors said."""
+    def prompt(self, state: S, agent_index: int, previous: Sequence[str]) -> str:
+        """What agent ``agent_index`` sees, given its predecessors' responses ``previous``."""
         ...
 
-    def reward(self, state: Any, responses: Sequence[str]) -> float:
+    def reward(self, state: S, responses: Sequence[str]) -> float:
         """The team's reward for the answers of all agents, in team order."""
         ...
 
@@ -104,7 +115,7 @@ class Batch:
 
 def collect(
     engine: RolloutEngine,
-    task: MarftTask,
+    task: MarftTask[Any],
     *,
     episodes: int,
     rng: random.Random,

@@ -1,8 +1,8 @@
 """Toy tasks on which LoRA MARFT must visibly learn: a target token for one agent, a relay for two.
 
-Both follow :class:`ToyTask`, the small protocol a generic trainer needs: the agents in team order,
-the words a tokenizer must know, how to draw an episode, what each agent is shown (agent m sees what
-agents 1..m-1 said) and the team's reward. Rewards are plain functions of the episode and the decoded
+Both follow :class:`ToyTask`: the :class:`~optimizers.marft.rollout.MarftTask` a trainer needs (the
+agents in team order, how to draw an episode, what each agent is shown — agent m sees what agents
+1..m-1 said — and the team's reward) plus the words a tokenizer must know. Rewards are plain functions of the episode and the decoded
 responses; nothing here imports torch.
 
 "The first token" of a response is its first whitespace-separated word: with
@@ -25,47 +25,22 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from connectors.errors import ConfigError
-
-S = TypeVar("S")
+from optimizers.marft.rollout import MarftTask, S
 
 SECRET_POOL = ("red", "green", "blue", "gold", "pink", "gray", "white", "black")
 """The words a :class:`RelayTask` draws its secrets from (the first ``k`` of them)."""
 
 
-class ToyTask(Protocol[S]):
-    """What a MARFT trainer needs from a task; ``S`` is the task's episode state.
-
-    It is :class:`optimizers.marft.rollout.MarftTask` with a read-only ``agents`` (so frozen dataclasses
-    fit) plus the ``vocabulary`` a word-level tokenizer must cover.
-
-    One episode: ``state = task.sample(rng)``; for each agent ``m`` in order,
-    ``task.prompt(state, m, responses[:m])`` is what it sees and its answer is appended to
-    ``responses``; then ``task.reward(state, responses)`` scores the team.
-    """
-
-    @property
-    def agents(self) -> tuple[str, ...]:
-        """Agent names in team order."""
-        ...
+class ToyTask(MarftTask[S], Protocol[S]):
+    """A :class:`~optimizers.marft.rollout.MarftTask` that also names the words of its prompts and
+    answers, so a word-level tokenizer (:func:`optimizers.marft.tiny.word_tokenizer`) can cover them."""
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
         """Every word a prompt can hold or a response needs (for a word-level tokenizer)."""
-        ...
-
-    def sample(self, rng: random.Random) -> S:
-        """A fresh episode, drawn only from ``rng``."""
-        ...
-
-    def prompt(self, state: S, agent_index: int, previous: Sequence[str]) -> str:
-        """What agent ``agent_index`` sees, given its predecessors' responses ``previous``."""
-        ...
-
-    def reward(self, state: S, responses: Sequence[str]) -> float:
-        """The team's reward for one response per agent."""
         ...
 
 
