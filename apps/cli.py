@@ -38,6 +38,33 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(run_table(metrics))
 
 
+def cmd_marft(args: argparse.Namespace) -> None:
+    from evolve.build import build
+    from evolve.spec import load_spec
+
+    spec = load_spec(args.spec)
+    if args.steps is not None:
+        spec = spec.model_copy(update={"marft": spec.marft.model_copy(update={"steps": args.steps})})
+    evolver = build(spec, progress=not args.quiet, allow_weight_updates=True)
+    try:
+        team, settings = evolver.team, evolver.weights
+        assert settings is not None  # allow_weight_updates=True sets it, or build raised
+        print(
+            f"MARFT on run {spec.run.name!r}: agents {', '.join(team.order)} on {team.agents[team.sink].model.name}, "
+            f"{settings.steps} iterations x {settings.batch_size} episodes, evaluated on {settings.eval_episodes} episodes"
+        )
+        report = evolver.escalate()
+    finally:
+        if evolver.memory is not None:
+            evolver.memory.close()
+    print(f"evaluation success  before {report.before:.3f}  after {report.after:.3f}  ({report.seconds:.0f} s)")
+    if report.accepted:
+        for agent, version in report.versions.items():
+            print(f"{agent}: new adapter version {version} (HEAD; `evolve adapters rollback` undoes it)")
+    else:
+        print(f"adapters not kept: no gain above min_gain={settings.min_gain} (the agents keep their HEAD)")
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     from apps.report import plot_curves, round_table
     from evolve import list_runs
@@ -156,6 +183,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rounds", type=int, default=None, help="override the spec's rounds")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
+
+    mf = sub.add_parser("marft", help="train one LoRA adapter per agent now (LoRA MARFT; local models only)")
+    mf.add_argument("spec", type=Path, help="the run's TOML spec; its [marft] section sets the training")
+    mf.add_argument("--steps", type=int, default=None, help="override [marft] steps")
+    mf.add_argument("--quiet", action="store_true", help="no progress bar")
+    mf.set_defaults(func=cmd_marft)
 
     rep = sub.add_parser("report", help="per-round table of every run in a database, and a PNG")
     rep.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")

@@ -22,7 +22,7 @@ import logging
 import random
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,7 +215,8 @@ class LocalChat:
                         warnings.simplefilter("ignore", UserWarning)
                         self._model.delete_adapter(name)
                 try:
-                    self._model.load_adapter(str(folder), adapter_name=name, is_trainable=False)
+                    with quiet_peft():
+                        self._model.load_adapter(str(folder), adapter_name=name, is_trainable=False)
                 except (ValueError, RuntimeError, KeyError) as e:
                     raise ConfigError(f"adapter {name!r} from {folder} does not fit {self.name}: {e}") from e
             self.adapters[name] = str(folder)
@@ -348,10 +349,19 @@ def _with_adapters(model: Any, adapters: Mapping[str, str]) -> Any:
     for name, folder in items:
         if not Path(folder).is_dir():
             raise ConfigError(f"adapter {name!r}: {folder!r} is not a folder holding a peft adapter")
-    peft_model = PeftModel.from_pretrained(model, items[0][1], adapter_name=items[0][0], is_trainable=False)
-    for name, folder in items[1:]:
-        peft_model.load_adapter(folder, adapter_name=name, is_trainable=False)
+    with quiet_peft():
+        peft_model = PeftModel.from_pretrained(model, items[0][1], adapter_name=items[0][0], is_trainable=False)
+        for name, folder in items[1:]:
+            peft_model.load_adapter(folder, adapter_name=name, is_trainable=False)
     return peft_model
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft 0.21 calls a method transformers 5 deprecated; drop this filter once peft catches up."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        yield
 
 
 def _eos_token_ids(model: Any, tokenizer: Any) -> set[int]:

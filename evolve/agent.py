@@ -95,6 +95,11 @@ def render_messages(
     agent: Agent, observation: str, recall: Recall | None, upstream: Mapping[str, str]
 ) -> list[Message]:
     """The messages one agent sees: its system prompt, then experiences, teammates' outputs and the task."""
+    return turn_messages(agent.system_prompt(), observation, recall, upstream)
+
+
+def turn_messages(system: str, observation: str, recall: Recall | None, upstream: Mapping[str, str]) -> list[Message]:
+    """The messages of one turn under the system prompt ``system`` (MARFT trains on these same messages)."""
     parts = []
     experiences = render_experiences(recall)
     if experiences:
@@ -102,7 +107,7 @@ def render_messages(
     for name, output in upstream.items():
         parts.append(f"<output of {name}>\n{output}\n</output of {name}>")
     parts.append(f"Task: {observation}" if parts else observation)
-    return [Message("system", agent.system_prompt()), Message("user", "\n\n".join(parts))]
+    return [Message("system", system), Message("user", "\n\n".join(parts))]
 
 
 class Team:

@@ -14,6 +14,7 @@ from evolve.prompt_graph import PromptGraph
 from evolve.prompt_loop import PromptEvolution, split_tasks
 from evolve.spec import RunSpec
 from evolve.tasks import Task, load_tasks
+from evolve.weights import WeightUpdates
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 from optimizers.types import PromptOptimizer
 
@@ -73,6 +74,24 @@ def build_prompt_evolution(
     return PromptEvolution(PromptGraph(engine, spec.run.name), optimizer, train_ids=train_ids, val_ids=val_ids)
 
 
+def weight_updates(spec: RunSpec) -> WeightUpdates:
+    """The spec's ``[marft]`` section as the loop's escalation settings."""
+    m = spec.marft
+    return WeightUpdates(
+        patience=m.patience,
+        min_gain=m.min_gain,
+        steps=m.steps,
+        batch_size=m.batch_size,
+        max_new_tokens=m.max_new_tokens,
+        temperature=m.temperature,
+        lr=m.lr,
+        rank=m.rank,
+        eval_episodes=m.eval_episodes,
+        seed=spec.run.seed,
+        options=dict(m.options),
+    )
+
+
 def memory_config(spec: RunSpec) -> MemoryConfig:
     m = spec.memory
     retrieval = RetrievalConfig(k1=m.k1, k2=m.k2, delta=m.delta, lam=m.lam, epsilon=m.epsilon)
@@ -81,9 +100,15 @@ def memory_config(spec: RunSpec) -> MemoryConfig:
 
 
 def build(
-    spec: RunSpec, *, chat: ChatClient | None = None, embedder: Embedder | None = None, progress: bool = True
+    spec: RunSpec,
+    *,
+    chat: ChatClient | None = None,
+    embedder: Embedder | None = None,
+    progress: bool = True,
+    allow_weight_updates: bool | None = None,
 ) -> Evolver:
-    """Everything a spec describes, ready to ``run(spec.run.rounds)``; pass ``chat``/``embedder`` to reuse loaded models."""
+    """Everything a spec describes, ready to ``run(spec.run.rounds)``; pass ``chat``/``embedder`` to reuse
+    loaded models, and ``allow_weight_updates`` to override ``[marft] enabled``."""
     tasks = load_tasks(spec.resolve(spec.environment.tasks))
     chat = chat or build_chat(spec)
     store = None
@@ -122,8 +147,10 @@ def build(
         writer=writer,
         schedule=schedule,
         prompts=prompts,
+        allow_weight_updates=spec.marft.enabled if allow_weight_updates is None else allow_weight_updates,
+        weights=weight_updates(spec),
         progress=progress,
     )
 
 
-__all__ = ["build", "build_chat", "memory_config"]
+__all__ = ["build", "build_chat", "memory_config", "weight_updates"]

@@ -4,8 +4,8 @@
   model), or None when every agent runs on a local model;
 - ``plateaued(curve, patience=…)`` is the trigger: no gain over the last ``patience`` rounds;
 - ``TeamTask`` turns bundled tasks and a team into a ``MarftTask``: agents act in team order, each
-  seeing the task and what its predecessors said, and the environment's checker scores the last
-  agent's answer.
+  seeing the task and what its inputs said, in the messages the team serves, and the environment's
+  checker scores the last agent's answer.
 
 Example:
     >>> plateaued([0.2, 0.5, 0.5, 0.5], patience=2)
@@ -20,8 +20,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from connectors import ConfigError
-from evolve.agent import Team
+from connectors import ConfigError, Message
+from evolve.agent import Team, turn_messages
 from evolve.tasks import Task, check
 
 
@@ -55,13 +55,15 @@ def weights_blocker(team: Team) -> str | None:
 class TeamTask:
     """A ``MarftTask`` over bundled tasks: the team's agents in order, rewarded by the task's checker.
 
-    Agent 1's prompt is its role and the task; agent m's adds what agent m-1 said (MARFT: agent m
-    sees its predecessors). The reward is the checker's score of the last agent's answer.
+    Agent m's prompt is the messages the team gives it at inference, less recalled memories: its role
+    as the system message, then what its inputs (``inputs[m]``, default: the agent before it) said and
+    the task. Trained on the format it is served with, an adapter helps where it is used. The reward is
+    the checker's score of the last agent's answer.
 
     Example:
         >>> t = TeamTask([Task(id="a", prompt="2 + 2?", answer="4")], ("solver",), ("Reply with a number.",))
-        >>> t.prompt(t.sample(random.Random(0)), 0, [])
-        'Reply with a number.\\n\\nTask: 2 + 2?'
+        >>> [m.content for m in t.prompt(t.sample(random.Random(0)), 0, [])]
+        ['Reply with a number.', '2 + 2?']
         >>> t.reward(t.tasks[0], ["4"])
         1.0
     """
@@ -69,27 +71,37 @@ class TeamTask:
     tasks: Sequence[Task]
     agents: tuple[str, ...]
     roles: tuple[str, ...]
+    inputs: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tasks:
             raise ConfigError("TeamTask needs at least one task")
         if len(self.roles) != len(self.agents) or not self.agents:
             raise ConfigError(f"TeamTask needs one role per agent, got {len(self.roles)} for {len(self.agents)}")
+        if not self.inputs:
+            object.__setattr__(self, "inputs", ((),) + tuple((a,) for a in self.agents[:-1]))
+        if len(self.inputs) != len(self.agents) or any(
+            not set(inputs) <= set(self.agents[:m]) for m, inputs in enumerate(self.inputs)
+        ):
+            raise ConfigError(f"TeamTask inputs must name earlier agents, one tuple per agent; got {self.inputs}")
 
     @classmethod
     def of(cls, team: Team, tasks: Sequence[Task]) -> TeamTask:
-        """The team's agents in order, with their current system prompts as roles."""
+        """The team's agents in order, with their current system prompts as roles and its edges as inputs."""
         agents = [team.agents[n] for n in team.order]
-        return cls(list(tasks), tuple(a.name for a in agents), tuple(a.system_prompt() for a in agents))
+        return cls(
+            list(tasks),
+            tuple(a.name for a in agents),
+            tuple(a.system_prompt() for a in agents),
+            tuple(tuple(team.predecessors(a.name)) for a in agents),
+        )
 
     def sample(self, rng: random.Random) -> Task:
         return rng.choice(list(self.tasks))
 
-    def prompt(self, state: Task, agent_index: int, previous: Sequence[str]) -> str:
-        text = f"{self.roles[agent_index]}\n\nTask: {state.prompt}"
-        if agent_index:
-            text += f"\n\n{self.agents[agent_index - 1]} said: {previous[-1].strip()}"
-        return text
+    def prompt(self, state: Task, agent_index: int, previous: Sequence[str]) -> list[Message]:
+        upstream = {name: previous[self.agents.index(name)].strip() for name in self.inputs[agent_index]}
+        return turn_messages(self.roles[agent_index], state.prompt, None, upstream)
 
     def reward(self, state: Task, responses: Sequence[str]) -> float:
         return check(state, responses[-1])[0]

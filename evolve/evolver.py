@@ -30,11 +30,14 @@ from sqlalchemy import Engine
 from tqdm.auto import tqdm
 
 from connectors import ChatClient, ConfigError, Environment, EvolveError
+from evolve.adapter_versions import AdapterRegistry
 from evolve.agent import Team
 from evolve.episode import Episode, Step
+from evolve.escalation import plateaued, weights_blocker
 from evolve.prompt_loop import PromptEvolution, PromptUpdate, make_evaluate
 from evolve.records import RoundMetrics, RunLog, episode_from_row
 from evolve.tasks import Task, TaskEnv
+from evolve.weights import WeightsReport, WeightUpdates, attach_adapters, base_folder, train_adapters
 from memory import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,11 @@ class Evolver:
         memory_reward: maps a task reward to the reward that updates Q (default ``centred``).
         prompts: prompt evolution (a ``PromptEvolution``): one gated optimizer step per round, after
             the round's memory updates; the team then acts from the new HEAD.
+        allow_weight_updates: escalate to LoRA MARFT when the success curve plateaus (no gain over
+            ``weights.patience`` rounds): one adapter per agent, kept only if it gains on evaluation,
+            recorded in the ``AdapterRegistry`` and served from the next round. Needs every agent on
+            one local model; with an API model this raises a ``ConfigError`` that says so.
+        weights: the escalation's settings (default ``WeightUpdates()``).
         progress: show a progress bar.
     """
 
@@ -115,6 +123,8 @@ class Evolver:
         schedule: Schedule = same_tasks,
         memory_reward: Callable[[float], float] = centred,
         prompts: PromptEvolution | None = None,
+        allow_weight_updates: bool = False,
+        weights: WeightUpdates | None = None,
         progress: bool = True,
     ) -> None:
         if not tasks:
@@ -140,6 +150,16 @@ class Evolver:
         self.prompts = prompts
         self._started = False
         self.progress = progress
+        self.weights = (weights or WeightUpdates()) if allow_weight_updates else None
+        self.adapters: AdapterRegistry | None = None
+        if allow_weight_updates:
+            blocker = weights_blocker(team)
+            if blocker is not None:
+                raise ConfigError(f"allow_weight_updates: {blocker}")
+            base_folder(team)  # one shared local base, or a clear error now rather than at the first plateau
+        if weights_blocker(team) is None:
+            self.adapters = (self.weights or WeightUpdates()).registry(engine, run)
+            attach_adapters(team, self.adapters)  # a resumed run, or a later one, serves its HEAD adapters
 
     def run(self, rounds: int) -> list[RoundMetrics]:
         """Run (or resume) rounds 1..rounds and return every round's metrics."""
@@ -168,6 +188,9 @@ class Evolver:
         bar.close()
         update = self._evolve_prompts()
         metrics = self._metrics(round_, time.perf_counter() - start)
+        weights = self._maybe_escalate(metrics)
+        if weights is not None:
+            metrics = replace(metrics, weight_updates=int(weights.accepted), weights_note=weights.note)
         if update is not None:
             metrics = replace(
                 metrics,
@@ -187,6 +210,26 @@ class Evolver:
         if update.accepted:
             self.team = self.team.with_prompts(self.prompts.graph.head().nodes)
         return update
+
+    def escalate(self) -> WeightsReport:
+        """Train the agents' adapters now (MARFT), keep them if they gain, and serve the HEAD adapters."""
+        if self.weights is None or self.adapters is None:
+            raise ConfigError("escalate() needs Evolver(..., allow_weight_updates=True) and a team on local models")
+        report = train_adapters(self.team, self.tasks, self.adapters, self.weights, progress=self.progress)
+        attach_adapters(self.team, self.adapters)
+        return report
+
+    def _maybe_escalate(self, metrics: RoundMetrics) -> WeightsReport | None:
+        """Escalate when success has not risen over ``patience`` rounds since the last escalation."""
+        if self.weights is None or metrics.success_rate >= 1.0:
+            return None
+        history = self.log.completed()
+        curve = [history[r].success_rate for r in sorted(history) if r < metrics.round] + [metrics.success_rate]
+        since = max([r for r, m in history.items() if m.weights_note and r < metrics.round], default=1)
+        if not plateaued(curve[since - 1 :], patience=self.weights.patience):
+            return None
+        log.info("round %d: success plateaued at %.2f; escalating to LoRA MARFT", metrics.round, metrics.success_rate)
+        return self.escalate()
 
     def run_batch(self, tasks: Sequence[Task], round_: int) -> list[Episode]:
         """One episode per task, the team acting on all of them together, turn by turn."""

@@ -88,6 +88,8 @@ class RoundMetrics:
     prompt_version: str = ""
     prompt_note: str = ""
     optimizer_tokens: int = 0
+    weight_updates: int = 0
+    weights_note: str = ""
 
 
 class RunLog:

@@ -28,6 +28,10 @@ k2 = 1
 lam = 0.5
 alpha = 0.3
 
+[marft]                                 # weight updates: LoRA MARFT when success plateaus (local models only)
+enabled = false
+patience = 2
+
 [[agents]]
 name = "solver"
 system = "Reply with the code only."
@@ -106,6 +110,22 @@ class OptimizerSection(_Strict):
     critic_max_tokens: int = Field(512, ge=16)
 
 
+class MarftSection(_Strict):
+    """Weight updates (LoRA MARFT): ``enabled`` lets the loop escalate when success plateaus."""
+
+    enabled: bool = False  # Evolver(allow_weight_updates=...); `evolve marft SPEC` trains whatever this says
+    patience: int = Field(2, ge=1)  # rounds without gain before escalating
+    min_gain: float = Field(0.0, ge=0.0)  # the evaluation gain a trained adapter must beat to be kept
+    steps: int = Field(8, ge=1)  # PPO iterations per escalation
+    batch_size: int = Field(8, ge=1)  # episodes per iteration
+    max_new_tokens: int = Field(16, ge=1)
+    temperature: float = Field(0.7, gt=0.0)
+    lr: float = Field(2e-4, gt=0.0)
+    rank: int = Field(8, ge=1)
+    eval_episodes: int = Field(40, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)  # other optimizers.marft.Args fields
+
+
 class AgentSection(_Strict):
     name: str
     system: str = "You are a careful assistant. Reply with the answer only."
@@ -122,6 +142,7 @@ class RunSpec(_Strict):
     environment: EnvironmentSection
     memory: MemorySection = MemorySection()
     optimizer: OptimizerSection = OptimizerSection()
+    marft: MarftSection = MarftSection()
     agents: list[AgentSection] = Field(default_factory=lambda: [AgentSection(name="solver")])
     path: Path | None = None
 

@@ -33,6 +33,43 @@ def repo_root() -> Path:
     return ROOT
 
 
+STAR_WORDS = [
+    "system",
+    "user",
+    "assistant",
+    ":",
+    "say",
+    "the",
+    "word",
+    "star",
+    "moon",
+    "sun",
+    "tree",
+    "Reply",
+    "one",
+    ".",
+]
+"""The whole vocabulary of ``tiny_local_model``: enough for "say the word star" tasks and their prompts."""
+
+
+@pytest.fixture(scope="session")
+def tiny_local_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with a word tokenizer, saved as a local model folder (``local/<folder>``).
+
+    The bare model never answers "star"; a MARFT run of a few seconds teaches it to.
+    """
+    import torch
+
+    from optimizers.marft.tiny import tiny_llama, word_tokenizer
+
+    torch.set_num_threads(1)  # tiny models train fastest on one thread
+    folder = tmp_path_factory.mktemp("tiny-local-model")
+    tokenizer = word_tokenizer(STAR_WORDS)
+    tiny_llama(len(tokenizer), seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def _cuda() -> bool:
     try:
         import torch

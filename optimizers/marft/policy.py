@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
+from connectors.local_chat import render_prompt
+from connectors.types import Message
 from optimizers.marft import policy_io
 from optimizers.marft.batching import Ids, Packed, pack, sample_next, token_logprobs
 from optimizers.marft.policy_io import CRITIC
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     Logprobs = tuple[Tensor, Tensor]  # (B, R) log-probs, 0 on padding; (B, R) float mask
 
 log = logging.getLogger(__name__)
+
+Prompt = str | Sequence[Message]
+"""A prompt: a user message's text, or the whole conversation as ``Message``s."""
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -150,18 +155,24 @@ class AgentPolicies:
         """Where the model lives (a ``torch.Generator`` for :meth:`generate` may live there or on the CPU)."""
         return self.model.device  # type: ignore[no-any-return]
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Prompt token ids: through the chat template (user message + generation prompt) when the
-        tokenizer has one, else ``<bos>`` + the plain encoding."""
+    def encode(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """Prompt token ids. A list of ``Message``s is rendered as ``LocalChat`` serves it
+        (:func:`~connectors.local_chat.render_prompt`), so an adapter trains on the prompts it will see;
+        a string is one user message through the chat template when the tokenizer has one, else
+        ``<bos>`` + its plain encoding."""
         tok = self.tokenizer
-        if tok.chat_template:
-            rendered = [
-                tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
-                for t in texts
-            ]
-            return [list(ids) for ids in tok(rendered, add_special_tokens=False)["input_ids"]]
-        bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-        return [bos + list(ids) for ids in tok(list(texts), add_special_tokens=False)["input_ids"]]
+        out: list[list[int]] = []
+        for prompt in prompts:
+            if not isinstance(prompt, str):
+                out.append(list(tok(render_prompt(tok, prompt), add_special_tokens=False)["input_ids"]))
+            elif tok.chat_template:
+                user = [{"role": "user", "content": prompt}]
+                text = tok.apply_chat_template(user, add_generation_prompt=True, tokenize=False)
+                out.append(list(tok(text, add_special_tokens=False)["input_ids"]))
+            else:
+                bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+                out.append(bos + list(tok(prompt, add_special_tokens=False)["input_ids"]))
+        return out
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of a response without its EOS. Other special tokens stay visible: a reward on "the first
