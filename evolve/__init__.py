@@ -1,8 +1,10 @@
 """Evolve: agents that get better at their job while they work.
 
-The public face: agents and teams, episodes, task environments, and the ``Evolver`` loop.
+The public face: agents and teams, episodes, task environments, the ``Evolver`` loop, and the versioned
+prompts and adapters it learns.
 """
 
+from evolve.adapter_versions import AdapterRegistry, AdapterVersion
 from evolve.agent import Agent, MemoryView, Team, TeamAct, render_messages
 from evolve.episode import Episode, Step
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
@@ -11,8 +13,11 @@ from evolve.prompt_loop import PromptEvolution, make_evaluate, split_tasks
 from evolve.prompt_versions import PromptVersion
 from evolve.records import RoundMetrics, list_runs
 from evolve.tasks import Task, TaskEnv, load_tasks
+from evolve.weights import WeightsReport, WeightUpdates
 
 __all__ = [
+    "AdapterRegistry",
+    "AdapterVersion",
     "Agent",
     "Episode",
     "Evolver",
@@ -26,6 +31,8 @@ __all__ = [
     "TaskEnv",
     "Team",
     "TeamAct",
+    "WeightUpdates",
+    "WeightsReport",
     "list_runs",
     "make_evaluate",
     "load_tasks",

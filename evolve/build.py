@@ -136,6 +136,7 @@ def build(
     writer = chat if spec.memory.writer == "llm" else None
     prompts = build_prompt_evolution(spec, team, tasks, engine, chat)
     schedule = paraphrase_schedule(spec.run.seed) if spec.environment.paraphrase else same_tasks
+    allowed = spec.marft.enabled if allow_weight_updates is None else allow_weight_updates
     return Evolver(
         team,
         tasks,
@@ -147,8 +148,8 @@ def build(
         writer=writer,
         schedule=schedule,
         prompts=prompts,
-        allow_weight_updates=spec.marft.enabled if allow_weight_updates is None else allow_weight_updates,
-        weights=weight_updates(spec),
+        allow_weight_updates=allowed,
+        weights=weight_updates(spec) if allowed else None,  # only then: its checks load torch
         progress=progress,
     )
 

@@ -37,7 +37,14 @@ from evolve.escalation import plateaued, weights_blocker
 from evolve.prompt_loop import PromptEvolution, PromptUpdate, make_evaluate
 from evolve.records import RoundMetrics, RunLog, episode_from_row
 from evolve.tasks import Task, TaskEnv
-from evolve.weights import WeightsReport, WeightUpdates, attach_adapters, base_folder, train_adapters
+from evolve.weights import (
+    WeightsReport,
+    WeightUpdates,
+    adapter_registry,
+    attach_adapters,
+    base_folder,
+    train_adapters,
+)
 from memory import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -158,7 +165,7 @@ class Evolver:
                 raise ConfigError(f"allow_weight_updates: {blocker}")
             base_folder(team)  # one shared local base, or a clear error now rather than at the first plateau
         if weights_blocker(team) is None:
-            self.adapters = (self.weights or WeightUpdates()).registry(engine, run)
+            self.adapters = adapter_registry(engine, run, self.weights)
             attach_adapters(team, self.adapters)  # a resumed run, or a later one, serves its HEAD adapters
 
     def run(self, rounds: int) -> list[RoundMetrics]:

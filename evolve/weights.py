@@ -106,9 +106,6 @@ class WeightUpdates:
             }
         )
 
-    def registry(self, engine: Any, run: str) -> AdapterRegistry:
-        return AdapterRegistry(engine, run, root=self.root or evolve_home() / "adapters")
-
 
 @dataclass(frozen=True)
 class WeightsReport:
@@ -125,6 +122,12 @@ class WeightsReport:
     def note(self) -> str:
         verdict = "kept " + ", ".join(f"{a}@{v[:8]}" for a, v in self.versions.items()) if self.accepted else "rejected"
         return f"MARFT {self.steps} steps: eval {self.before:.2f} -> {self.after:.2f}, {verdict}"
+
+
+def adapter_registry(engine: Any, run: str, settings: WeightUpdates | None = None) -> AdapterRegistry:
+    """The run's adapter versions, stored under ``settings.root`` (default ``$EVOLVE_HOME/adapters``)."""
+    root = settings.root if settings is not None and settings.root is not None else evolve_home() / "adapters"
+    return AdapterRegistry(engine, run, root=root)
 
 
 def base_folder(team: Team) -> Path:
@@ -149,12 +152,13 @@ def train_adapters(
     team: Team,
     tasks: Sequence[Task],
     registry: AdapterRegistry,
-    settings: WeightUpdates = WeightUpdates(),
+    settings: WeightUpdates | None = None,
     *,
     progress: bool = True,
 ) -> WeightsReport:
     """One escalation: train, compare on the same evaluation episodes, keep the adapters only if they gain."""
     started = time.perf_counter()
+    settings = settings or WeightUpdates()
     folder = base_folder(team)
     task = TeamTask.of(team, tasks)
     policy = _policies(folder, task.agents, settings)
@@ -250,4 +254,4 @@ def _evaluate(policy: AgentPolicies, task: TeamTask, settings: WeightUpdates, te
     )
 
 
-__all__ = ["WeightUpdates", "WeightsReport", "attach_adapters", "base_folder", "train_adapters"]
+__all__ = ["WeightUpdates", "WeightsReport", "adapter_registry", "attach_adapters", "base_folder", "train_adapters"]
