@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
 from connectors.local_chat import render_prompt
-from connectors.types import Message
 from optimizers.marft import policy_io
 from optimizers.marft.batching import Ids, Packed, pack, sample_next, token_logprobs
 from optimizers.marft.policy_io import CRITIC
+from optimizers.marft.rollout import Prompt
 from optimizers.marft.tiny import require_local
 
 if TYPE_CHECKING:
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
     Logprobs = tuple[Tensor, Tensor]  # (B, R) log-probs, 0 on padding; (B, R) float mask
 
 log = logging.getLogger(__name__)
-
-Prompt = str | Sequence[Message]
-"""A prompt: a user message's text, or the whole conversation as ``Message``s."""
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

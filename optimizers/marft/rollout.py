@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from connectors import ConfigError
+from connectors.types import Message
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 
 S = TypeVar("S")
 """A task's episode state (what the environment knows about one episode)."""
+
+Prompt = str | Sequence[Message]
+"""What a task shows one agent: a user message's text, or the whole conversation as ``Message``s."""
 
 
 class MarftTask(Protocol[S]):
@@ -54,7 +58,7 @@ class MarftTask(Protocol[S]):
         """A fresh episode's state, drawn only from ``rng``."""
         ...
 
-    def prompt(self, state: S, agent_index: int, previous: Sequence[str]) -> str:
+    def prompt(self, state: S, agent_index: int, previous: Sequence[str]) -> Prompt:
         """What agent ``agent_index`` sees, given its predecessors' responses ``previous``."""
         ...
 
@@ -66,7 +70,7 @@ class MarftTask(Protocol[S]):
 class RolloutEngine(Protocol):
     """Samples answers (token ids) for one agent; ``AgentPolicies`` and ``VLLMEngine`` both are one."""
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]: ...
+    def encode(self, prompts: Sequence[Prompt]) -> list[list[int]]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
