@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from connectors import EvolveError, evolve_home, load_embedder, make_engine
+
+
+def quiet_loading(quiet: bool) -> None:
+    """``--quiet`` also hides the model loaders' progress bars (transformers, hub)."""
+    if quiet:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -29,6 +36,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     spec = load_spec(args.spec)
     rounds = args.rounds or spec.run.rounds
+    quiet_loading(args.quiet)
     evolver = build(spec, progress=not args.quiet)
     try:
         metrics = evolver.run(rounds)
@@ -43,6 +51,7 @@ def cmd_marft(args: argparse.Namespace) -> None:
     from evolve.spec import load_spec
 
     spec = load_spec(args.spec)
+    quiet_loading(args.quiet)
     if args.steps is not None:
         spec = spec.model_copy(update={"marft": spec.marft.model_copy(update={"steps": args.steps})})
     evolver = build(spec, progress=not args.quiet, allow_weight_updates=True)

@@ -39,7 +39,8 @@ from evolve.escalation import TeamTask, weights_blocker
 from evolve.tasks import Task
 
 if TYPE_CHECKING:
-    from optimizers.marft import AgentPolicies, Args
+    from optimizers.marft.policy import AgentPolicies
+    from optimizers.marft.trainer import Args
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class WeightUpdates:
 
     def args(self) -> Args:
         """The MARFT ``Args`` of one escalation."""
-        from optimizers.marft import Args
+        from optimizers.marft.trainer import Args
 
         known = set(Args.__dataclass_fields__)
         unknown = sorted(set(self.options) - known)
@@ -168,11 +169,16 @@ def train_adapters(
             policy.load_adapter_state(agent, _adapter_weights(head.path))
     temperature = float(team.agents[team.sink].params.get("temperature") or 0.0)
     before = _evaluate(policy, task, settings, temperature)
-    from optimizers.marft import Trainer
+    from optimizers.marft.trainer import StepLog, Trainer
 
     trainer = Trainer(policy, task, settings.args())
     with tqdm(total=settings.steps, desc="MARFT", disable=not progress, leave=False) as bar:
-        trainer.run(on_step=lambda entry: (bar.update(1), bar.set_postfix(success=f"{entry.success:.2f}")))
+
+        def advance(entry: StepLog) -> None:
+            bar.set_postfix(success=f"{entry.success:.2f}")
+            bar.update(1)
+
+        trainer.run(on_step=advance)
     after = _evaluate(policy, task, settings, temperature)
     versions: dict[str, str] = {}
     accepted = after > before + settings.min_gain
@@ -223,7 +229,7 @@ def _local_chat(team: Team, name: str) -> Any:
 
 
 def _policies(folder: Path, agents: Sequence[str], settings: WeightUpdates) -> AgentPolicies:
-    from optimizers.marft import AgentPolicies
+    from optimizers.marft.policy import AgentPolicies
     from optimizers.marft.tiny import require_local
 
     require_local("weight updates (LoRA MARFT)")
@@ -242,7 +248,7 @@ def _adapter_weights(folder: Path) -> dict[str, Any]:
 
 
 def _evaluate(policy: AgentPolicies, task: TeamTask, settings: WeightUpdates, temperature: float) -> float:
-    from optimizers.marft import evaluate
+    from optimizers.marft.trainer import evaluate
 
     return evaluate(
         policy,
