@@ -108,9 +108,10 @@ class VLLMEngine:
         self.requests: dict[str, Any] = {}
         self.sync(policy)
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Prompt token ids, exactly as the training policy encodes them (its chat template)."""
-        return self.policy.encode(texts)
+    def encode(self, prompts: Sequence[Any]) -> list[list[int]]:
+        """Prompt token ids, exactly as the training policy encodes them (texts or conversations, through
+        its chat template): the adapters train on the very ids they sampled from."""
+        return self.policy.encode(prompts)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of a response, exactly as the training policy decodes it (EOS dropped)."""
@@ -195,7 +196,15 @@ class VLLMEngine:
         log.info("vLLM adapters at version %d (%s)", self.version, folder)
 
     def close(self) -> None:
-        """Delete the adapter folders when the engine made its own workdir (the vLLM engine stays up)."""
+        """Shut the vLLM engine down (its processes and memory) and delete the adapter folders when the
+        engine made its own workdir. The engine cannot generate afterwards."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception as e:  # already down, or a vLLM without this method
+                log.debug("vLLM engine shutdown: %s", e)
         if self._cleanup is not None:
             self._cleanup()
 

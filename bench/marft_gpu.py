@@ -1,0 +1,253 @@
+"""LoRA MARFT on a GPU (SmolLM2-135M): memory of one base + N adapters against N bases, and rollout tokens/s.
+
+Memory: peak CUDA memory (``torch.cuda.max_memory_allocated`` above what was allocated before) of
+``AgentPolicies`` with N agent adapters on one base, each agent generating once, against N separate
+base models each generating once, and one base alone. Speed: generated tokens per second of the same
+multi-agent rollouts (every agent answers every prompt, sampled at temperature 1) with transformers
+(``AgentPolicies.generate``, float32) and, when vLLM is installed, with ``VLLMEngine`` (one vLLM engine,
+one ``LoRARequest`` per agent, bfloat16).
+
+Run: python -m bench.marft_gpu [--agents 4] [--prompts 64] [--max-new-tokens 64]
+Writes bench/results/marft_gpu.{json,md} and ``marft_gpu_*`` keys of bench/results/summary.json. On a
+machine without CUDA it says so and exits 0, writing nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine, merge_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PROMPTS = (
+    "What is the capital of France?",
+    "Name a colour and say why you like it.",
+    "Say hello to a friend in one sentence.",
+    "What is two plus two? Explain briefly.",
+    "Give me three words that rhyme with cat.",
+    "Describe the sea in ten words.",
+    "Which animal says moo, and where does it live?",
+    "Write a greeting for a birthday card.",
+)
+
+
+def agent_names(count: int) -> tuple[str, ...]:
+    return tuple(f"agent{i}" for i in range(count))
+
+
+def peak_bytes(work: Callable[[], Any]) -> int:
+    """Peak CUDA bytes allocated by ``work()`` above what was allocated before it; what it built is freed."""
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    kept = work()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del kept
+    gc.collect()
+    torch.cuda.empty_cache()
+    return int(peak)
+
+
+def team_peak(agents: int, prompts: Sequence[str], *, max_new_tokens: int) -> int:
+    """Peak bytes of one SmolLM2 base with ``agents`` LoRA adapters on CUDA, every agent generating once."""
+    from optimizers.marft.policy import AgentPolicies
+
+    def work() -> Any:
+        policy = AgentPolicies.from_smollm2(agent_names(agents), device="cuda", critic=False)
+        ids = policy.encode(prompts)
+        for agent in policy.agents:
+            policy.generate(agent, ids, max_new_tokens=max_new_tokens, temperature=0.0)
+        return policy
+
+    return peak_bytes(work)
+
+
+def bases_peak(count: int, prompts: Sequence[str], *, max_new_tokens: int) -> int:
+    """Peak bytes of ``count`` separate SmolLM2 models on CUDA (float32), each generating once (greedy)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from connectors.smollm2 import smollm2_path
+
+    folder = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer.padding_side = "left"
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+
+    def work() -> Any:
+        models = []
+        for _ in range(count):
+            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+            models.append(model.to("cuda").eval())
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
+        with torch.no_grad():
+            for model in models:
+                model.generate(
+                    **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id
+                )
+        return models
+
+    return peak_bytes(work)
+
+
+def rollout_speed(
+    engine: Any, agents: Sequence[str], prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, seed: int = 0
+) -> dict[str, Any]:
+    """Every agent answers every prompt (temperature 1) through ``engine`` (a ``RolloutEngine``): tokens, seconds,
+    tokens/s, and the tokens per agent."""
+    import torch
+
+    def sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    generator = torch.Generator().manual_seed(seed)
+    engine.generate(agents[0], prompt_ids[:2], max_new_tokens=4, temperature=1.0, generator=generator)  # warm-up
+    per_agent: dict[str, int] = {}
+    sync()
+    started = time.perf_counter()
+    for agent in agents:
+        out = engine.generate(agent, prompt_ids, max_new_tokens=max_new_tokens, temperature=1.0, generator=generator)
+        per_agent[agent] = sum(len(r) for r in out)
+    sync()
+    seconds = time.perf_counter() - started
+    tokens = sum(per_agent.values())
+    return {
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "per_agent": per_agent,
+    }
+
+
+def gpu() -> dict[str, Any]:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    vllm = importlib.util.find_spec("vllm") is not None
+    return {
+        "gpu": props.name,
+        "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "vllm": __import__("vllm").__version__ if vllm else None,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    opts = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench.marft_gpu needs a CUDA GPU; none here, nothing measured or written.")
+        return None
+
+    from optimizers.marft.policy import AgentPolicies
+
+    small = list(PROMPTS[: min(4, len(PROMPTS))])
+    memory = {
+        "team_mb": team_peak(opts.agents, small, max_new_tokens=16) / 2**20,
+        "bases_mb": bases_peak(opts.agents, small, max_new_tokens=16) / 2**20,
+        "one_base_mb": bases_peak(1, small, max_new_tokens=16) / 2**20,
+    }
+    memory = {k: round(v, 1) for k, v in memory.items()}
+    memory["ratio_team_to_bases"] = round(memory["team_mb"] / memory["bases_mb"], 3)
+    memory["ratio_team_to_one_base"] = round(memory["team_mb"] / memory["one_base_mb"], 3)
+
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(opts.prompts)]
+    policy = AgentPolicies.from_smollm2(agent_names(opts.agents), device="cuda", critic=False)
+    ids = policy.encode(prompts)
+    speed: dict[str, Any] = {
+        "transformers": rollout_speed(policy, policy.agents, ids, max_new_tokens=opts.max_new_tokens)
+    }
+    if importlib.util.find_spec("vllm") is not None:
+        from connectors.smollm2 import smollm2_path
+        from optimizers.marft.vllm_engine import VLLMEngine
+
+        started = time.perf_counter()
+        engine = VLLMEngine(policy, smollm2_path(), dtype="bfloat16", max_model_len=2048)
+        speed["vllm_start_seconds"] = round(time.perf_counter() - started, 1)
+        speed["vllm"] = rollout_speed(engine, policy.agents, ids, max_new_tokens=opts.max_new_tokens)
+        engine.close()
+    result = {
+        "machine": {**machine(), **gpu()},
+        "model": "SmolLM2-135M-Instruct; LoRA rank 8 on q,k,v,o,gate,up,down per agent",
+        "agents": opts.agents,
+        "prompts": opts.prompts,
+        "max_new_tokens": opts.max_new_tokens,
+        "memory": memory,
+        "speed": speed,
+    }
+    write(result, opts.out)
+    print(markdown(result))
+    return result
+
+
+def write(result: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "marft_gpu.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "marft_gpu.md").write_text(markdown(result), encoding="utf-8")
+    mem, speed = result["memory"], result["speed"]
+    flat = {
+        "marft_gpu_team_peak_mb": mem["team_mb"],
+        "marft_gpu_bases_peak_mb": mem["bases_mb"],
+        "marft_gpu_memory_ratio": mem["ratio_team_to_bases"],
+        "marft_gpu_transformers_tokens_per_s": speed["transformers"]["tokens_per_s"],
+    }
+    if "vllm" in speed:
+        flat["marft_gpu_vllm_tokens_per_s"] = speed["vllm"]["tokens_per_s"]
+    merge_summary(out / "summary.json", flat)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m, s, n = result["memory"], result["speed"], result["agents"]
+    lines = [
+        f"# LoRA MARFT on a GPU: {result['machine']['gpu']}",
+        "",
+        f"{result['model']}; {n} agents.",
+        "",
+        "| peak CUDA memory (each generating once) | MB |",
+        "|---|---|",
+        f"| one base + {n} adapters (AgentPolicies) | {m['team_mb']} |",
+        f"| {n} separate bases | {m['bases_mb']} |",
+        f"| one base alone | {m['one_base_mb']} |",
+        "",
+        f"One base + {n} adapters takes {m['ratio_team_to_bases']} of {n} bases and "
+        f"{m['ratio_team_to_one_base']} × one base.",
+        "",
+        f"| rollouts: {n} agents × {result['prompts']} prompts, ≤ {result['max_new_tokens']} new tokens, T = 1 "
+        "| tokens | seconds | tokens/s |",
+        "|---|---|---|---|",
+    ]
+    names = {"transformers": "transformers (AgentPolicies.generate, float32)", "vllm": "vLLM multi-LoRA (bfloat16)"}
+    for key, name in names.items():
+        if key in s:
+            lines.append(f"| {name} | {s[key]['tokens']} | {s[key]['seconds']} | {s[key]['tokens_per_s']} |")
+    if "vllm" not in s:
+        lines.append("| vLLM | not installed | | |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
