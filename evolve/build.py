@@ -75,21 +75,8 @@ def build_prompt_evolution(
 
 
 def weight_updates(spec: RunSpec) -> WeightUpdates:
-    """The spec's ``[marft]`` section as the loop's escalation settings."""
-    m = spec.marft
-    return WeightUpdates(
-        patience=m.patience,
-        min_gain=m.min_gain,
-        steps=m.steps,
-        batch_size=m.batch_size,
-        max_new_tokens=m.max_new_tokens,
-        temperature=m.temperature,
-        lr=m.lr,
-        rank=m.rank,
-        eval_episodes=m.eval_episodes,
-        seed=spec.run.seed,
-        options=dict(m.options),
-    )
+    """The spec's ``[marft]`` section as the loop's escalation settings (same field names)."""
+    return WeightUpdates(**spec.marft.model_dump(exclude={"enabled"}), seed=spec.run.seed)
 
 
 def memory_config(spec: RunSpec) -> MemoryConfig:

@@ -101,3 +101,19 @@ def test_a_bad_marft_section_names_the_field(tmp_path: Path, capsys: pytest.Capt
     code, _, err = run_cli(capsys, "marft", str(spec))
 
     assert code == 2 and "marft.patience" in err
+
+
+def test_the_marft_section_reaches_the_evolver(tiny_local_model: Path, tmp_path: Path) -> None:
+    from evolve.build import build
+    from evolve.spec import load_spec
+
+    off = build(load_spec(write_spec(tmp_path, f"local/{tiny_local_model}")), progress=False)
+    assert off.weights is None  # enabled = false by default: no escalation on a plateau
+
+    spec = load_spec(
+        write_spec(tmp_path, f"local/{tiny_local_model}", marft="enabled = true\noptions = { kl_coef = 0.1 }")
+    )
+    on = build(spec, progress=False)
+    assert on.weights is not None
+    assert (on.weights.steps, on.weights.batch_size, on.weights.lr, on.weights.eval_episodes) == (30, 16, 3e-3, 16)
+    assert on.weights.args().kl_coef == 0.1 and on.weights.seed == spec.run.seed
