@@ -159,12 +159,12 @@ class Evolver:
         self.progress = progress
         self.weights = (weights or WeightUpdates()) if allow_weight_updates else None
         self.adapters: AdapterRegistry | None = None
-        if allow_weight_updates:
-            blocker = weights_blocker(team)
-            if blocker is not None:
-                raise ConfigError(f"allow_weight_updates: {blocker}")
-            base_folder(team)  # one shared local base, or a clear error now rather than at the first plateau
-        if weights_blocker(team) is None:
+        blocker = weights_blocker(team)
+        if allow_weight_updates and blocker is not None:
+            raise ConfigError(f"allow_weight_updates: {blocker}")
+        if blocker is None:
+            if allow_weight_updates:
+                base_folder(team)  # one shared local base, or a clear error now rather than at the first plateau
             self.adapters = adapter_registry(engine, run, self.weights)
             attach_adapters(team, self.adapters)  # a resumed run, or a later one, serves its HEAD adapters
 
