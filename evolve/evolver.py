@@ -110,7 +110,8 @@ class Evolver:
             ``weights.patience`` rounds): one adapter per agent, kept only if it gains on evaluation,
             recorded in the ``AdapterRegistry`` and served from the next round. Needs every agent on
             one local model; with an API model this raises a ``ConfigError`` that says so.
-        weights: the escalation's settings (default ``WeightUpdates()``).
+        weights: the escalation's settings (default ``WeightUpdates()``). A team on local models always
+            serves the run's HEAD adapters, if it has any: each agent's ``params`` gets ``adapter=``.
         progress: show a progress bar.
     """
 
