@@ -40,6 +40,7 @@ system = "Reply with the code only."
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -149,6 +150,29 @@ class RunSpec(_Strict):
     def resolve(self, name: str) -> Path:
         p = Path(name)
         return p if p.is_absolute() or self.path is None else (self.path.parent / p)
+
+    def for_tenant(self, tenant: str | None) -> RunSpec:
+        """The same spec with the run renamed ``<run>@<tenant>``; None gives the spec unchanged.
+
+        Everything a run owns is keyed by its name (memory namespaces ``<run>/<agent>``, the prompt
+        graph, the round log, the adapters), so a tenant's run shares nothing with another tenant's.
+        """
+        if tenant is None:
+            return self
+        name = f"{self.run.name}@{check_tenant(tenant)}"
+        return self.model_copy(update={"run": self.run.model_copy(update={"name": name})})
+
+
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_tenant(tenant: object) -> str:
+    """A tenant name: 1-64 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit."""
+    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
+        raise ConfigError(
+            f"a tenant name is 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {tenant!r:.80}"
+        )
+    return tenant
 
 
 def load_spec(path: str | Path) -> RunSpec:
