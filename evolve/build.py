@@ -86,22 +86,16 @@ def memory_config(spec: RunSpec) -> MemoryConfig:
     return similarity_only(config) if m.mode == "similarity" else config
 
 
-def build(
-    spec: RunSpec,
-    *,
-    chat: ChatClient | None = None,
-    embedder: Embedder | None = None,
-    progress: bool = True,
-    allow_weight_updates: bool | None = None,
-) -> Evolver:
-    """Everything a spec describes, ready to ``run(spec.run.rounds)``; pass ``chat``/``embedder`` to reuse
-    loaded models, and ``allow_weight_updates`` to override ``[marft] enabled``."""
-    tasks = load_tasks(spec.resolve(spec.environment.tasks))
-    chat = chat or build_chat(spec)
-    store = None
-    if spec.memory.enabled:
-        embedder = embedder or load_embedder(spec.embedder.name)
-        store = MemoryStore(spec.run.database, embedder=embedder, config=memory_config(spec), seed=spec.run.seed)
+def build_store(spec: RunSpec, embedder: Embedder | None = None) -> MemoryStore | None:
+    """The spec's memory store (None when ``[memory] enabled = false``); loads the embedder if not given."""
+    if not spec.memory.enabled:
+        return None
+    embedder = embedder or load_embedder(spec.embedder.name)
+    return MemoryStore(spec.run.database, embedder=embedder, config=memory_config(spec), seed=spec.run.seed)
+
+
+def build_team(spec: RunSpec, chat: ChatClient, store: MemoryStore | None) -> Team:
+    """The spec's agents on ``chat``, each recalling from namespace ``<run>/<agent>`` when it has memory."""
     params = {"max_tokens": spec.model.max_tokens, "temperature": spec.model.temperature, "seed": spec.run.seed}
     agents = [
         Agent(
@@ -114,7 +108,23 @@ def build(
         for a in spec.agents
     ]
     edges = [(before, a.name) for a in spec.agents for before in a.after]
-    team = Team(agents, edges or None)
+    return Team(agents, edges or None)
+
+
+def build(
+    spec: RunSpec,
+    *,
+    chat: ChatClient | None = None,
+    embedder: Embedder | None = None,
+    progress: bool = True,
+    allow_weight_updates: bool | None = None,
+) -> Evolver:
+    """Everything a spec describes, ready to ``run(spec.run.rounds)``; pass ``chat``/``embedder`` to reuse
+    loaded models, and ``allow_weight_updates`` to override ``[marft] enabled``."""
+    tasks = load_tasks(spec.resolve(spec.environment.tasks))
+    chat = chat or build_chat(spec)
+    store = build_store(spec, embedder)
+    team = build_team(spec, chat, store)
     engine = store.engine if store is not None else None
     if engine is None:
         from connectors import make_engine
@@ -141,4 +151,4 @@ def build(
     )
 
 
-__all__ = ["build", "build_chat", "memory_config", "weight_updates"]
+__all__ = ["build", "build_chat", "build_store", "build_team", "memory_config", "weight_updates"]
