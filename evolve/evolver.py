@@ -8,6 +8,7 @@ idempotency key so no reward is applied twice.
 Example:
     >>> from connectors import load_chat, HashEmbedder, make_engine
     >>> from memory import MemoryStore
+from optimizers.types import Trace
     >>> from evolve import Agent, Evolver, MemoryView, Task, TaskEnv, Team
     >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
     >>> agent = Agent("solver", load_chat("fake/scripted", replies=["4"]), memory=MemoryView(store))
@@ -46,6 +47,7 @@ from evolve.weights import (
     train_adapters,
 )
 from memory import MemoryStore
+from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +179,12 @@ class Evolver:
                 completed[r] = self.run_round(r)
         return [completed[r] for r in range(1, rounds + 1)]
 
-    def run_round(self, round_: int) -> RoundMetrics:
-        """One round: every scheduled task once, memory learning after each batch, then a prompt step."""
+    def run_round(self, round_: int, *, extra_traces: Sequence[Trace] = ()) -> RoundMetrics:
+        """One round: every scheduled task once, memory learning after each batch, then a prompt step.
+
+        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.serving``) are handed
+        to the prompt optimizer as more examples to learn from; it still gates on the tasks alone.
+        """
         start = time.perf_counter()
         if self.prompts is not None and not self._started:
             self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
@@ -194,7 +200,7 @@ class Evolver:
             self.log.mark_learned([e.id for e in episodes])
             bar.update(len(batch))
         bar.close()
-        update = self._evolve_prompts()
+        update = self._evolve_prompts(extra_traces)
         metrics = self._metrics(round_, time.perf_counter() - start)
         weights = self._maybe_escalate(metrics)
         if weights is not None:
@@ -210,11 +216,11 @@ class Evolver:
         self.log.record_round(metrics)
         return metrics
 
-    def _evolve_prompts(self) -> PromptUpdate | None:
+    def _evolve_prompts(self, extra: Sequence[Trace]) -> PromptUpdate | None:
         """One gated optimizer step; the team switches to HEAD when a proposal is accepted."""
         if self.prompts is None:
             return None
-        update = self.prompts.step(self.team, make_evaluate(self.team, self.tasks, self.env_factory))
+        update = self.prompts.step(self.team, make_evaluate(self.team, self.tasks, self.env_factory), extra=extra)
         if update.accepted:
             self.team = self.team.with_prompts(self.prompts.graph.head().nodes)
         return update

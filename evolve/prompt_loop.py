@@ -122,11 +122,14 @@ class PromptEvolution:
         head = self.graph.init(team.prompts(), [(a, b, 1.0) for a, b in team.edges])
         return team.with_prompts(head.nodes)
 
-    def step(self, team: Team, evaluate: Evaluate) -> PromptUpdate:
+    def step(self, team: Team, evaluate: Evaluate, *, extra: Sequence[Trace] = ()) -> PromptUpdate:
+        """One optimizer step from HEAD; ``extra`` traces (rated served answers) go to optimizers that
+        take them (``PromptOptimizer.step``'s ``extra``), and are left out of the call when empty."""
         head = self.graph.head()
         rejected = [nodes for nodes, _reason in self.graph.rejected(limit=3)]
+        more: dict[str, Any] = {"extra": list(extra)} if extra else {}
         result = self.optimizer.step(
-            self.graph.versions(), head.id, evaluate, self.train_ids, self.val_ids, rejected=rejected
+            self.graph.versions(), head.id, evaluate, self.train_ids, self.val_ids, rejected=rejected, **more
         )
         parent_scores = getattr(result, "parent_scores", None)
         if parent_scores:

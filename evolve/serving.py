@@ -49,6 +49,7 @@ from evolve.prompt_graph import PromptGraph
 from evolve.spec import RunSpec
 from evolve.weights import adapter_registry, attach_adapters
 from memory import MemoryStore
+from optimizers.types import NodeCall, Trace
 
 log = logging.getLogger(__name__)
 
@@ -341,6 +342,32 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
     return len(rows)
 
 
+def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int = 50) -> list[Trace]:
+    """The run's rated answers since ``since`` (Unix time), newest first, as traces a prompt optimizer
+    learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
+    ``extra_traces``)."""
+    metadata.create_all(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(feedback_rows.c.response_id, feedback_rows.c.score, feedback_rows.c.comment, responses)
+            .join(responses, responses.c.id == feedback_rows.c.response_id)
+            .where(feedback_rows.c.run == run, feedback_rows.c.created_at > since)
+            .order_by(feedback_rows.c.created_at.desc())
+            .limit(limit)
+        ).all()
+    traces = []
+    for row in rows:
+        r = row._mapping
+        calls = tuple(
+            NodeCall(s["agent"], (f"{s['agent']}.system", f"{s['agent']}.library"), r["query"], s["output"])
+            for s in json.loads(r["steps"])
+        )
+        verdict = f"A user rated this answer {r['score']:g} out of 1."
+        feedback = f"{verdict} Their comment: {r['comment']}" if r["comment"] else verdict
+        traces.append(Trace(f"served:{r['response_id']}", calls, r["answer"], float(r["score"]), feedback))
+    return traces
+
+
 def _write(
     store: MemoryStore, team: Team, r: Mapping[str, Any], steps: list[dict[str, Any]], writer: ChatClient | None
 ) -> None:
@@ -408,6 +435,7 @@ __all__ = [
     "UnknownResponse",
     "check_score",
     "conversation",
+    "feedback_traces",
     "learn_from_feedback",
     "reinforce_recalls",
 ]

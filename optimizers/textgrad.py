@@ -129,8 +129,13 @@ class TextualGradientOptimizer:
         val_ids: Sequence[str],
         *,
         rejected: Sequence[Candidate] = (),
+        extra: Sequence[Trace] = (),
     ) -> StepResult:
-        """Propose a rewrite of the parent's prompts and gate it; see the module docstring."""
+        """Propose a rewrite of the parent's prompts and gate it; see the module docstring.
+
+        ``extra`` traces that fell short (rated answers from serving) join the minibatch's failures in
+        the backward pass; the gates judge on the minibatch and the validation set only.
+        """
         if not train_ids:
             raise ConfigError("step needs at least one training example id, got none")
         parent = select_parent(versions, head, mode=self.parent_selection, example_ids=val_ids, rng=self._rng)
@@ -140,7 +145,7 @@ class TextualGradientOptimizer:
         critic = Critic(self.critic, spend, params=self.critic_params)
         traces = evaluate(parent.candidate, minibatch)
         before = mean_score(traces)
-        failures = [t for t in traces if t.score < self.success]
+        failures = [t for t in [*traces, *extra] if t.score < self.success]
         if not failures:
             return step_result(parent, spend, "nothing to learn: every minibatch example succeeded")
         try:

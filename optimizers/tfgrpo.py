@@ -118,8 +118,13 @@ class TrainingFreeGRPO:
         val_ids: Sequence[str],
         *,
         rejected: Sequence[Candidate] = (),
+        extra: Sequence[Trace] = (),
     ) -> StepResult:
-        """Roll out, learn lessons from groups with mixed rewards, propose a new library and gate it."""
+        """Roll out, learn lessons from groups with mixed rewards, propose a new library and gate it.
+
+        ``extra`` is accepted and left unused: a semantic advantage compares a group of rollouts of one
+        query, and a rated served answer is a single rollout.
+        """
         by_id = {v.id: v for v in versions}
         if head not in by_id:
             raise ConfigError(f"head {head!r} is not among the versions given ({sorted(by_id)[:10]})")

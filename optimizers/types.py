@@ -97,7 +97,12 @@ ExampleIds = Sequence[str]
 
 class PromptOptimizer(Protocol):
     """One gated step over the versions of a team's prompts (``TextualGradientOptimizer``,
-    ``TrainingFreeGRPO``); ``evolve.PromptEvolution`` calls it once a round."""
+    ``TrainingFreeGRPO``); ``evolve.PromptEvolution`` calls it once a round.
+
+    ``extra`` holds traces recorded elsewhere — answers users rated through ``evolve serve``, their
+    comments as the feedback. An optimizer may learn from them (textual gradients treat the poorly
+    rated ones as more failures to critique) but never gates on them: they cannot be re-run.
+    """
 
     def step(
         self,
@@ -108,4 +113,5 @@ class PromptOptimizer(Protocol):
         val_ids: Sequence[str],
         *,
         rejected: Sequence[Candidate] = (),
+        extra: Sequence[Trace] = (),
     ) -> StepResult: ...

@@ -12,7 +12,7 @@ from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, PromptEvolution, PromptGraph, Task, Team, make_evaluate, split_tasks
 from evolve.tasks import TaskEnv
 from memory import MemoryStore
-from optimizers.types import Candidate, Evaluate, StepResult, Version
+from optimizers.types import Candidate, Evaluate, StepResult, Trace, Version
 
 TASKS = [Task(id=f"t{i}", prompt=f"Name colour number {i}.", answer="red") for i in range(6)]
 
@@ -113,3 +113,25 @@ def test_unknown_components_are_refused(tmp_path: Path) -> None:
     team = Team([Agent("solver", ChatClient(ScriptedChat(["x"])))])
     with pytest.raises(ConfigError, match="name no agent"):
         team.with_prompts({"critic.system": "x"})
+
+
+class TakesExtra(ProposeOnce):
+    """Records the extra traces the loop hands over."""
+
+    def __init__(self) -> None:
+        super().__init__("Answer briefly.")
+        self.extra: list[Trace] = []
+
+    def step(self, *args: object, extra: Sequence[Trace] = (), **kwargs: object) -> StepResult:  # type: ignore[override]
+        self.extra = list(extra)
+        return super().step(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_round_hands_rated_served_answers_to_the_optimizer(tmp_path: Path) -> None:
+    optimizer = TakesExtra()
+    ev, _, _ = make(tmp_path, optimizer)  # type: ignore[arg-type]
+    served = [Trace("served:chatcmpl-1", (), "blue", 0.0, "A user rated this answer 0 out of 1.")]
+    ev.run_round(1, extra_traces=served)
+    assert optimizer.extra == served
+    ev.run_round(2)
+    assert optimizer.extra == [] and optimizer.calls == 2  # none: the keyword is left out (older optimizers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,7 +10,14 @@ import pytest
 from sqlalchemy import update
 
 from connectors import ConfigError, ConnectorError, Message, load_chat
-from evolve.serving import Deployment, UnknownResponse, conversation, feedback_rows, learn_from_feedback
+from evolve.serving import (
+    Deployment,
+    UnknownResponse,
+    conversation,
+    feedback_rows,
+    feedback_traces,
+    learn_from_feedback,
+)
 from evolve.spec import RunSpec
 
 QUESTION = "What is the door code of the Harbor warehouse?"
@@ -178,3 +186,17 @@ def test_jobs_learn_queued_feedback_once_even_after_a_crash(deployment: Deployme
     assert after == reinforced  # re-applying the unmarked feedback is a no-op: its feedback ids were used
     assert learn_from_feedback(store, team, run) == 0  # nothing queued: nothing written twice
     assert len(store.items(f"{run}/solver")) == len(ids) + 2
+
+
+def test_rated_answers_become_traces_for_the_prompt_optimizer(deployment: Deployment) -> None:
+    first = deployment.answer([Message("user", QUESTION)], tenant="alice")
+    deployment.feedback(first.id, 0.0, tenant="alice", comment="the code changed to 4472")
+    deployment.answer([Message("user", "unrated question")], tenant="alice")
+    bob = deployment.answer([Message("user", QUESTION)], tenant="bob")
+    deployment.feedback(bob.id, 1.0, tenant="bob")
+
+    traces = feedback_traces(deployment.engine, deployment.run_name("alice"))
+    assert [(t.example_id, t.output, t.score) for t in traces] == [(f"served:{first.id}", "4471", 0.0)]
+    assert traces[0].feedback.endswith("Their comment: the code changed to 4472")
+    assert [c.node for c in traces[0].calls] == ["solver"] and traces[0].calls[0].prompt == QUESTION
+    assert feedback_traces(deployment.engine, deployment.run_name("alice"), since=time.time() + 1) == []

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from connectors import ChatClient, ConfigError, ConnectorError, Message, ScriptedChat
-from optimizers import Budget, TextualGradientOptimizer, Version
+from optimizers import Budget, TextualGradientOptimizer, Trace, Version
+from optimizers.types import NodeCall
 from tests.optimizers.world import Router, RuleTeam, TwoAgentTeam, scripted_critic, transcript, user_prompts
 
 TRAIN = {"t1": "units", "t2": "units", "t3": "units", "t4": "sign"}
@@ -271,6 +272,22 @@ def test_a_proposal_equal_to_a_rejected_one_is_not_gated_again() -> None:
     result = optimizer(client).step(start(), "v0", fake, list(TRAIN), list(VAL), rejected=[{"solver.system": EVOLVED}])
     assert result.reason == "proposal repeats a recently rejected candidate"
     assert not result.accepted and len(fake.calls) == 1
+
+
+def test_poorly_rated_served_answers_are_critiqued_with_the_minibatch_but_never_gate() -> None:
+    client, backend = scripted_critic(ROUTES)
+    served = Trace(
+        "served:chatcmpl-1",
+        (NodeCall("solver", ("solver.system",), "How far is it?", "12"),),
+        "12",
+        0.0,
+        "A user rated this answer 0 out of 1. Their comment: which units? km or miles?",
+    )
+    fake = team()
+    result = optimizer(client).step(start("Always state units."), "v0", fake, ["t1", "t2"], list(VAL), extra=[served])
+    assert [g.example_ids for g in result.gradients] == [("served:chatcmpl-1",)]
+    assert any("km or miles?" in m.content for call, _ in backend.calls for m in call)
+    assert all("served:chatcmpl-1" not in c.ids for c in fake.calls)  # evaluated: the tasks only
 
 
 def test_nothing_to_learn_when_the_minibatch_succeeds() -> None:
