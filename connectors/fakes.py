@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,8 @@ class ScriptedChat:
     ``replies`` is a list (answered in order; the last one repeats when ``cycle`` is false and the
     list runs out), a dict (the first key found as a substring of the last user message wins — of any
     message, the system prompt included, with ``match="all"``; else ``default``), or a callable
-    ``messages -> str | Completion``.
+    ``messages -> str | Completion``. ``delay`` (seconds) makes every call take that long, so tests can
+    hold a job open long enough to overlap it with another or to kill it half-way.
     """
 
     def __init__(
@@ -44,9 +46,12 @@ class ScriptedChat:
         default: str | None = None,
         cycle: bool = False,
         match: str = "last_user",
+        delay: float = 0.0,
     ) -> None:
         if match not in ("last_user", "all"):
             raise ConfigError(f"ScriptedChat match must be 'last_user' or 'all', got {match!r}")
+        if not isinstance(delay, (int, float)) or not 0.0 <= delay < float("inf"):
+            raise ConfigError(f"ScriptedChat delay must be a number of seconds >= 0, got {delay!r}")
         if isinstance(replies, (str, bytes)):
             raise ConfigError("ScriptedChat replies must be a list, a dict or a callable, not a single string")
         self.name = name
@@ -54,6 +59,7 @@ class ScriptedChat:
         self.default = default
         self.cycle = cycle
         self.match = match
+        self.delay = float(delay)
         self.calls: list[tuple[list[Message], dict[str, Any]]] = []
         self._lock = threading.Lock()
 
@@ -61,6 +67,8 @@ class ScriptedChat:
         with self._lock:
             index = len(self.calls)
             self.calls.append((list(messages), dict(params)))
+        if self.delay:
+            time.sleep(self.delay)
         reply = self._reply(messages, index)
         if isinstance(reply, Completion):
             return reply

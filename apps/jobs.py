@@ -1,0 +1,165 @@
+"""``evolve job SPEC --once`` (one self-improvement round, for cron) and ``evolve scheduler SPEC --every 15m``.
+
+A crontab line is all a deployment needs::
+
+    */15 * * * * evolve job /srv/agent/spec.toml --once --quiet >> /var/log/evolve-job.log 2>&1
+
+Two jobs that overlap on one run do not both evolve it: the second prints that it skipped, and who
+holds the lease until when, and exits 0. A killed job's round is finished by the next job once its
+lease expires (``--lease-ttl``). ``evolve scheduler`` does the same on an interval inside one
+process (models load once) for machines without cron.
+
+The integrator registers both commands in ``apps.cli.parser()`` with ``add_job_parsers(sub)``; until
+then ``python -m apps.jobs job SPEC --once`` runs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from connectors import ConfigError, EvolveError
+from evolve.leases import DEFAULT_TTL, when
+
+if TYPE_CHECKING:
+    from evolve.evolver import Evolver
+    from evolve.jobs import JobResult
+
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``15m``, ``1.5h``, ``1d`` → seconds; anything else is a ``ConfigError`` that says so."""
+    found = DURATION.fullmatch(text) if isinstance(text, str) else None
+    if found is None:
+        raise ConfigError(f"a duration is a number and a unit s, m, h or d (e.g. 30s, 15m, 1h), got {text!r:.40}")
+    return float(found[1]) * UNITS[found[2]]
+
+
+def describe(result: JobResult) -> str:
+    """One line for a job: what ran (round, success, memories, prompt update, seconds) or why it skipped."""
+    if result.status == "skipped" or result.metrics is None:
+        held = result.held_by
+        who = f"{held.holder} holds the lease until {when(held.expires_at)}" if held else result.note
+        return f"skipped {result.run} round {result.round}: another job is evolving it ({who})"
+    m = result.metrics
+    prompt = f"+{m.prompt_updates} ({m.prompt_version[:8]})" if m.prompt_updates else "none"
+    line = (
+        f"ran {result.run} round {result.round}: success {m.success_rate:.2f}, reward {m.mean_reward:.2f}, "
+        f"{m.memory_size} memories, prompt update {prompt}, {m.seconds:.1f} s"
+    )
+    return f"{line}; {result.note}" if result.note else line
+
+
+def _build(args: argparse.Namespace) -> Evolver:
+    from apps.cli import quiet_loading
+    from evolve.build import build
+    from evolve.spec import load_spec
+
+    spec = load_spec(args.spec).for_tenant(args.tenant)
+    quiet_loading(args.quiet)
+    return build(spec, progress=not args.quiet)
+
+
+def _close(evolver: Evolver) -> None:
+    if evolver.memory is not None:
+        evolver.memory.close()  # saves the vector index beside the database
+
+
+def _check_ttl(ttl: float) -> None:
+    if not ttl > 0:
+        raise ConfigError(f"--lease-ttl must be a positive number of seconds, got {ttl}")
+
+
+def cmd_job(args: argparse.Namespace) -> None:
+    from evolve.jobs import run_job
+
+    if not args.once:
+        raise ConfigError(
+            "evolve job runs one round per call and needs --once (put it in cron or any scheduler); "
+            "to run jobs on an interval in this process, use: evolve scheduler SPEC --every 15m"
+        )
+    _check_ttl(args.lease_ttl)
+    evolver = _build(args)
+    try:
+        result = run_job(evolver, ttl=args.lease_ttl)
+    finally:
+        _close(evolver)
+    print(describe(result), flush=True)
+
+
+def cmd_scheduler(args: argparse.Namespace) -> None:
+    from evolve.jobs import run_job
+
+    every = parse_duration(args.every)
+    if args.max_runs is not None and args.max_runs < 1:
+        raise ConfigError(f"--max-runs must be >= 1, got {args.max_runs}")
+    _check_ttl(args.lease_ttl)
+    evolver = _build(args)  # once: every job reuses the loaded models
+    runs = 0
+    try:
+        while True:
+            started = time.monotonic()
+            result = run_job(evolver, ttl=args.lease_ttl)
+            runs += 1
+            print(describe(result), flush=True)
+            if args.max_runs is not None and runs >= args.max_runs:
+                break
+            time.sleep(max(0.0, started + every - time.monotonic()))  # the interval is between job starts
+    except KeyboardInterrupt:  # the job in flight was recorded as failed and its lease released
+        print(f"scheduler stopped after {runs} job(s)", flush=True)
+    finally:
+        _close(evolver)
+
+
+def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``job`` and ``scheduler`` on the ``evolve`` command's subparsers."""
+    j = sub.add_parser("job", help="one self-improvement round for cron: skips if another job is evolving the run")
+    s = sub.add_parser("scheduler", help="run `evolve job` every interval in this process (no cron needed)")
+    for p in (j, s):
+        p.add_argument("spec", type=Path, help="the run's TOML spec")
+        p.add_argument("--tenant", default=None, help="evolve the tenant's run <run>@<tenant>")
+        p.add_argument(
+            "--lease-ttl",
+            type=float,
+            default=DEFAULT_TTL,
+            help=f"seconds before a killed job's lease may be taken over (default {DEFAULT_TTL:.0f})",
+        )
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+    j.add_argument("--once", action="store_true", help="run one round and exit (required)")
+    j.set_defaults(func=cmd_job)
+    s.add_argument("--every", required=True, help="the interval between job starts: 30s, 15m, 1h, 1d")
+    s.add_argument("--max-runs", type=int, default=None, help="stop after this many jobs (default: run until Ctrl-C)")
+    s.set_defaults(func=cmd_scheduler)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evolve", description="Scheduled self-improvement jobs.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    add_job_parsers(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m apps.jobs job SPEC --once``: the two commands without the rest of the CLI."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        args.func(args)
+    except EvolveError as e:
+        print(f"evolve: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
