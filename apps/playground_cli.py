@@ -1,0 +1,116 @@
+"""``evolve playground [SPEC]``: start the Streamlit playground (``apps/playground.py``) on a run spec.
+
+The command runs ``python -m streamlit run apps/playground.py`` headless (no browser is opened, no usage
+statistics are sent) on 127.0.0.1 by default, and passes the spec, tenant and database to the script
+after ``--``. The script also reads ``EVOLVE_PLAYGROUND_SPEC`` (and ``…_TENANT``, ``…_DB``), which is
+how tests and ``streamlit run`` without arguments choose a spec.
+
+Example:
+    >>> argv = streamlit_argv(Path("spec.toml"), port=8600)
+    >>> argv[1:4], argv[argv.index("--") + 1 :]
+    (['-m', 'streamlit', 'run'], ['--spec', 'spec.toml'])
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from connectors import EvolveError
+
+SCRIPT = Path(__file__).resolve().with_name("playground.py")
+DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "data" / "facility_codes.toml"
+ENV_SPEC, ENV_TENANT, ENV_DB = "EVOLVE_PLAYGROUND_SPEC", "EVOLVE_PLAYGROUND_TENANT", "EVOLVE_PLAYGROUND_DB"
+
+
+def script_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The script's own options (after ``--``), falling back to the environment, then to the default spec.
+
+    Unknown arguments are ignored: under Streamlit's ``AppTest`` ``sys.argv`` is the test runner's.
+    """
+    p = argparse.ArgumentParser(prog="apps/playground.py", add_help=False, allow_abbrev=False)
+    p.add_argument("--spec", default=None)
+    p.add_argument("--tenant", default=None)
+    p.add_argument("--db", default=None)
+    args, _unknown = p.parse_known_args(list(argv))
+    args.spec = Path(args.spec or os.environ.get(ENV_SPEC) or DEFAULT_SPEC)
+    args.tenant = args.tenant or os.environ.get(ENV_TENANT) or None
+    args.db = args.db or os.environ.get(ENV_DB) or None
+    return args
+
+
+def streamlit_argv(
+    spec: Path,
+    *,
+    port: int = 8501,
+    address: str = "127.0.0.1",
+    tenant: str | None = None,
+    db: str | None = None,
+    python: str = sys.executable,
+) -> list[str]:
+    """The command line that serves the playground headless on ``address:port``."""
+    argv = [python, "-m", "streamlit", "run", str(SCRIPT)]
+    argv += ["--server.headless", "true", "--server.port", str(port), "--server.address", address]
+    argv += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    argv += ["--", "--spec", str(spec)]
+    if tenant:
+        argv += ["--tenant", tenant]
+    if db:
+        argv += ["--db", db]
+    return argv
+
+
+def playground_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the app: offline model loading, as everywhere in Evolve."""
+    env = dict(os.environ if base is None else base)
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.setdefault(key, "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def cmd_playground(args: argparse.Namespace) -> None:
+    """Validate the spec here (a clear error beats a stack trace in the browser), then run Streamlit."""
+    from evolve.spec import check_tenant, load_spec
+
+    if importlib.util.find_spec("streamlit") is None:
+        raise EvolveError("the playground needs Streamlit: pip install 'evolve[playground]'")
+    spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC
+    load_spec(spec_path)
+    if args.tenant:
+        check_tenant(args.tenant)
+    argv = streamlit_argv(spec_path.resolve(), port=args.port, address=args.address, tenant=args.tenant, db=args.db)
+    print(f"evolve playground: http://{args.address}:{args.port}  (spec {spec_path}; Ctrl-C stops it)", flush=True)
+    try:
+        code = subprocess.call(argv, env=playground_env())
+    except KeyboardInterrupt:
+        return
+    if code not in (0, -2, 130):  # -2 / 130: stopped with Ctrl-C
+        raise EvolveError(f"streamlit exited with status {code}")
+
+
+def add_playground_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``evolve playground [SPEC] [--port N] [--address A] [--tenant T] [--db URL]``."""
+    p = sub.add_parser("playground", help="the Streamlit playground: chat, feedback, memories, prompts, curves")
+    p.add_argument("spec", nargs="?", type=Path, default=None, help=f"run spec (default: {DEFAULT_SPEC.name})")
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--address", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
+    p.add_argument("--tenant", default=None, help="start as this tenant (the sidebar can change it)")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL overriding the spec's [run] database")
+    p.set_defaults(func=cmd_playground)
+
+
+__all__ = [
+    "DEFAULT_SPEC",
+    "SCRIPT",
+    "add_playground_parser",
+    "cmd_playground",
+    "playground_env",
+    "script_args",
+    "streamlit_argv",
+]
