@@ -1,0 +1,493 @@
+"""``evolve serve``: an OpenAI-compatible HTTP API over an evolved team.
+
+Any app that speaks the OpenAI API talks to an evolved team by changing its base URL:
+
+- ``POST /v1/chat/completions`` answers with the tenant's team (memory recall plus the HEAD prompts,
+  ``evolve.serving.Deployment``), plain or streamed; the response id is the handle for feedback, and an
+  ``evolve`` field (ignored by apps that do not know it) carries the recall ids and the prompt version;
+- ``POST /v1/feedback`` ``{"response_id", "score" (0..1), "comment"?, "key"?}`` reinforces exactly the
+  memories that response recalled (once per idempotency key: the body's ``key`` or the
+  ``Idempotency-Key`` header) and queues it for the prompt optimizer's next job;
+- ``GET /v1/models`` lists the one served model; ``GET /healthz`` (no key) is for liveness probes.
+
+A bearer key maps to a tenant; each tenant has its own memories, prompts and responses. Errors use
+OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 401 for a missing or wrong key, 400
+for a malformed body, 404 for a response id the tenant does not own, 502 when the team's model fails,
+500 (logged, with a generic message) for anything else — never a traceback.
+
+Streaming is honest about what a team is: the team answers as a whole (its agents run in turn, and
+``Deployment.answer`` returns the final text), so a streamed reply starts once the answer exists and
+then sends it in word-sized chunks. Every failure of the team is therefore a plain HTTP error with the
+right status; a failure after the first byte ends the stream with an error event.
+
+Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
+a TOML file (``--keys FILE``) with one table::
+
+    [keys]
+    "sk-alice-3f9c..." = "alice"
+    "sk-bob-77ad..." = "bob"
+
+Example:
+    >>> # evolve serve data/facility_codes.toml --port 8000 --key sk-alice-3f9c=alice
+    >>> # client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="sk-alice-3f9c")
+    >>> # client.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}])
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime, and the
+# endpoints are closures over names imported lazily inside ``create_app``.
+
+import argparse
+import hmac
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import time
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from connectors import ConfigError, ConnectorError, EvolveError, Message
+from evolve.serving import Answer, Deployment, UnknownResponse
+from evolve.spec import check_tenant
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
+
+ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "assistant"}
+INSTALL_HINT = "evolve serve needs FastAPI and uvicorn: pip install 'evolve[serve]'"
+
+
+# ---- request bodies (unknown fields are ignored: OpenAI clients send many) ------------------------------
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ChatMessageIn(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, content: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        for part in content if isinstance(content, list) else []:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(
+                    f"only text content parts ({{'type': 'text', 'text': ...}}) are served, got {part!r:.80}"
+                )
+        return content
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "\n".join(part["text"] for part in self.content)
+        return self.content or ""
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class ChatRequest(_Lenient):
+    model: str
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    user: str | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int | None) -> int | None:
+        if n not in (None, 1):
+            raise ValueError(f"only n=1 is served (the team gives one answer per request), got {n}")
+        return n
+
+    def chat_messages(self) -> list[Message]:
+        """The conversation as Evolve messages: developer -> system, tool results -> assistant context."""
+        return [
+            Message(ROLE_MAP[m.role], f"[tool result] {m.text()}" if m.role == "tool" else m.text())  # type: ignore[arg-type]
+            for m in self.messages
+        ]
+
+    def params(self) -> dict[str, Any]:
+        """The sampling parameters the request set (``evolve.serving.REQUEST_PARAMS``)."""
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": max_tokens}
+        params |= {"seed": self.seed, "stop": self.stop}
+        return {k: v for k, v in params.items() if v is not None}
+
+
+class FeedbackRequest(_Lenient):
+    response_id: str = Field(min_length=1, max_length=64)
+    score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    comment: str = Field("", max_length=20_000)
+    key: str | None = Field(None, min_length=1, max_length=200)
+
+
+# ---- errors and bodies ------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An HTTP error in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def validation_error(e: ValidationError | Any) -> ApiError:
+    """A 400 that names each offending field and what was expected (pydantic's or FastAPI's errors)."""
+    problems = e.errors()
+    if problems and problems[0].get("type") == "json_invalid":
+        return ApiError(400, "the request body is not valid JSON", code="invalid_json")
+    where = [field_path(p.get("loc", ())) for p in problems]
+    message = "; ".join(f"{w}: {p.get('msg', 'invalid')}" for w, p in zip(where, problems, strict=True))
+    return ApiError(400, f"invalid request: {message}", param=where[0] if where else None)
+
+
+def field_path(loc: Sequence[Any]) -> str:
+    """``("body", "messages", 0, "role")`` -> ``"messages[0].role"``."""
+    path = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc if x != "body").lstrip(".")
+    return path or "body"
+
+
+def parse(model: type[_Lenient], raw: bytes) -> Any:
+    """Validate a JSON body against ``model``; a malformed one is a 400 with a readable message."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(e) from None
+
+
+def completion_body(answer: Answer, model: str) -> dict[str, Any]:
+    """The answer as an OpenAI ``chat.completion``, plus the ``evolve`` extension."""
+    message = {"role": "assistant", "content": answer.text, "refusal": None}
+    return {
+        "id": answer.id,
+        "object": "chat.completion",
+        "created": answer.created,
+        "model": model,
+        "system_fingerprint": answer.prompt_version or None,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+        "usage": usage_body(answer),
+        "evolve": evolve_extension(answer),
+    }
+
+
+def usage_body(answer: Answer) -> dict[str, int]:
+    u = answer.usage
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}
+
+
+def evolve_extension(answer: Answer) -> dict[str, Any]:
+    return {"recall_ids": list(answer.recall_ids), "prompt_version": answer.prompt_version}
+
+
+def split_words(text: str) -> list[str]:
+    """Word-sized pieces (each keeps its trailing whitespace) that join back to ``text`` exactly."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def chunk_events(answer: Answer, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The answer as ``chat.completion.chunk`` events: role, word chunks, finish, then usage if asked."""
+    head = {"id": answer.id, "object": "chat.completion.chunk", "created": answer.created, "model": model,
+            "system_fingerprint": answer.prompt_version or None}  # fmt: skip
+    extra: dict[str, Any] = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**head, "choices": [choice], **extra}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in split_words(answer.text):
+        yield chunk({"content": piece})
+    yield {**chunk({}, "stop"), "evolve": evolve_extension(answer)}
+    if include_usage:
+        yield {**head, "choices": [], "usage": usage_body(answer)}
+
+
+def sse(events: Iterator[dict[str, Any]]) -> Iterator[str]:
+    """Server-sent events ending in ``[DONE]``; a failure mid-stream ends it with an error event instead."""
+    try:
+        for event in events:
+            yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+    except Exception as e:  # the status line is sent: all that is left is to say so in the stream
+        error = ApiError(502, f"the answer failed while streaming: {e}", kind="server_error", code="upstream_error")
+        if not isinstance(e, ConnectorError):
+            log.exception("streaming a response failed")
+            error = ApiError(500, "internal error while streaming", kind="server_error", code="internal_error")
+        yield f"data: {json.dumps(error.body())}\n\n"
+        return
+    yield "data: [DONE]\n\n"
+
+
+# ---- keys ---------------------------------------------------------------------------------------------------
+
+
+def check_keys(keys: Mapping[str, str]) -> dict[str, str]:
+    """Validated ``{key: tenant}``; at least one, since an open server would mix every user in one namespace."""
+    if not keys:
+        raise ConfigError(
+            "evolve serve needs at least one API key (--key KEY=TENANT, --keys FILE or $EVOLVE_API_KEYS): "
+            "without keys every caller would share one tenant's memories"
+        )
+    for i, (key, tenant) in enumerate(keys.items()):
+        if not isinstance(key, str) or not key or len(key) > 512 or any(c.isspace() for c in key):
+            raise ConfigError(f"API key #{i + 1} (tenant {tenant!r:.80}) must be 1-512 characters without spaces")
+        check_tenant(tenant)
+    return dict(keys)
+
+
+def tenant_for(authorization: str | None, keys: Sequence[tuple[bytes, str]]) -> str | None:
+    """The tenant of ``Authorization: Bearer <key>``, or None; every key is compared in constant time."""
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    given = token.strip().encode()
+    found = None
+    for key, tenant in keys:
+        if hmac.compare_digest(given, key) and found is None:
+            found = tenant
+    return found
+
+
+# ---- the app ------------------------------------------------------------------------------------------------
+
+
+def as_api_error(e: Exception) -> ApiError:
+    """Any exception as the HTTP error a client sees: our errors by kind, anything else a generic 500."""
+    if isinstance(e, ApiError):
+        return e
+    if isinstance(e, UnknownResponse):
+        return ApiError(404, str(e), code="response_not_found", param="response_id")
+    if isinstance(e, ConfigError):
+        return ApiError(400, str(e))
+    if isinstance(e, ConnectorError):
+        return ApiError(502, f"the team's model failed: {e}", kind="server_error", code="upstream_error")
+    log.error("request failed: %s: %s", type(e).__name__, e)
+    return ApiError(500, "internal server error (see the server's log)", kind="server_error", code="internal_error")
+
+
+def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
+    """The OpenAI-compatible app over ``deployment``; ``keys`` maps each bearer key to its tenant.
+
+    Example:
+        >>> # app = create_app(Deployment(load_spec("spec.toml")), {"sk-alice-3f9c": "alice"})
+        >>> # uvicorn.run(app, host="127.0.0.1", port=8000)
+    """
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.exceptions import RequestValidationError
+        from fastapi.responses import JSONResponse, StreamingResponse
+        from starlette.concurrency import run_in_threadpool
+        from starlette.exceptions import HTTPException
+    except ImportError as e:
+        raise ConfigError(INSTALL_HINT) from e
+
+    table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
+    card = {"id": deployment.model_id, "object": "model", "created": int(time.time()), "owned_by": "evolve"}
+    app = FastAPI(title="evolve serve", docs_url=None, redoc_url=None)
+
+    async def on_error(request: Request, e: Exception) -> JSONResponse:
+        if isinstance(e, RequestValidationError):
+            error = validation_error(e)
+        elif isinstance(e, HTTPException):
+            error = ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}", code="not_found"
+                             if e.status_code == 404 else None)  # fmt: skip
+        else:
+            error = as_api_error(e)
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+    for kind in (ApiError, EvolveError, RequestValidationError, HTTPException, Exception):
+        app.add_exception_handler(kind, on_error)
+
+    def authorize(request: Request) -> str:
+        tenant = tenant_for(request.headers.get("authorization"), table)
+        if tenant is None:
+            raise ApiError(
+                401, "missing or invalid API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
+            )
+        return tenant
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        authorize(request)
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model}")
+    async def get_model(request: Request, model: str) -> dict[str, Any]:
+        authorize(request)
+        if model != deployment.model_id:
+            raise ApiError(404, f"the model {model!r:.80} is not served here", code="model_not_found", param="model")
+        return card
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        tenant = authorize(request)
+        req: ChatRequest = parse(ChatRequest, await request.body())
+        answer = await run_in_threadpool(deployment.answer, req.chat_messages(), tenant=tenant, params=req.params())
+        if not req.stream:
+            return completion_body(answer, req.model)
+        usage = req.stream_options is not None and req.stream_options.include_usage
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        events = sse(chunk_events(answer, req.model, usage))
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> dict[str, Any]:
+        tenant = authorize(request)
+        req: FeedbackRequest = parse(FeedbackRequest, await request.body())
+        key = req.key if req.key is not None else request.headers.get("idempotency-key")
+        receipt = await run_in_threadpool(
+            deployment.feedback, req.response_id, req.score, tenant=tenant, comment=req.comment, key=key
+        )
+        return {
+            "object": "feedback",
+            "response_id": receipt.response_id,
+            "feedback_id": receipt.feedback_id,
+            "applied": receipt.applied,
+            "reinforced": receipt.reinforced,
+            "reward": receipt.reward,
+        }
+
+    return app
+
+
+# ---- the command line -------------------------------------------------------------------------------------
+
+
+def parse_pairs(items: Sequence[str], where: str) -> list[tuple[str, str]]:
+    """``KEY=TENANT`` items (the tenant follows the last '='; keys may contain '='). Errors never echo a key."""
+    pairs = []
+    for i, item in enumerate(items, 1):
+        if not item.strip():
+            continue
+        key, sep, tenant = item.strip().rpartition("=")
+        if not sep or not key or not tenant:
+            raise ConfigError(f"{where} entry #{i} must look like KEY=TENANT")
+        pairs.append((key, tenant))
+    return pairs
+
+
+def keys_file(path: Path) -> list[tuple[str, str]]:
+    """The ``[keys]`` table of a TOML file: ``"KEY" = "TENANT"`` lines."""
+    if not path.is_file():
+        raise ConfigError(f'keys file {path} does not exist (expected TOML with a [keys] table of "KEY" = "TENANT")')
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("keys")
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"keys file {path}: not valid TOML: {e}") from None
+    if not isinstance(table, dict) or not all(isinstance(t, str) for t in table.values()):
+        raise ConfigError(f'keys file {path} must hold a [keys] table of "KEY" = "TENANT" strings')
+    return list(table.items())
+
+
+def load_keys(*, file: Path | None = None, pairs: Sequence[str] = (), env: str | None = None) -> dict[str, str]:
+    """``{key: tenant}`` from a keys file, ``$EVOLVE_API_KEYS`` and ``--key`` items; at least one is required."""
+    sources = [(str(file), keys_file(file))] if file is not None else []
+    sources += [("$EVOLVE_API_KEYS", parse_pairs((env or "").split(","), "$EVOLVE_API_KEYS"))]
+    sources += [("--key", parse_pairs(pairs, "--key"))]
+    found: dict[str, str] = {}
+    for where, items in sources:
+        for key, tenant in items:
+            if found.setdefault(key, tenant) != tenant:
+                raise ConfigError(f"{where}: one API key is given to two tenants ({found[key]!r} and {tenant!r})")
+    return check_keys(found)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: a free one), so the printed URL is the real one."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """``evolve serve``: load the keys and the spec, then serve until interrupted."""
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise ConfigError(INSTALL_HINT) from e
+    from evolve.spec import load_spec
+
+    keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
+    spec = load_spec(args.spec)
+    sock = listen(args.host, args.port)
+    deployment = Deployment(spec)
+    try:
+        app = create_app(deployment, keys)
+        print(f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", flush=True)
+        print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
+    finally:
+        deployment.close()
+        sock.close()
+
+
+def add_serve_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``evolve serve SPEC [--host] [--port] [--keys FILE] [--key KEY=TENANT ...]``."""
+    s = sub.add_parser("serve", help="an OpenAI-compatible API over the spec's team; bearer keys map to tenants")
+    s.add_argument("spec", type=Path, help="the run's TOML spec (model, embedder, database, agents)")
+    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
+    s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
+                   help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
+    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    s.set_defaults(func=cmd_serve)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m apps.server SPEC ...``: the same arguments as ``evolve serve``."""
+    p = argparse.ArgumentParser(prog="evolve")
+    add_serve_parser(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.func(args)
+    except EvolveError as e:
+        print(f"evolve: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+__all__ = ["ApiError", "add_serve_parser", "check_keys", "chunk_events", "cmd_serve", "completion_body", "create_app"]
+__all__ += ["load_keys", "main", "split_words", "sse", "tenant_for"]
+
+if __name__ == "__main__":
+    sys.exit(main())

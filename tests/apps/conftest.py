@@ -1,0 +1,83 @@
+"""A live ``evolve serve`` app on 127.0.0.1 (uvicorn in a thread), shared by a test module."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from evolve.serving import Deployment
+
+QUESTION = "What is the door code of the Harbor warehouse?"
+ANSWER = "The door code is 4471."
+KEYS = {"sk-test-alice-0001": "alice", "sk-test-bob-0002": "bob", "sk-test-carol-0003": "carol"}
+KEY_OF = {tenant: key for key, tenant in KEYS.items()}
+
+
+def write_serve_spec(folder: Path) -> Path:
+    """A scripted team that knows the Harbor code and fails (no reply, no default) on anything else."""
+    spec = folder / "serve.toml"
+    spec.write_text(
+        f"""
+[run]
+name = "codes"
+database = "sqlite:///{folder / "serve.db"}"
+
+[model]
+chat = "fake/scripted"
+options = {{ replies = {{ "Harbor" = "{ANSWER}" }} }}
+max_tokens = 12
+
+[embedder]
+name = "hash"
+
+[environment]
+tasks = "unused.jsonl"
+
+[memory]
+k1 = 10
+k2 = 2
+
+[[agents]]
+name = "solver"
+system = "Reply with the code only."
+"""
+    )
+    return spec
+
+
+@dataclass
+class Served:
+    url: str  # the base URL apps configure: http://127.0.0.1:PORT/v1
+    deployment: Deployment
+
+    def client(self, tenant: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url, api_key=KEY_OF[tenant], max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    import uvicorn
+
+    from apps.server import base_url, create_app, listen
+    from evolve.spec import load_spec
+
+    deployment = Deployment(load_spec(write_serve_spec(tmp_path_factory.mktemp("serve"))))
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(deployment, KEYS), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    yield Served(base_url(sock), deployment)
+    server.should_exit = True
+    thread.join(timeout=10)
+    deployment.close()
+    sock.close()
