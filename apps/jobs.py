@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from connectors import ConfigError, EvolveError
-from evolve.leases import DEFAULT_TTL, when
 
 if TYPE_CHECKING:
     from evolve.evolver import Evolver
     from evolve.jobs import JobResult
 
+LEASE_TTL = 300.0
+"""``evolve.leases.DEFAULT_TTL``, repeated so that building the parser imports nothing heavy (a test checks)."""
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
 
@@ -45,6 +46,8 @@ def parse_duration(text: str) -> float:
 
 def describe(result: JobResult) -> str:
     """One line for a job: what ran (round, success, memories, prompt update, seconds) or why it skipped."""
+    from evolve.leases import when
+
     if result.status == "skipped" or result.metrics is None:
         held = result.held_by
         who = f"{held.holder} holds the lease until {when(held.expires_at)}" if held else result.note
@@ -129,8 +132,8 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument(
             "--lease-ttl",
             type=float,
-            default=DEFAULT_TTL,
-            help=f"seconds before a killed job's lease may be taken over (default {DEFAULT_TTL:.0f})",
+            default=LEASE_TTL,
+            help=f"seconds before a killed job's lease may be taken over (default {LEASE_TTL:.0f})",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bars")
     j.add_argument("--once", action="store_true", help="run one round and exit (required)")

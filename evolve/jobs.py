@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ from connectors import ConfigError
 from evolve.evolver import Evolver
 from evolve.leases import DEFAULT_TTL, Heartbeat, Lease, LeaseState, create_tables, default_holder, when
 from evolve.records import RoundMetrics
+from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def run_job(
     *,
     ttl: float = DEFAULT_TTL,
     holder: str | None = None,
-    before_round: Callable[[], object] | None = None,
+    before_round: Callable[[], Sequence[Trace] | None] | None = None,
 ) -> JobResult:
     """Run the next round of ``evolver``'s run unless another job is evolving it; record the job.
 
@@ -141,7 +142,9 @@ def run_job(
             round runs, so ``ttl`` bounds how long a killed job blocks the next one, not how long a round
             may take.
         holder: this job's lease holder id (default ``host:pid:random``).
-        before_round: called inside the lease, before the round (e.g. to ingest served feedback).
+        before_round: called inside the lease, before the round (e.g. to ingest feedback collected by
+            ``evolve serve``); it may return traces (``evolve.serving.feedback_traces``) that the round's
+            prompt step learns from (``Evolver.run_round``'s ``extra_traces``), or None.
 
     Returns:
         ``JobResult("ran", ...)`` with the round's metrics, or ``JobResult("skipped", ...)`` when the
@@ -169,9 +172,8 @@ def run_job(
     notes = [f"finished round {round_} left by abandoned job {', '.join(map(str, took_over))}"] if took_over else []
     try:
         with _heartbeat(lease) as beat:
-            if before_round is not None:
-                before_round()
-            metrics = evolver.run_round(round_)
+            extra = _check_traces(before_round()) if before_round is not None else ()
+            metrics = evolver.run_round(round_, extra_traces=extra)
         if beat is not None and beat.lost:
             notes.append(f"lease lost at {when(beat.lost_at or 0.0)}: another job may have run this round too")
         _finish_row(engine, job_id, "done", metrics=metrics, note="; ".join(notes))
@@ -294,6 +296,14 @@ def _heartbeat(lease: Lease) -> Heartbeat | _NoHeartbeat:
     if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
         return _NoHeartbeat()
     return lease.heartbeat()
+
+
+def _check_traces(found: object) -> Sequence[Trace]:
+    if found is None:
+        return ()
+    if isinstance(found, (list, tuple)) and all(isinstance(t, Trace) for t in found):
+        return found
+    raise ConfigError(f"run_job: before_round must return None or a list of Trace, got {type(found).__name__}")
 
 
 def _quietly(action: Callable[[], object], what: str) -> None:

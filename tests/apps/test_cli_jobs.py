@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, Select, func, select
 
-from apps.jobs import main, parse_duration
+from apps.jobs import LEASE_TTL, main, parse_duration
 from connectors import ConfigError, HashEmbedder, make_engine
 from evolve.jobs import job_history, lease_name
-from evolve.leases import Lease
+from evolve.leases import DEFAULT_TTL, Lease
 from evolve.records import episodes
 from memory import MemoryStore
 
@@ -223,3 +223,7 @@ def test_durations(text: str, seconds: float) -> None:
 def test_a_junk_duration_names_what_it_expected() -> None:
     with pytest.raises(ConfigError, match=r"e\.g\. 30s, 15m, 1h"):
         parse_duration("fortnightly")
+
+
+def test_the_cli_lease_default_is_the_librarys() -> None:
+    assert LEASE_TTL == DEFAULT_TTL

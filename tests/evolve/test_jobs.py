@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from connectors import ChatClient, ConfigError, EvolveError, HashEmbedder, Scrip
 from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.jobs import job_history, jobs, lease_name, next_round, run_job
 from evolve.leases import Lease, leases
+from evolve.records import RoundMetrics
 from memory import MemoryStore, RetrievalConfig
+from optimizers.types import Trace
 
 TASKS = [
     Task(id=f"t{i}", prompt=f"Which code opens the {name} gate?", answer="4471" if i % 2 == 0 else str(1000 + i))
@@ -186,6 +189,27 @@ def test_before_round_runs_inside_the_lease(tmp_path: Path) -> None:
 
     assert run_job(ev, holder="me", before_round=ingest).status == "ran"
     assert seen == [("me", [])]
+
+
+def test_traces_before_round_returns_reach_the_rounds_prompt_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ev = make_evolver(tmp_path / "m.db")
+    rated = [Trace("served:1", (), "4471", 0.0, "A user rated this answer 0 out of 1.")]
+    seen = []
+    real = ev.run_round
+
+    def spy(round_: int, *, extra_traces: Sequence[Trace] = ()) -> RoundMetrics:
+        seen.append(list(extra_traces))
+        return real(round_, extra_traces=extra_traces)
+
+    monkeypatch.setattr(ev, "run_round", spy)
+    run_job(ev, before_round=lambda: rated)
+    run_job(ev, before_round=lambda: None)
+    assert seen == [rated, []]
+    with pytest.raises(ConfigError, match="list of Trace, got int"):
+        run_job(ev, before_round=lambda: 3)  # type: ignore[arg-type,return-value]
+    assert job_history(ev.log.engine)[0].status == "failed"
 
 
 def test_a_failing_job_is_recorded_releases_the_lease_and_its_round_runs_next_time(tmp_path: Path) -> None:
