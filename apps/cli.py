@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from apps.jobs import add_job_parsers
 from connectors import EvolveError, evolve_home, load_embedder, make_engine
 
 
@@ -212,6 +213,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--limit", type=int, default=None)
     pr.set_defaults(func=cmd_prompts)
     add_adapters_parser(sub)
+    add_job_parsers(sub)
 
     m = sub.add_parser("memory", help="inspect, export and import memories")
     m.add_argument("action", choices=["stats", "show", "export", "import"])

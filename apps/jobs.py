@@ -9,26 +9,25 @@ holds the lease until when, and exits 0. A killed job's round is finished by the
 lease expires (``--lease-ttl``). ``evolve scheduler`` does the same on an interval inside one
 process (models load once) for machines without cron.
 
-The integrator registers both commands in ``apps.cli.parser()`` with ``add_job_parsers(sub)``; until
-then ``python -m apps.jobs job SPEC --once`` runs them.
+Before its round a job learns what users rated through ``evolve serve`` since the last job: the rated
+answers become memories, and the round's prompt step critiques the poorly rated ones.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import re
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors import ConfigError, EvolveError
+from connectors import ConfigError
 
 if TYPE_CHECKING:
     from evolve.evolver import Evolver
     from evolve.jobs import JobResult
+    from optimizers.types import Trace
 
 LEASE_TTL = 300.0
 """``evolve.leases.DEFAULT_TTL``, repeated so that building the parser imports nothing heavy (a test checks)."""
@@ -71,6 +70,19 @@ def _build(args: argparse.Namespace) -> Evolver:
     return build(spec, progress=not args.quiet)
 
 
+def served_feedback(evolver: Evolver) -> Callable[[], list[Trace]]:
+    """The job's ``before_round``: learn what users rated through ``evolve serve`` since the last job
+    that finished (``evolve.serving.learn_served``)."""
+    from evolve.jobs import job_history
+    from evolve.serving import learn_served
+
+    def before_round() -> list[Trace]:
+        done = next((j for j in job_history(evolver.log.engine, evolver.run_name) if j.status == "done"), None)
+        return learn_served(evolver, since=done.started_at if done is not None else 0.0)
+
+    return before_round
+
+
 def _close(evolver: Evolver) -> None:
     if evolver.memory is not None:
         evolver.memory.close()  # saves the vector index beside the database
@@ -92,7 +104,7 @@ def cmd_job(args: argparse.Namespace) -> None:
     _check_ttl(args.lease_ttl)
     evolver = _build(args)
     try:
-        result = run_job(evolver, ttl=args.lease_ttl)
+        result = run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver))
     finally:
         _close(evolver)
     print(describe(result), flush=True)
@@ -110,7 +122,7 @@ def cmd_scheduler(args: argparse.Namespace) -> None:
     try:
         while True:
             started = time.monotonic()
-            result = run_job(evolver, ttl=args.lease_ttl)
+            result = run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver))
             runs += 1
             print(describe(result), flush=True)
             if args.max_runs is not None and runs >= args.max_runs:
@@ -141,28 +153,3 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     s.add_argument("--every", required=True, help="the interval between job starts: 30s, 15m, 1h, 1d")
     s.add_argument("--max-runs", type=int, default=None, help="stop after this many jobs (default: run until Ctrl-C)")
     s.set_defaults(func=cmd_scheduler)
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="evolve", description="Scheduled self-improvement jobs.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    add_job_parsers(p.add_subparsers(dest="command", required=True))
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m apps.jobs job SPEC --once``: the two commands without the rest of the CLI."""
-    args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        args.func(args)
-    except EvolveError as e:
-        print(f"evolve: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,8 +6,9 @@
   namespace and speaks from the HEAD prompts) and records the response under a fresh id;
 - ``feedback(response_id, score, tenant=…)`` reinforces exactly the memories that response recalled,
   once per idempotency key, and queues the rated response for the next job;
-- ``learn_from_feedback(...)`` (called by ``evolve job`` before its round) writes queued responses into
-  memory as experiences, so a lesson a user gave is recalled next time.
+- ``learn_served(evolver)`` (``evolve job`` calls it before its round) writes queued responses into
+  memory as experiences, so a lesson a user gave is recalled next time, and hands the rated answers to
+  the round's prompt step (``feedback_traces``), where textual gradients learn from the comments.
 
 A tenant's run is ``<run>@<tenant>`` (``RunSpec.for_tenant``): its memories, prompts, rounds and
 responses are keyed by that name, so one tenant never sees another's.
@@ -44,7 +45,7 @@ from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
 from evolve.episode import Step
 from evolve.escalation import weights_blocker
-from evolve.evolver import centred
+from evolve.evolver import Evolver, centred
 from evolve.prompt_graph import PromptGraph
 from evolve.spec import RunSpec
 from evolve.weights import adapter_registry, attach_adapters
@@ -342,6 +343,13 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
     return len(rows)
 
 
+def learn_served(evolver: Evolver, *, since: float = 0.0) -> list[Trace]:
+    """What ``evolve job`` does with served feedback before its round: learn the queue into the run's
+    memory (``learn_from_feedback``) and return the answers rated since ``since`` for its prompt step."""
+    learn_from_feedback(evolver.memory, evolver.team, evolver.run_name, writer=evolver.writer)
+    return feedback_traces(evolver.log.engine, evolver.run_name, since=since)
+
+
 def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int = 50) -> list[Trace]:
     """The run's rated answers since ``since`` (Unix time), newest first, as traces a prompt optimizer
     learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
@@ -437,5 +445,6 @@ __all__ = [
     "conversation",
     "feedback_traces",
     "learn_from_feedback",
+    "learn_served",
     "reinforce_recalls",
 ]

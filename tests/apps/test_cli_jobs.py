@@ -1,7 +1,6 @@
 """``evolve job SPEC --once`` and ``evolve scheduler``: real processes racing and being killed on one SQLite file.
 
-The processes run ``apps.jobs.main`` (the same commands ``evolve job`` and ``evolve scheduler`` run once
-``apps.cli`` registers them). Each waits at a barrier on stdin after its imports, so "started together"
+The processes run ``apps.cli.main``, what the ``evolve`` command runs. Each waits at a barrier on stdin after its imports, so "started together"
 means within milliseconds; the fake model's ``delay`` makes a round last seconds.
 """
 
@@ -18,7 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, Select, func, select
 
-from apps.jobs import LEASE_TTL, main, parse_duration
+from apps.cli import main
+from apps.jobs import LEASE_TTL, parse_duration
 from connectors import ConfigError, HashEmbedder, make_engine
 from evolve.jobs import job_history, lease_name
 from evolve.leases import DEFAULT_TTL, Lease
@@ -37,7 +37,7 @@ TASKS = [
     ]
 ]
 ENTRY = (
-    "import sys; from apps.jobs import main; print('ready', flush=True); sys.stdin.readline(); "
+    "import sys; from apps.cli import main; print('ready', flush=True); sys.stdin.readline(); "
     "sys.exit(main(sys.argv[1:]))"
 )
 
