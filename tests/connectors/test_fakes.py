@@ -118,3 +118,15 @@ def test_dict_replies_can_match_the_system_prompt() -> None:
     assert (brief.text, plain.text) == ("Paris.", "The capital of France is Paris.")
     with pytest.raises(ConfigError, match="match must be"):
         ScriptedChat({}, match="system")
+
+
+def test_a_delay_makes_every_call_wait_and_bad_delays_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("connectors.fakes.time.sleep", slept.append)
+    chat = load_chat("fake/scripted", replies=["a"], delay=0.25)
+    chat.complete([Message("user", "q")])
+    chat.complete([Message("user", "q")])
+    assert slept == [0.25, 0.25]
+    for bad in (-1, float("inf"), "1s"):
+        with pytest.raises(ConfigError, match="delay must be a number of seconds"):
+            ScriptedChat(["a"], delay=bad)  # type: ignore[arg-type]
