@@ -4,7 +4,7 @@ Run it with ``evolve playground [SPEC]`` or ``streamlit run apps/playground.py -
 (``EVOLVE_PLAYGROUND_SPEC`` works too; the default is the embedded ``data/facility_codes.toml``: local
 SmolLM2 + MiniLM + SQLite/FAISS, no API key). Four tabs:
 
-- Chat: answers from ``Deployment.answer``; 👍/👎 reinforce the memories an answer recalled; "Why these
+- Chat: answers from ``Deployment.answer``; thumbs up/down reinforce the memories an answer recalled; "Why these
   memories" shows every candidate's similarity, Q, z-scores and selection score (``MemoryStore.explain``);
 - Memory: the tenant's memories with filters, and their Q-value distribution;
 - Prompts: the versions, a diff against HEAD and one-click rollback (the next answer uses it);
@@ -30,6 +30,13 @@ from evolve.serving import Answer, Deployment
 from evolve.spec import check_tenant, load_spec
 from memory import MemoryItem, MemoryStore
 
+THUMBS = (("Good", ":material/thumb_up:", 1.0), ("Bad", ":material/thumb_down:", 0.0))
+TABS = (
+    ":material/chat: Chat",
+    ":material/memory: Memory",
+    ":material/edit_note: Prompts",
+    ":material/show_chart: Learning",
+)
 THINKING = "Thinking… (on a local model the first answer also loads it: about 20 s)"
 
 
@@ -53,7 +60,7 @@ def state() -> Any:
 
 def sidebar(deployment: Deployment, default_tenant: str | None) -> tuple[str | None, bool]:
     spec = deployment.spec
-    st.sidebar.title("🧬 Evolve playground")
+    st.sidebar.title("Evolve playground")
     raw = st.sidebar.text_input("Tenant", value=default_tenant or "", key="tenant", help="empty: the run itself")
     tenant = raw.strip() or None
     if tenant is not None:
@@ -131,9 +138,16 @@ def show_answer(deployment: Deployment, tenant: str | None, answer: Answer) -> N
         f"prompt version `{answer.prompt_version[:12]}` · {answer.usage.total_tokens} tokens · "
         f"{len(answer.recall_ids)} recall(s) · `{answer.id}`"
     )
-    up, down, note = st.columns([1, 1, 10], vertical_alignment="center")
-    up.button("👍", key=f"up-{answer.id}", on_click=rate, args=(deployment, tenant, answer.id, 1.0), help="good")
-    down.button("👎", key=f"down-{answer.id}", on_click=rate, args=(deployment, tenant, answer.id, 0.0), help="bad")
+    up, down, note = st.columns([1, 1, 6], vertical_alignment="center")
+    for column, (label, icon, score) in zip((up, down), THUMBS, strict=True):
+        column.button(
+            label,
+            icon=icon,
+            key=f"{'up' if score else 'down'}-{answer.id}",
+            on_click=rate,
+            args=(deployment, tenant, answer.id, score),
+            help=f"rate this answer {score:g}: reinforce the memories it recalled",
+        )
     if answer.id in state()["notes"]:
         note.markdown(state()["notes"][answer.id])
     with st.expander("Why these memories"):
@@ -153,7 +167,7 @@ def show_turn(deployment: Deployment, tenant: str | None, turn: dict[str, Any]) 
         with st.chat_message("assistant"):
             show_answer(deployment, tenant, turn["answer"])
     else:
-        with st.chat_message("assistant", avatar="⚠️"):
+        with st.chat_message("assistant", avatar=":material/error:"):
             st.error(turn["content"])
 
 
@@ -175,7 +189,7 @@ def chat_tab(deployment: Deployment, tenant: str | None, history: bool) -> None:
     prompt = st.chat_input("Ask the agent…", key="chat-input")
     with box:
         if not turns and not prompt:
-            st.caption("Ask a question; rate the answer with 👍/👎 and watch the recalled memories' Q move.")
+            st.caption("Ask a question; rate the answer (thumbs up or down) and watch the recalled memories' Q move.")
         for turn in turns:
             show_turn(deployment, tenant, turn)
         if not prompt:
@@ -314,14 +328,14 @@ def learning_tab(deployment: Deployment, tenant: str | None) -> None:
 
 def main() -> None:
     args = script_args(sys.argv[1:])
-    st.set_page_config(page_title="Evolve playground", page_icon="🧬", layout="wide")
+    st.set_page_config(page_title="Evolve playground", page_icon=":material/psychology:", layout="wide")
     try:
         deployment = load_deployment(str(args.spec), args.db)
     except EvolveError as e:
         st.error(f"cannot start the playground: {e}")
         st.stop()
     tenant, history = sidebar(deployment, args.tenant)
-    chat, memory, prompts, learning = st.tabs(["💬 Chat", "🧠 Memory", "📝 Prompts", "📈 Learning"])
+    chat, memory, prompts, learning = st.tabs(TABS)
     with chat:
         chat_tab(deployment, tenant, history)
     with memory:

@@ -56,7 +56,14 @@ def streamlit_argv(
     """The command line that serves the playground headless on ``address:port``."""
     argv = [python, "-m", "streamlit", "run", str(SCRIPT)]
     argv += ["--server.headless", "true", "--server.port", str(port), "--server.address", address]
-    argv += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    argv += [
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "minimal",
+    ]
     argv += ["--", "--spec", str(spec)]
     if tenant:
         argv += ["--tenant", tenant]

@@ -30,7 +30,7 @@ def feedback_note(receipt: FeedbackReceipt) -> str:
     """What one thumbs click did, in words: how many memories moved, or that it was a repeat."""
     if not receipt.applied:
         return "already rated: the first rating stands (one rating per answer)"
-    verdict = "👍 good" if receipt.reward > 0 else "👎 bad"
+    verdict = "rated good" if receipt.reward > 0 else "rated bad"
     if receipt.reinforced == 0:
         return f"{verdict}: no memories were recalled, nothing to reinforce; the next job learns from it"
     noun = "memory" if receipt.reinforced == 1 else "memories"
@@ -54,15 +54,15 @@ def why_rows(explanation: Mapping[str, Any], items: Mapping[str, MemoryItem]) ->
             verdict = "not selected"
         rows.append(
             {
+                "verdict": verdict,
                 "memory": item.intent if item is not None else "(evicted)",
-                "experience": item.experience if item is not None else "",
                 "similarity": _num(c["sim"]),
                 "Q": _num(c["q"]),
                 "z(sim)": _num(c["z_sim"]),
                 "z(Q)": _num(c["z_q"]),
                 "score": _num(c["score"]),
-                "verdict": verdict,
                 "Q now": item.q if item is not None else None,
+                "experience": item.experience if item is not None else "",
                 "id": c["id"],
             }
         )

@@ -128,7 +128,7 @@ def test_thumbs_up_reinforces_exactly_the_recalled_memories_once(spec: Path) -> 
     assert len(selected) == 2 and len(why) == 5  # k2 = 2 of five candidates
     before = q_values(spec, ids)
 
-    next(b for b in at.button if b.label == "👍").click().run()
+    next(b for b in at.button if b.key.startswith("up-")).click().run()
 
     assert not at.exception
     assert "reinforced 2 memories" in " ".join(m.value for m in at.markdown)
@@ -139,7 +139,7 @@ def test_thumbs_up_reinforces_exactly_the_recalled_memories_once(spec: Path) -> 
     assert sorted(why[why["id"].isin(selected)]["Q now"]) == pytest.approx([0.3, 0.3])
     assert set(why[why["id"].isin(selected)]["Q"]) == {0.0}  # the Q that scored them at recall time
 
-    next(b for b in at.button if b.label == "👎").click().run()  # a second rating of the same answer
+    next(b for b in at.button if b.key.startswith("down-")).click().run()  # a second rating of the same answer
     assert "already rated" in " ".join(m.value for m in at.markdown)
     assert q_values(spec, ids) == after
 

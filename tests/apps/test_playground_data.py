@@ -28,7 +28,7 @@ def item(id: str, intent: str, q: float, *, success: bool | None = None, ns: str
 
 def test_feedback_notes_say_what_moved_or_that_it_was_a_repeat() -> None:
     assert data.feedback_note(FeedbackReceipt("r", "r:k", True, 2, 1.0)) == (
-        "👍 good: reinforced 2 memories (Q moved toward +1)"
+        "rated good: reinforced 2 memories (Q moved toward +1)"
     )
     assert "reinforced 1 memory " in data.feedback_note(FeedbackReceipt("r", "r:k", True, 1, -1.0))
     assert "no memories were recalled" in data.feedback_note(FeedbackReceipt("r", "r:k", True, 0, -1.0))
