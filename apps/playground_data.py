@@ -38,12 +38,13 @@ def feedback_note(receipt: FeedbackReceipt) -> str:
 
 
 def why_rows(explanation: Mapping[str, Any], items: Mapping[str, MemoryItem]) -> list[dict[str, Any]]:
-    """One row per candidate of a recall (``MemoryStore.explain``), best selection score first.
+    """One row per candidate of a recall (``MemoryStore.explain``): the selected ones in selection order,
+    then the rest of the pool by score, then the candidates δ filtered out.
 
     ``items`` maps memory ids to their current state: ``Q now`` shows what feedback did since the recall
     (``Q`` is the value that scored it). A candidate missing from ``items`` was evicted since.
     """
-    rows = []
+    rows, keys = [], []
     for c in explanation.get("candidates", []):
         item = items.get(c["id"])
         if c["selected"]:
@@ -66,8 +67,9 @@ def why_rows(explanation: Mapping[str, Any], items: Mapping[str, MemoryItem]) ->
                 "id": c["id"],
             }
         )
-    rows.sort(key=lambda r: (r["verdict"].startswith("filtered"), -(r["score"] if r["score"] is not None else -1e9)))
-    return rows
+        group = 0 if c["selected"] else 2 if c["filtered"] else 1
+        keys.append((group, c["rank"] if c["selected"] else -(c["score"] or 0.0), -(c["sim"] or 0.0)))
+    return [row for _, row in sorted(zip(keys, rows, strict=True), key=lambda pair: pair[0])]
 
 
 def recall_summary(explanation: Mapping[str, Any]) -> str:
@@ -85,7 +87,8 @@ def recall_summary(explanation: Mapping[str, Any]) -> str:
 
 def memory_rows(items: Iterable[MemoryItem]) -> list[dict[str, Any]]:
     """The memory table: one row per memory, highest Q first."""
-    rows = [
+    ordered = sorted(items, key=lambda it: -it.q)
+    return [
         {
             "intent": it.intent,
             "experience": it.experience,
@@ -96,10 +99,8 @@ def memory_rows(items: Iterable[MemoryItem]) -> list[dict[str, Any]]:
             "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(it.created_at)),
             "id": it.id,
         }
-        for it in items
+        for it in ordered
     ]
-    rows.sort(key=lambda r: -r["Q"])
-    return rows
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from apps.playground_cli import DEFAULT_SPEC, playground_env
 from bench.common import machine
 from connectors import make_engine
 from evolve import list_runs
+from evolve.textmatch import matches_normalised
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "question": args.question,
         "expected": EXPECTED,
         **seen,
-        "correct": seen["answer"].strip() == EXPECTED,
+        "correct": matches_normalised(EXPECTED, seen["answer"]),  # the task's own checker
         "rounds_before": args.rounds,
         "run_s": round(run_s, 1),
         "server_healthy_s": round(healthy, 1),

@@ -52,24 +52,25 @@ def test_why_rows_come_from_a_real_recall_selected_first_then_by_score() -> None
     assert "3 candidates, 2 above δ, 1 selected" in data.recall_summary(explanation)
 
 
-def test_why_rows_mark_evicted_memories() -> None:
+def candidate(id: str, score: float | None, *, rank: int | None = None, filtered: bool = False) -> dict:
+    return {"id": id, "sim": 0.5, "q": 0.0, "z_sim": 0.0, "z_q": 0.0, "score": score, "filtered": filtered,
+            "selected": rank is not None, "rank": rank}  # fmt: skip
+
+
+def test_why_rows_list_the_selection_in_its_order_even_when_exploration_picked_low_scores() -> None:
     explanation = {
         "candidates": [
-            {
-                "id": "gone",
-                "sim": 0.9,
-                "q": 0.1,
-                "z_sim": 1.0,
-                "z_q": 0.0,
-                "score": 0.5,
-                "filtered": False,
-                "selected": True,
-                "rank": 0,
-            },
+            candidate("pool", 0.9),
+            candidate("second", 0.1, rank=1),
+            candidate("first", 0.2, rank=0),
+            candidate("below-delta", None, filtered=True),
+            candidate("pool-low", -0.5),
         ]
     }
-    (row,) = data.why_rows(explanation, {})
-    assert row["memory"] == "(evicted)" and row["Q now"] is None and row["verdict"] == "selected #1"
+    rows = data.why_rows(explanation, {"first": item("first", "harbor door", 0.4)})
+    assert [r["id"] for r in rows] == ["first", "second", "pool", "pool-low", "below-delta"]
+    assert (rows[0]["memory"], rows[0]["Q now"]) == ("harbor door", 0.4)
+    assert (rows[1]["memory"], rows[1]["Q now"]) == ("(evicted)", None)  # gone from the store since
 
 
 def test_memory_filters_combine_and_the_defaults_keep_everything() -> None:
