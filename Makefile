@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-gpu test-vllm bench clean
+.PHONY: demo test test-gpu test-vllm bench chromium clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/evolve demo
 
-test: $(STAMP)
+# The browser test drives Debian's Chromium through Playwright (never Playwright's own download).
+chromium:
+	scripts/install_chromium.sh
+
+test: $(STAMP) chromium
 	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench data
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m 'not gpu and not vllm' $(PYTEST_ARGS)

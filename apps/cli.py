@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from apps.jobs import add_job_parsers
+from apps.playground_cli import add_playground_parser
 from connectors import EvolveError, evolve_home, load_embedder, make_engine
 
 
@@ -214,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_prompts)
     add_adapters_parser(sub)
     add_job_parsers(sub)
+    add_playground_parser(sub)
 
     m = sub.add_parser("memory", help="inspect, export and import memories")
     m.add_argument("action", choices=["stats", "show", "export", "import"])

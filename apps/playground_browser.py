@@ -8,7 +8,7 @@ types a question into the chat and waits for the answer.
 Example:
     >>> # with serve(Path("spec.toml")) as url, chromium_page() as page:
     >>> #     page.goto(url); print(ask(page, "Door code of the Harbor warehouse?"))
-    >>> #     page.screenshot(path="bench/results/playground.png")
+    >>> #     page.screenshot(path="bench/results/playground_test.png")
 """
 
 from __future__ import annotations

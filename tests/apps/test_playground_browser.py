@@ -32,7 +32,7 @@ def test_a_real_browser_chats_with_the_playground_and_saves_a_screenshot(tmp_pat
     seeded.store.add(QUESTION, "The feedback said the code is 4471.", namespace="play/solver", success=True, q=0.3)
     seeded.store.add("What is the alarm code of the Summit workshop?", "9310", namespace="play/solver", q=-0.2)
     seeded.close()
-    shot = repo_root / "bench" / "results" / "playground.png"
+    shot = repo_root / "bench" / "results" / "playground_test.png"  # every test run rewrites it: ignored by git
     shot.parent.mkdir(parents=True, exist_ok=True)
 
     with serve(spec, cwd=tmp_path, log_path=tmp_path / "streamlit.log") as url, chromium_page() as page:
