@@ -18,7 +18,8 @@ for a malformed body, 404 for a response id the tenant does not own, 502 when th
 Streaming is honest about what a team is: the team answers as a whole (its agents run in turn, and
 ``Deployment.answer`` returns the final text), so a streamed reply starts once the answer exists and
 then sends it in word-sized chunks. Every failure of the team is therefore a plain HTTP error with the
-right status; a failure after the first byte ends the stream with an error event.
+right status; a failure after the first byte ends the stream with an error event. Tool calls, logprobs
+and response formats are not served (such fields are ignored, as unknown fields are); ``n`` > 1 is a 400.
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
 a TOML file (``--keys FILE``) with one table::
@@ -37,16 +38,19 @@ Example:
 # endpoints are closures over names imported lazily inside ``create_app``.
 
 import argparse
+import dataclasses
 import hmac
 import json
 import logging
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 import time
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -277,17 +281,25 @@ def tenant_for(authorization: str | None, keys: Sequence[tuple[bytes, str]]) -> 
 # ---- the app ------------------------------------------------------------------------------------------------
 
 
-def as_api_error(e: Exception) -> ApiError:
-    """Any exception as the HTTP error a client sees: our errors by kind, anything else a generic 500."""
+def as_api_error(e: Exception, method: str = "", path: str = "") -> ApiError:
+    """Any exception as the HTTP error a client sees: ours by kind, FastAPI's as 400/404, else a generic 500."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
     if isinstance(e, ApiError):
         return e
+    if isinstance(e, RequestValidationError):
+        return validation_error(e)
+    if isinstance(e, HTTPException):  # an unknown path or method
+        code = "not_found" if e.status_code == 404 else None
+        return ApiError(e.status_code, f"{e.detail}: {method} {path}", code=code)
     if isinstance(e, UnknownResponse):
         return ApiError(404, str(e), code="response_not_found", param="response_id")
     if isinstance(e, ConfigError):
         return ApiError(400, str(e))
     if isinstance(e, ConnectorError):
         return ApiError(502, f"the team's model failed: {e}", kind="server_error", code="upstream_error")
-    log.error("request failed: %s: %s", type(e).__name__, e)
+    log.error("request failed: %s: %s", type(e).__name__, e)  # uvicorn logs the traceback of non-Evolve errors
     return ApiError(500, "internal server error (see the server's log)", kind="server_error", code="internal_error")
 
 
@@ -301,8 +313,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
     try:
         from fastapi import FastAPI, Request
         from fastapi.exceptions import RequestValidationError
-        from fastapi.responses import JSONResponse, StreamingResponse
-        from starlette.concurrency import run_in_threadpool
+        from fastapi.responses import JSONResponse
         from starlette.exceptions import HTTPException
     except ImportError as e:
         raise ConfigError(INSTALL_HINT) from e
@@ -312,13 +323,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
     app = FastAPI(title="evolve serve", docs_url=None, redoc_url=None)
 
     async def on_error(request: Request, e: Exception) -> JSONResponse:
-        if isinstance(e, RequestValidationError):
-            error = validation_error(e)
-        elif isinstance(e, HTTPException):
-            error = ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}", code="not_found"
-                             if e.status_code == 404 else None)  # fmt: skip
-        else:
-            error = as_api_error(e)
+        error = as_api_error(e, request.method, request.url.path)
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
@@ -328,9 +333,8 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
     def authorize(request: Request) -> str:
         tenant = tenant_for(request.headers.get("authorization"), table)
         if tenant is None:
-            raise ApiError(
-                401, "missing or invalid API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
-            )
+            message = "missing or invalid API key: send 'Authorization: Bearer <key>'"
+            raise ApiError(401, message, code="invalid_api_key")
         return tenant
 
     @app.get("/healthz")
@@ -348,6 +352,16 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
         if model != deployment.model_id:
             raise ApiError(404, f"the model {model!r:.80} is not served here", code="model_not_found", param="model")
         return card
+
+    add_team_routes(app, deployment, authorize)
+    return app
+
+
+def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[..., str]) -> None:
+    """``/v1/chat/completions`` and ``/v1/feedback``: the team's blocking work runs in worker threads."""
+    from fastapi import Request
+    from fastapi.responses import StreamingResponse
+    from starlette.concurrency import run_in_threadpool
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -369,16 +383,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
         receipt = await run_in_threadpool(
             deployment.feedback, req.response_id, req.score, tenant=tenant, comment=req.comment, key=key
         )
-        return {
-            "object": "feedback",
-            "response_id": receipt.response_id,
-            "feedback_id": receipt.feedback_id,
-            "applied": receipt.applied,
-            "reinforced": receipt.reinforced,
-            "reward": receipt.reward,
-        }
-
-    return app
+        return {"object": "feedback", **dataclasses.asdict(receipt)}
 
 
 # ---- the command line -------------------------------------------------------------------------------------
@@ -440,6 +445,7 @@ def base_url(sock: socket.socket) -> str:
 def cmd_serve(args: argparse.Namespace) -> None:
     """``evolve serve``: load the keys and the spec, then serve until interrupted."""
     try:
+        import fastapi  # noqa: F401 (checked before the models load)
         import uvicorn
     except ImportError as e:
         raise ConfigError(INSTALL_HINT) from e
@@ -447,16 +453,34 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
     spec = load_spec(args.spec)
-    sock = listen(args.host, args.port)
-    deployment = Deployment(spec)
-    try:
-        app = create_app(deployment, keys)
-        print(f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", flush=True)
-        print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
-        uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
-    finally:
-        deployment.close()
-        sock.close()
+    with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
+        deployment = Deployment(spec)
+        previous = exit_on_signals()
+        try:
+            app = create_app(deployment, keys)
+            print(f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", flush=True)
+            print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
+            uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            deployment.close()  # saves the vector index
+
+
+def exit_on_signals() -> dict[int, Any]:
+    """SIGINT/SIGTERM end the process through ``SystemExit`` (no traceback, ``finally`` blocks run).
+
+    uvicorn shuts down gracefully on either, then re-raises the signal it caught; with the default
+    handlers that would kill the process before the deployment saves its index (SIGTERM) or print a
+    KeyboardInterrupt traceback (SIGINT). Returns the previous handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def add_serve_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -468,7 +492,8 @@ def add_serve_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
-    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    levels = ["critical", "error", "warning", "info", "debug"]
+    s.add_argument("--log-level", default="info", choices=levels, help="the server's log level (default info)")
     s.set_defaults(func=cmd_serve)
 
 
@@ -477,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="evolve")
     add_serve_parser(p.add_subparsers(dest="command", required=True))
     args = p.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
     except EvolveError as e:
@@ -486,8 +511,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["ApiError", "add_serve_parser", "check_keys", "chunk_events", "cmd_serve", "completion_body", "create_app"]
-__all__ += ["load_keys", "main", "split_words", "sse", "tenant_for"]
+__all__ = [
+    "ApiError",
+    "ChatRequest",
+    "FeedbackRequest",
+    "add_serve_parser",
+    "check_keys",
+    "chunk_events",
+    "cmd_serve",
+    "completion_body",
+    "create_app",
+    "load_keys",
+    "main",
+    "split_words",
+    "sse",
+    "tenant_for",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

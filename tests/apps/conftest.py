@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,11 @@ KEYS = {"sk-test-alice-0001": "alice", "sk-test-bob-0002": "bob", "sk-test-carol
 KEY_OF = {tenant: key for key, tenant in KEYS.items()}
 
 
-def write_serve_spec(folder: Path) -> Path:
-    """A scripted team that knows the Harbor code and fails (no reply, no default) on anything else."""
+SCRIPTED = f'chat = "fake/scripted"\noptions = {{ replies = {{ "Harbor" = "{ANSWER}" }} }}'
+
+
+def write_serve_spec(folder: Path, *, model: str = SCRIPTED) -> Path:
+    """By default a scripted team that knows the Harbor code and fails (no reply, no default) on anything else."""
     spec = folder / "serve.toml"
     spec.write_text(
         f"""
@@ -29,8 +33,7 @@ name = "codes"
 database = "sqlite:///{folder / "serve.db"}"
 
 [model]
-chat = "fake/scripted"
-options = {{ replies = {{ "Harbor" = "{ANSWER}" }} }}
+{model}
 max_tokens = 12
 
 [embedder]
@@ -60,24 +63,33 @@ class Served:
         return openai.OpenAI(base_url=self.url, api_key=KEY_OF[tenant], max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+@contextmanager
+def serving(spec: Path) -> Iterator[Served]:
+    """``evolve serve`` for ``spec`` with ``KEYS``: uvicorn in a thread on a free port of 127.0.0.1."""
     import uvicorn
 
     from apps.server import base_url, create_app, listen
     from evolve.spec import load_spec
 
-    deployment = Deployment(load_spec(write_serve_spec(tmp_path_factory.mktemp("serve"))))
+    deployment = Deployment(load_spec(spec))
     sock = listen("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(deployment, KEYS), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    yield Served(base_url(sock), deployment)
-    server.should_exit = True
-    thread.join(timeout=10)
-    deployment.close()
-    sock.close()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.01)
+        yield Served(base_url(sock), deployment)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        deployment.close()
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(write_serve_spec(tmp_path_factory.mktemp("serve"))) as live:
+        yield live

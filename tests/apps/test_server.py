@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from openai.types.chat import ChatCompletionMessageParam
 import apps.server
 from apps.server import load_keys, main, split_words
 from connectors import ConfigError, ConnectorError
-from tests.apps.conftest import ANSWER, KEY_OF, QUESTION, Served, write_serve_spec
+from tests.apps.conftest import ANSWER, KEY_OF, QUESTION, Served, serving, write_serve_spec
+from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
 
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
@@ -277,6 +279,26 @@ def test_a_failing_model_is_502_plain_or_streaming(served: Served) -> None:
         assert error["code"] == "upstream_error" and "no reply" in error["message"]
 
 
+def test_a_team_on_an_api_model_answers_and_its_upstream_failure_is_502(tmp_path: Path) -> None:
+    upstream = FakeOpenAIServer()
+    upstream.start()
+    model = f'chat = "openai/upstream-model"\nbase_url = "{upstream.url}"\noptions = {{ retries = 0 }}'
+    try:
+        with serving(write_serve_spec(tmp_path, model=model)) as live:
+            upstream.script(Reply(200, chat_body("4471", prompt_tokens=30, completion_tokens=2)))
+            completion = live.client("alice").chat.completions.create(model="gpt-4o-mini", messages=USER)
+            assert completion.choices[0].message.content == "4471" and completion.usage.total_tokens == 32  # type: ignore[union-attr]
+            sent = upstream.requests[-1]["json"]
+            assert sent["model"] == "upstream-model" and sent["messages"][0]["content"] == "Reply with the code only."
+            assert sent["max_tokens"] == 12 and QUESTION in sent["messages"][-1]["content"]
+
+            upstream.script(Reply(500, error_body("upstream exploded", "server_error")))
+            response = post(live, "/chat/completions", {"model": "m", "messages": USER, "stream": True})
+            assert assert_openai_error(response, 502)["code"] == "upstream_error"
+    finally:
+        upstream.stop()
+
+
 def test_an_unexpected_error_is_a_generic_500(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("secret internal detail")
@@ -383,3 +405,5 @@ def test_evolve_serve_runs_as_its_own_process(tmp_path: Path, repo_root: Path) -
         output, _ = proc.communicate(timeout=30)
     assert f"at http://127.0.0.1:{port}/v1" in output and "tenants: alice, bob" in output
     assert "sk-proc" not in output and "Traceback" not in output
+    assert proc.returncode == 128 + signal.SIGTERM  # a graceful shutdown, then the exit status SIGTERM implies
+    assert list((tmp_path / "serve.db.faiss").glob("*.faiss")), "the deployment saved its index on the way out"
