@@ -429,10 +429,22 @@ def load_keys(*, file: Path | None = None, pairs: Sequence[str] = (), env: str |
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening socket (port 0: a free one), so the printed URL is the real one."""
+    """A listening TCP socket (port 0: a free one), so the printed URL is the real one.
+
+    The socket names its protocol (IPPROTO_TCP): asyncio sets TCP_NODELAY only on such sockets, and
+    without it every reply on a kept-alive connection waits ~40 ms for a delayed ACK (Nagle).
+    """
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, port), family=family)
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen()
+        except OSError:
+            sock.close()
+            raise
+        return sock
     except OSError as e:
         raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 

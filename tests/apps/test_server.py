@@ -364,6 +364,15 @@ def test_serving_without_keys_exits_2_with_a_clear_error(tmp_path: Path, capsys:
     assert err.startswith("evolve: ") and "at least one API key" in err and "Traceback" not in err
 
 
+def test_the_listening_socket_is_tcp_so_kept_alive_replies_are_not_delayed() -> None:
+    """asyncio sets TCP_NODELAY only on sockets that name IPPROTO_TCP; without it each reply on a
+    kept-alive connection (the openai SDK's) waited ~40 ms for a delayed ACK."""
+    with apps.server.listen("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[1] > 0
+        with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1"):
+            apps.server.listen("127.0.0.1", sock.getsockname()[1])  # the port is taken
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
