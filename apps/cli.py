@@ -12,6 +12,7 @@ from pathlib import Path
 
 from apps.jobs import add_job_parsers
 from apps.playground_cli import add_playground_parser
+from apps.serve_cli import add_serve_parser
 from connectors import EvolveError, evolve_home, load_embedder, make_engine
 
 
@@ -214,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--limit", type=int, default=None)
     pr.set_defaults(func=cmd_prompts)
     add_adapters_parser(sub)
+    add_serve_parser(sub)
     add_job_parsers(sub)
     add_playground_parser(sub)
 

@@ -68,7 +68,8 @@ def serving(spec: Path) -> Iterator[Served]:
     """``evolve serve`` for ``spec`` with ``KEYS``: uvicorn in a thread on a free port of 127.0.0.1."""
     import uvicorn
 
-    from apps.server import base_url, create_app, listen
+    from apps.serve_cli import base_url, listen
+    from apps.server import create_app
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))

@@ -19,8 +19,11 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+import apps.serve_cli
 import apps.server
-from apps.server import load_keys, main, split_words
+from apps.cli import main
+from apps.serve_cli import load_keys
+from apps.server import split_words
 from connectors import ConfigError, ConnectorError
 from tests.apps.conftest import ANSWER, KEY_OF, QUESTION, Served, serving, write_serve_spec
 from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
@@ -359,7 +362,7 @@ def test_bad_keys_are_refused_without_echoing_them(kwargs: dict, message: str) -
 
 
 def test_serving_without_keys_exits_2_with_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(write_serve_spec(tmp_path)), "--port", "0"]) == 2
+    assert main(["serve", str(write_serve_spec(tmp_path)), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evolve: ") and "at least one API key" in err and "Traceback" not in err
 
@@ -367,10 +370,10 @@ def test_serving_without_keys_exits_2_with_a_clear_error(tmp_path: Path, capsys:
 def test_the_listening_socket_is_tcp_so_kept_alive_replies_are_not_delayed() -> None:
     """asyncio sets TCP_NODELAY only on sockets that name IPPROTO_TCP; without it each reply on a
     kept-alive connection (the openai SDK's) waited ~40 ms for a delayed ACK."""
-    with apps.server.listen("127.0.0.1", 0) as sock:
+    with apps.serve_cli.listen("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[1] > 0
         with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1"):
-            apps.server.listen("127.0.0.1", sock.getsockname()[1])  # the port is taken
+            apps.serve_cli.listen("127.0.0.1", sock.getsockname()[1])  # the port is taken
 
 
 def free_port() -> int:
@@ -385,7 +388,7 @@ def test_evolve_serve_runs_as_its_own_process(tmp_path: Path, repo_root: Path) -
     keys = tmp_path / "keys.toml"
     keys.write_text('[keys]\n"sk-proc-alice" = "alice"\n')
     env = {**os.environ, "EVOLVE_API_KEYS": "sk-proc-bob=bob"}
-    cmd = [sys.executable, "-m", "apps.server", str(spec), "--port", str(port), "--keys", str(keys)]
+    cmd = [sys.executable, "-m", "apps.cli", "serve", str(spec), "--port", str(port), "--keys", str(keys)]
     proc = subprocess.Popen(cmd, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
