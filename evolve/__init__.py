@@ -1,17 +1,19 @@
 """Evolve: agents that get better at their job while they work.
 
-The public face: agents and teams, episodes, task environments, the ``Evolver`` loop, and the versioned
-prompts and adapters it learns.
+The public face: agents and teams, episodes, task environments, the ``Evolver`` loop, the versioned
+prompts and adapters it learns, serving a team to tenants (``Deployment``) and scheduled jobs (``run_job``).
 """
 
 from evolve.adapter_versions import AdapterRegistry, AdapterVersion
 from evolve.agent import Agent, MemoryView, Team, TeamAct, render_messages
 from evolve.episode import Episode, Step
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
+from evolve.jobs import JobResult, job_history, run_job
 from evolve.prompt_graph import PromptGraph
 from evolve.prompt_loop import PromptEvolution, make_evaluate, split_tasks
 from evolve.prompt_versions import PromptVersion
 from evolve.records import RoundMetrics, list_runs
+from evolve.serving import Answer, Deployment, FeedbackReceipt
 from evolve.tasks import Task, TaskEnv, load_tasks
 from evolve.weights import WeightsReport, WeightUpdates
 
@@ -19,8 +21,12 @@ __all__ = [
     "AdapterRegistry",
     "AdapterVersion",
     "Agent",
+    "Answer",
+    "Deployment",
     "Episode",
     "Evolver",
+    "FeedbackReceipt",
+    "JobResult",
     "MemoryView",
     "PromptEvolution",
     "PromptGraph",
@@ -33,11 +39,13 @@ __all__ = [
     "TeamAct",
     "WeightUpdates",
     "WeightsReport",
+    "job_history",
     "list_runs",
     "make_evaluate",
     "load_tasks",
     "paraphrase_schedule",
     "render_messages",
+    "run_job",
     "same_tasks",
     "split_tasks",
 ]
