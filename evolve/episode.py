@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,11 @@ class Episode:
 
     def trajectory(self) -> str:
         """The condensed trajectory memory stores: each agent's output, in order."""
-        if len(self.steps) == 1:
-            return f"Answer given: {self.steps[0].output.strip()}"
-        return "\n".join(f"[{s.agent}, turn {s.turn}] {s.output.strip()}" for s in self.steps)
+        return condense(self.steps)
+
+
+def condense(steps: Sequence[Step]) -> str:
+    """Steps as the condensed trajectory memory stores: each agent's output, in order."""
+    if len(steps) == 1:
+        return f"Answer given: {steps[0].output.strip()}"
+    return "\n".join(f"[{s.agent}, turn {s.turn}] {s.output.strip()}" for s in steps)

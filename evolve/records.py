@@ -134,9 +134,7 @@ class RunLog:
                 "tokens": e.usage.total_tokens,
                 "cost": e.usage.cost,
                 "prompt": e.prompt,
-                "steps": json.dumps(
-                    [{"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "turn": s.turn} for s in e.steps]
-                ),
+                "steps": steps_to_json(e.steps),
                 "learned": 0,
                 "created_at": now,
             }
@@ -170,11 +168,19 @@ class RunLog:
             )
 
 
+def steps_to_json(steps: Sequence[Step]) -> str:
+    """What a row keeps of the steps: agent, output, recall id and turn (messages are not stored)."""
+    return json.dumps([{"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "turn": s.turn} for s in steps])
+
+
+def steps_from_json(text: str) -> tuple[Step, ...]:
+    """The steps ``steps_to_json`` stored, without their messages."""
+    return tuple(Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"]) for s in json.loads(text))
+
+
 def episode_from_row(row: dict[str, Any]) -> Episode:
     """A recorded episode, complete enough to learn from again after a restart."""
-    steps = tuple(
-        Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"]) for s in json.loads(row["steps"])
-    )
+    steps = steps_from_json(row["steps"])
     return Episode(
         row["id"],
         row["task_id"],

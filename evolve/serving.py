@@ -43,10 +43,11 @@ from sqlalchemy.exc import IntegrityError
 from connectors import ChatClient, ConfigError, ConnectorError, Embedder, Message, StoreError, Usage, make_engine
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
-from evolve.episode import Step
+from evolve.episode import Step, condense
 from evolve.escalation import weights_blocker
 from evolve.evolver import Evolver, centred
 from evolve.prompt_graph import PromptGraph
+from evolve.records import steps_from_json, steps_to_json
 from evolve.spec import RunSpec
 from evolve.weights import adapter_registry, attach_adapters
 from memory import MemoryStore
@@ -248,10 +249,10 @@ class Deployment:
                 )
         except IntegrityError:
             return FeedbackReceipt(response_id, feedback_id, False, 0, reward)
-        reinforced = self._reinforce(feedback_id, json.loads(row[0]), reward)
+        reinforced = self._reinforce(feedback_id, steps_from_json(row[0]), reward)
         return FeedbackReceipt(response_id, feedback_id, True, reinforced, reward)
 
-    def _reinforce(self, feedback_id: str, steps: list[dict[str, Any]], reward: float) -> int:
+    def _reinforce(self, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
         reinforced = reinforce_recalls(self.store, feedback_id, steps, reward)
         with self.engine.begin() as conn:
             conn.execute(update(feedback_rows).where(feedback_rows.c.id == feedback_id).values(applied=1))
@@ -305,13 +306,11 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     return "\n\n".join(parts), query
 
 
-def reinforce_recalls(
-    store: MemoryStore | None, feedback_id: str, steps: Sequence[Mapping[str, Any]], reward: float
-) -> int:
+def reinforce_recalls(store: MemoryStore | None, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
     """Reinforce every recall the steps made, once per feedback id (a repeat updates nothing)."""
     if store is None:
         return 0
-    items = [(s["recall_id"], reward, f"{feedback_id}/{s['recall_id']}") for s in steps if s.get("recall_id")]
+    items = [(s.recall_id, reward, f"{feedback_id}/{s.recall_id}") for s in steps if s.recall_id is not None]
     return store.reinforce_many(items) if items else 0
 
 
@@ -334,7 +333,7 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
         ).all()
     for row in rows:
         r = dict(row._mapping)
-        steps = json.loads(r["steps"])
+        steps = steps_from_json(r["steps"])
         if not r["applied"]:
             reinforce_recalls(store, r["id"], steps, centred(r["score"]))
         _write(store, team, r, steps, writer)
@@ -367,27 +366,26 @@ def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int 
     for row in rows:
         r = row._mapping
         calls = tuple(
-            NodeCall(s["agent"], (f"{s['agent']}.system", f"{s['agent']}.library"), r["query"], s["output"])
-            for s in json.loads(r["steps"])
+            NodeCall(s.agent, (f"{s.agent}.system", f"{s.agent}.library"), r["query"], s.output)
+            for s in steps_from_json(r["steps"])
         )
-        verdict = f"A user rated this answer {r['score']:g} out of 1."
-        feedback = f"{verdict} Their comment: {r['comment']}" if r["comment"] else verdict
+        feedback = rating_text(r["score"], r["comment"])
         traces.append(Trace(f"served:{r['response_id']}", calls, r["answer"], float(r["score"]), feedback))
     return traces
 
 
+def rating_text(score: float, comment: str) -> str:
+    """A user's rating as the feedback text memory and optimizers learn from."""
+    verdict = f"A user rated this answer {score:g} out of 1 ({'good' if score >= 0.5 else 'bad'})."
+    return f"{verdict} Their comment: {comment}" if comment else verdict
+
+
 def _write(
-    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: list[dict[str, Any]], writer: ChatClient | None
+    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatClient | None
 ) -> None:
     success = r["score"] >= 0.5
-    verdict = f"The user rated this answer {r['score']:g} out of 1 ({'good' if success else 'bad'})."
-    feedback = f"{verdict} Their comment: {r['comment']}" if r["comment"] else verdict
-    trajectory = (
-        f"Answer given: {r['answer'].strip()}"
-        if len(steps) == 1
-        else "\n".join(f"[{s['agent']}] {s['output'].strip()}" for s in steps)
-    )
-    for agent in dict.fromkeys(s["agent"] for s in steps):
+    feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
+    for agent in dict.fromkeys(s.agent for s in steps):
         view = team.agents[agent].memory if agent in team.agents else None
         if view is None:
             continue
@@ -422,7 +420,6 @@ def _check_text(value: object, name: str, limit: int, *, empty: bool = False) ->
 
 
 def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dict[str, Any]:
-    steps = [{"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "turn": s.turn} for s in answer.steps]
     return {
         "id": answer.id,
         "run": answer.run,
@@ -430,7 +427,7 @@ def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> di
         "query": query,
         "messages": json.dumps([m.to_dict() for m in messages]),
         "answer": answer.text,
-        "steps": json.dumps(steps),
+        "steps": steps_to_json(answer.steps),
         "prompt_version": answer.prompt_version,
         "tokens": answer.usage.total_tokens,
     }
