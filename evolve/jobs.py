@@ -30,6 +30,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -279,22 +280,12 @@ def _record(row: dict[str, Any]) -> JobRecord:
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-class _NoHeartbeat:
-    """Stands in for a heartbeat where none can run (see ``_heartbeat``)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _heartbeat(lease: Lease) -> Heartbeat | _NoHeartbeat:
+def _heartbeat(lease: Lease) -> AbstractContextManager[Heartbeat | None]:
     """A running heartbeat, except on an in-memory SQLite database: its one shared connection cannot take
     a second thread's transactions, and no other process can see that database to compete for the lease."""
     url = lease.engine.url
     if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-        return _NoHeartbeat()
+        return nullcontext()
     return lease.heartbeat()
 
 
