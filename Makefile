@@ -53,13 +53,9 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints.txt
 test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/optimizers/marft/test_vllm_engine.py $(PYTEST_ARGS)
 
+# Quick profile (about 20 minutes on 2 CPU cores); `make bench FULL=1` runs everything. See bench/__main__.py.
 bench: $(STAMP)
-	$(BIN)/python -m bench.memory_speed
-	$(BIN)/python -m bench.prompt_evolution
-	$(BIN)/python -m bench.marft_relay
-	$(BIN)/python -m bench.marft_smollm2
-	$(BIN)/python -m bench.marft_gpu
-
+	$(BIN)/python -m bench --profile $(if $(FULL),full,quick)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
