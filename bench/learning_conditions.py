@@ -1,0 +1,284 @@
+"""What the learning benchmark compares: the environments (a registry) and the six conditions.
+
+An environment is a name → ``EnvSpec`` (tasks, an environment factory, turns, answer length, system
+prompt, retrieval settings); adding one is a loader function and a line in ``ENVS``. A condition is a
+frozen ``Condition``; ``build_evolver`` turns (environment, condition) into an ``Evolver`` in its own
+SQLite file, so no condition sees another's memories or prompts.
+
+Example:
+    >>> [c.name for c in CONDITIONS][:3]
+    ['no_memory', 'repeated_sampling', 'similarity']
+    >>> bundled_env("facility_codes").max_turns
+    1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from connectors import ChatClient, ConfigError, Embedder, Environment, make_engine
+from evolve import (
+    Agent,
+    Evolver,
+    MemoryView,
+    PromptEvolution,
+    PromptGraph,
+    Task,
+    TaskEnv,
+    Team,
+    load_tasks,
+    same_tasks,
+    split_tasks,
+)
+from evolve.build import memory_config
+from evolve.spec import load_spec
+from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
+from optimizers.types import PromptOptimizer
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SAMPLING_TEMPERATURE = 0.7  # repeated sampling and TF-GRPO rollouts (Training-Free GRPO's value)
+
+
+def task_env_factory(tasks: Sequence[Task]) -> Callable[[], Environment]:
+    """Single-step tasks scored by their checkers (``TaskEnv``)."""
+    listed = list(tasks)
+    return lambda: TaskEnv(listed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvSpec:
+    """One environment of the benchmark.
+
+    Args:
+        name: the key in reports and summary keys (``learning_<name>_<condition>_last``).
+        tasks: ``limit -> tasks`` (the first ``limit``, or all for None); may be slow (games are generated).
+        system: the solver's system prompt.
+        max_tokens: the answer length limit per turn.
+        max_turns: turns per episode (1 for single-step tasks).
+        retrieval: recall settings shared by both memory conditions (only λ differs between them).
+        env_factory: ``tasks -> (() -> Environment)`` for the ``Evolver``.
+        quick_skip: conditions this environment runs in the full profile only (too slow for quick).
+        note: one line for the report (where the tasks come from, what counts as success).
+
+    Example:
+        >>> EnvSpec(name="toy", tasks=lambda n: [Task(id="a", prompt="2+2?", answer="4")], system="Answer.",
+        ...         max_tokens=4).max_turns
+        1
+    """
+
+    name: str
+    tasks: Callable[[int | None], list[Task]]
+    system: str
+    max_tokens: int
+    max_turns: int = 1
+    retrieval: RetrievalConfig = field(default_factory=lambda: RetrievalConfig(k1=10, k2=1, delta=0.5))
+    env_factory: Callable[[Sequence[Task]], Callable[[], Environment]] = task_env_factory
+    quick_skip: tuple[str, ...] = ()
+    note: str = ""
+
+
+def bundled_env(name: str) -> EnvSpec:
+    """A bundled task family, with the system prompt, answer length and recall settings of its spec
+    (``data/<name>.toml``)."""
+    spec = load_spec(DATA / f"{name}.toml")
+    path = spec.resolve(spec.environment.tasks)
+
+    def tasks(limit: int | None) -> list[Task]:
+        return load_tasks(path)[:limit]
+
+    return EnvSpec(
+        name=name,
+        tasks=tasks,
+        system=spec.agents[0].system,
+        max_tokens=spec.model.max_tokens,
+        retrieval=memory_config(spec).retrieval,
+        note=f"Bundled family `data/{path.name}`; a failure's feedback reveals the expected answer.",
+    )
+
+
+def textworld_env() -> EnvSpec:
+    """TextWorld games generated locally with ``tw-make`` at fixed seeds (``evolve.textworld_env``)."""
+    try:
+        from evolve import textworld_env as tw
+    except ImportError as e:
+        raise ConfigError(f"the TextWorld environment is not available yet ({e})") from e
+    folder = Path.home() / ".cache" / "evolve" / "textworld"
+
+    def tasks(limit: int | None) -> list[Task]:
+        return tw.textworld_tasks(folder, seeds=range(limit or 8))
+
+    return EnvSpec(
+        name="textworld",
+        tasks=tasks,
+        system="You play a text adventure. Reply with exactly one command from the admissible commands.",
+        max_tokens=12,
+        max_turns=8,
+        retrieval=RetrievalConfig(k1=10, k2=1, delta=0.5),
+        env_factory=lambda _tasks: tw.TextWorldEnv(),
+        quick_skip=("q_memory_textgrad", "tfgrpo"),
+        note="Games made by `tw-make` at fixed seeds; success = the quest won within the turn limit.",
+    )
+
+
+ENVS: dict[str, Callable[[], EnvSpec]] = {
+    "facility_codes": lambda: bundled_env("facility_codes"),
+    "format_rules": lambda: bundled_env("format_rules"),
+    "textworld": textworld_env,
+}
+"""Environment name → a builder of its ``EnvSpec`` (called only when the environment is chosen)."""
+
+
+MemoryKind = Literal["none", "similarity", "q"]
+OptimizerKind = Literal["none", "textgrad", "tfgrpo"]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One column of the benchmark: memory kind, decoding temperature and prompt optimizer."""
+
+    name: str
+    about: str
+    memory: MemoryKind = "none"
+    temperature: float = 0.0
+    optimizer: OptimizerKind = "none"
+
+
+CONDITIONS = (
+    Condition("no_memory", "no memory, greedy decoding"),
+    Condition(
+        "repeated_sampling",
+        f"no memory, sampled at temperature {SAMPLING_TEMPERATURE} with a new seed each epoch: cumulative "
+        "success is pass@E over the same number of attempts (the fair baseline for cumulative success)",
+        temperature=SAMPLING_TEMPERATURE,
+    ),
+    Condition("similarity", "similarity-only memory (λ = 0, α = 0: the RAG/MemP baseline)", memory="similarity"),
+    Condition("q_memory", "Q-memory with the paper's defaults (λ = 0.5, α = 0.3, Q_init = 0)", memory="q"),
+    Condition(
+        "q_memory_textgrad",
+        "Q-memory plus one gated textual-gradient prompt step per epoch",
+        memory="q",
+        optimizer="textgrad",
+    ),
+    Condition(
+        "tfgrpo",
+        "Training-Free GRPO: one gated experience-library step per epoch, no episodic memory",
+        optimizer="tfgrpo",
+    ),
+)
+BY_NAME = {c.name: c for c in CONDITIONS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerSettings:
+    """Sizes of the prompt optimizers. ``small_critic`` (a local 135M model critiquing itself) makes the
+    textual gradient the environment's feedback, appended as one instruction, and accepts untagged
+    answers; the validation gates still decide."""
+
+    small_critic: bool = True
+    critic_max_tokens: int = 160
+    minibatch: int = 4
+    group_size: int = 3
+    grpo_batch: int = 2
+    val_fraction: float = 0.5
+
+
+def build_optimizer(kind: OptimizerKind, critic: ChatClient, s: OptimizerSettings, seed: int) -> PromptOptimizer:
+    from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
+
+    params = {"max_tokens": s.critic_max_tokens}
+    if kind == "textgrad":
+        return TextualGradientOptimizer(
+            critic=critic,
+            budget="light",
+            minibatch_size=s.minibatch,
+            critic_params=params,
+            backward="feedback" if s.small_critic else "auto",
+            edit="append" if s.small_critic else "rewrite",
+            untagged=s.small_critic,
+            seed=seed,
+        )
+    return TrainingFreeGRPO(
+        critic=critic,
+        library_component="solver.library",
+        group_size=s.group_size,
+        temperature=SAMPLING_TEMPERATURE,
+        batch_size=s.grpo_batch,
+        budget="light",
+        critic_params=params,
+        untagged=s.small_critic,
+        seed=seed,
+    )
+
+
+def memory_for(cond: Condition, retrieval: RetrievalConfig) -> MemoryConfig | None:
+    """The store configuration of a condition: the paper's α and λ, or their similarity-only zeroes."""
+    if cond.memory == "none":
+        return None
+    config = MemoryConfig(retrieval=replace(retrieval, lam=0.5), alpha=0.3)
+    return similarity_only(config) if cond.memory == "similarity" else config
+
+
+def build_evolver(
+    env: EnvSpec,
+    cond: Condition,
+    tasks: Sequence[Task],
+    *,
+    chat: ChatClient,
+    embedder: Embedder,
+    folder: Path,
+    optimizer: OptimizerSettings,
+    batch_size: int,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[Evolver, MemoryStore | None]:
+    """The ``Evolver`` of one (environment, condition) cell, in ``<folder>/<env>-<condition>.db``."""
+    url = f"sqlite:///{folder / f'{env.name}-{cond.name}.db'}"
+    config = memory_for(cond, env.retrieval)
+    store = MemoryStore(url, embedder=embedder, config=config, seed=seed) if config is not None else None
+    params = {"max_tokens": env.max_tokens, "temperature": cond.temperature, "seed": seed}
+    agent = Agent("solver", chat, system=env.system, memory=MemoryView(store) if store else None, params=params)
+    team = Team([agent])
+    engine = store.engine if store is not None else make_engine(url)
+    factory = env.env_factory(tasks)
+    prompts = None
+    if cond.optimizer != "none":
+        train, val = split_tasks(tasks, val_fraction=optimizer.val_fraction, seed=seed)
+        prompts = PromptEvolution(
+            PromptGraph(engine, cond.name),
+            build_optimizer(cond.optimizer, chat, optimizer, seed),
+            train_ids=train,
+            val_ids=val,
+        )
+    evolver = Evolver(
+        team,
+        tasks,
+        memory=store,
+        env_factory=factory,
+        engine=engine,
+        run=cond.name,
+        batch_size=batch_size,
+        max_turns=env.max_turns,
+        schedule=same_tasks,
+        prompts=prompts,
+        progress=progress,
+    )
+    return evolver, store
+
+
+def set_epoch_seed(evolver: Evolver, seed: int) -> None:
+    """Give every agent a new sampling seed (sampled conditions draw fresh answers each epoch)."""
+    for agent in evolver.team.agents.values():
+        agent.params = {**agent.params, "seed": seed}
+
+
+def pick(names: Sequence[str] | None, known: Sequence[str], what: str) -> list[str]:
+    """``names`` checked against ``known`` (all of ``known`` when None), in ``known``'s order."""
+    if names is None:
+        return list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown {what} {unknown}; expected some of {list(known)}")
+    return [n for n in known if n in names]

@@ -1,0 +1,194 @@
+"""The learning benchmark's metrics (pure functions) and its reports: markdown, PNG curves, summary keys.
+
+Metrics follow the MemRL paper's protocol: an *epoch* runs every task of an environment once; a run is
+E epochs over the same tasks. From the epochs × tasks matrix of successes:
+
+- last-epoch success: the success rate in the final epoch;
+- cumulative success: the share of tasks solved in at least one epoch;
+- pass@k (Chen et al.'s unbiased estimator over n attempts with c successes): for the repeated-sampling
+  baseline, cumulative success over E epochs is exactly the mean pass@E.
+
+Example:
+    >>> m = success_matrix([[0.0, 1.0], [1.0, 0.0]])
+    >>> last_epoch_success(m), cumulative_success(m), mean_pass_at_k(m, 2)
+    (0.5, 1.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from connectors import ConfigError
+
+SKIPPED = "full profile only"
+"""What a cell says when its condition runs in the full profile only: never a number."""
+
+
+# ---------------------------------------------------------------- metrics (pure)
+def success_matrix(rewards: Sequence[Sequence[float]], *, threshold: float = 1.0) -> np.ndarray:
+    """Epochs × tasks rewards → a boolean matrix; a reward at or above ``threshold`` is a success."""
+    m = np.asarray(rewards, dtype=float)
+    if m.ndim != 2 or m.shape[0] == 0 or m.shape[1] == 0:
+        raise ConfigError(f"expected rewards as a non-empty epochs x tasks table, got shape {m.shape}")
+    return m >= threshold
+
+
+def epoch_success(matrix: np.ndarray) -> list[float]:
+    """The success rate of each epoch."""
+    return [float(x) for x in matrix.mean(axis=1)]
+
+
+def last_epoch_success(matrix: np.ndarray) -> float:
+    """The success rate of the final epoch."""
+    return float(matrix[-1].mean())
+
+
+def cumulative_curve(matrix: np.ndarray) -> list[float]:
+    """After each epoch e, the share of tasks solved in at least one of epochs 1..e."""
+    return [float(x) for x in np.logical_or.accumulate(matrix, axis=0).mean(axis=1)]
+
+
+def cumulative_success(matrix: np.ndarray) -> float:
+    """The share of tasks solved in at least one epoch."""
+    return float(matrix.any(axis=0).mean())
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The probability that at least one of k attempts drawn from n (c of them correct) is correct.
+
+    ``1 - C(n - c, k) / C(n, k)``: unbiased for the chance that k fresh samples contain a success.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ConfigError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_pass_at_k(matrix: np.ndarray, k: int) -> float:
+    """pass@k averaged over tasks, each task's attempts being its epochs."""
+    n = matrix.shape[0]
+    return float(np.mean([pass_at_k(n, int(c), k) for c in matrix.sum(axis=0)]))
+
+
+def cell_metrics(rewards: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Everything one (environment, condition) cell reports from its epochs × tasks rewards."""
+    m = success_matrix(rewards)
+    return {
+        "last": round(last_epoch_success(m), 4),
+        "cum": round(cumulative_success(m), 4),
+        "per_epoch": [round(x, 4) for x in epoch_success(m)],
+        "cum_per_epoch": [round(x, 4) for x in cumulative_curve(m)],
+        "pass_at_1": round(mean_pass_at_k(m, 1), 4),
+        "mean_reward_last": round(float(np.mean(rewards[-1])), 4),
+    }
+
+
+# ---------------------------------------------------------------- summary keys
+def summary_keys(result: Mapping[str, Any]) -> dict[str, float]:
+    """Flat keys ``learning_<env>_<condition>_last`` / ``_cum`` for the cells that ran."""
+    flat: dict[str, float] = {}
+    for env, cells in result["envs"].items():
+        for cond, cell in cells["conditions"].items():
+            if cell.get("status") == "ok":
+                flat[f"learning_{env}_{cond}_last"] = cell["last"]
+                flat[f"learning_{env}_{cond}_cum"] = cell["cum"]
+    return flat
+
+
+# ---------------------------------------------------------------- markdown
+def _cell_row(cond: str, cell: Mapping[str, Any]) -> str:
+    if cell.get("status") != "ok":
+        return f"| {cond} | {cell.get('status', '?')} | | | | | |"
+    curve = " ".join(f"{x:.2f}" for x in cell["per_epoch"])
+    return (
+        f"| {cond} | {cell['last']:.3f} | {cell['cum']:.3f} | {curve} | {cell['tokens']:,} "
+        f"| {cell['optimizer_tokens']:,} | {cell['seconds']:.1f} |"
+    )
+
+
+def verdicts(result: Mapping[str, Any]) -> list[str]:
+    """One sentence per environment: does Q-memory beat similarity-only memory, and on which metric."""
+    lines = []
+    for env, cells in result["envs"].items():
+        q, s = cells["conditions"].get("q_memory", {}), cells["conditions"].get("similarity", {})
+        if q.get("status") != "ok" or s.get("status") != "ok":
+            continue
+        parts = []
+        for key, label in (("last", "last-epoch"), ("cum", "cumulative")):
+            diff = q[key] - s[key]
+            word = "above" if diff > 0 else ("below" if diff < 0 else "level with")
+            parts.append(f"{label} {q[key]:.3f} vs {s[key]:.3f} ({word}, {diff:+.3f})")
+        lines.append(f"- **{env}**: Q-memory against similarity-only — " + "; ".join(parts) + ".")
+    return lines
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The report: settings, machine, one table per environment, the Q-vs-similarity verdicts."""
+    m, s = result["machine"], result["settings"]
+    lines = [
+        "# Learning: conditions side by side",
+        "",
+        f"Profile **{s['profile']}**; model {s['model']}, embedder {s['embedder']}; {s['epochs']} epochs over the "
+        f"same tasks (MemRL protocol); greedy decoding except repeated sampling (temperature "
+        f"{s['sampling_temperature']}, a new seed each epoch, so its cumulative success is pass@{s['epochs']}).",
+        f"Machine: {m['cpu_count']} CPUs ({m['cpu']}), Python {m['python']}, {m['platform']}. "
+        f"Total wall time {result['seconds']:.0f} s.",
+        "",
+        "Last = success rate in the final epoch; cum = share of tasks solved in at least one epoch; tokens = "
+        "everything the condition sent through the model (episodes, optimizer rollouts and critic); optimizer "
+        "tokens = the critic's share.",
+        "",
+        "## Q-memory against similarity-only memory",
+        "",
+        *(verdicts(result) or ["- no environment ran both memory conditions."]),
+    ]
+    for env, cells in result["envs"].items():
+        lines += [
+            "",
+            f"## {env}",
+            "",
+            f"{cells['tasks']} tasks, max {cells['max_turns']} turn(s) per episode. {cells['note']}".rstrip(),
+            "",
+            "| condition | last | cum | success per epoch | tokens | optimizer tokens | wall s |",
+            "|---|---|---|---|---|---|---|",
+            *(_cell_row(c, cell) for c, cell in cells["conditions"].items()),
+            "",
+            f"![learning curves](learning_{env}.png)",
+        ]
+    lines += ["", "Conditions:", "", *(f"- `{c}`: {d}" for c, d in result["conditions"].items())]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- curves
+def plot_env(env: str, cells: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
+    """Two panels for one environment: success per epoch and cumulative success, a line per condition."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0), dpi=110, sharey=True)
+    for cond, cell in cells.items():
+        if cell.get("status") != "ok":
+            continue
+        epochs = list(range(1, len(cell["per_epoch"]) + 1))
+        axes[0].plot(epochs, cell["per_epoch"], marker="o", label=cond)
+        axes[1].plot(epochs, cell["cum_per_epoch"], marker="o", label=cond)
+    for ax, title in zip(axes, ("success per epoch", "cumulative success"), strict=True):
+        ax.set_xlabel("epoch")
+        ax.set_title(f"{env}: {title}")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("share of tasks")
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
