@@ -25,7 +25,7 @@ from memory.scoring import (
     zscore,
 )
 from memory.store import MemoryStore
-from memory.writer import Written, compose_experience
+from memory.writer import WriteEntry, Written, compose_experience
 
 __all__ = [
     "MemoryConfig",
@@ -35,6 +35,7 @@ __all__ = [
     "RetrievalConfig",
     "ScoredItem",
     "Selection",
+    "WriteEntry",
     "Written",
     "calibrate_threshold",
     "compose_experience",

@@ -122,6 +122,22 @@ class NewItems:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def take(self, keep: np.ndarray) -> NewItems:
+        """The rows where the boolean mask ``keep`` is true."""
+        pos = np.flatnonzero(keep)
+        return NewItems(
+            ids=[self.ids[i] for i in pos],
+            intents=[self.intents[i] for i in pos],
+            experiences=[self.experiences[i] for i in pos],
+            vecs=self.vecs[pos],
+            q=self.q[pos],
+            visits=self.visits[pos],
+            success=[self.success[i] for i in pos],
+            created=self.created[pos],
+            updated=self.updated[pos],
+            metas=[self.metas[i] for i in pos],
+        )
+
     def items(self, namespace: str) -> list[MemoryItem]:
         """The ``MemoryItem`` values these rows become once stored in ``namespace``."""
         return [

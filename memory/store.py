@@ -43,9 +43,9 @@ from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Plan, log_rows, plan_recall, search_width, to_recall
 from memory.schema import create_schema, recall_items, recalls
 from memory.sync import MirrorSet
-from memory.writer import compose_experience
+from memory.writer import WriteEntry, check_write_entries, compose_experience, entry_meta
 
-__all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem"]
+__all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,8 @@ class MemoryStore:
             meta=meta,
             ids=None if id is None else [id],
         )
-        return self._insert(check_namespace(namespace), batch)[0]
+        stored = self._insert({check_namespace(namespace): batch}, skip_existing=id is not None)
+        return stored[batch.ids[0]]
 
     def add_many(
         self,
@@ -166,7 +167,8 @@ class MemoryStore:
         batch = NewItems.build(
             intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
         )
-        return [item.id for item in self._insert(check_namespace(namespace), batch, group=group)]
+        self._insert({check_namespace(namespace): batch}, group=group)
+        return batch.ids
 
     def write(
         self,
@@ -184,34 +186,87 @@ class MemoryStore:
 
         Pass a deterministic ``id`` (e.g. episode id + namespace) to make writing idempotent.
         """
-        if id is not None:
-            existing = self._find(id)
-            if existing is not None:
-                return existing
-        written = compose_experience(intent, trajectory=trajectory, feedback=feedback, success=bool(success), llm=llm)
-        meta: dict[str, Any] = {"writer": written.mode}
-        if provenance:
-            meta["provenance"] = dict(provenance)
-        return self.add(intent, written.experience, namespace=namespace, success=bool(success), meta=meta, id=id)
+        entry = WriteEntry(
+            intent, trajectory=trajectory, feedback=feedback, success=success, namespace=namespace,
+            provenance=provenance, id=id,
+        )  # fmt: skip
+        return self.write_many([entry], llm=llm)[0]
 
-    def _insert(self, namespace: str, batch: NewItems, *, group: bool = True) -> list[MemoryItem]:
+    def write_many(self, entries: Sequence[WriteEntry], *, llm: ChatModel | None = None) -> list[MemoryItem]:
+        """``write`` for many attempts: one embedding call, one transaction, one index update per namespace.
+
+        Returns one memory per entry, in order. An entry whose ``id`` is already stored gets the stored
+        memory back (and costs no model call); entries repeating an id within the batch are written
+        once and all get that memory. Every entry is checked before anything is written.
+        """
+        entries = check_write_entries(entries)
+        ids = [e.id if e.id is not None else new_id() for e in entries]
+        first: dict[str, int] = {}
+        for i, item_id in enumerate(ids):
+            first.setdefault(item_id, i)
+        given = [e.id for e in entries if e.id is not None]
+        known = {item.id: item for item in self._find_many(given)} if given else {}
+        todo = [i for i, item_id in enumerate(ids) if first[item_id] == i and item_id not in known]
+        if todo:
+            written = [
+                compose_experience(
+                    entries[i].intent, trajectory=entries[i].trajectory, feedback=entries[i].feedback,
+                    success=bool(entries[i].success), llm=llm,
+                )
+                for i in todo
+            ]  # fmt: skip
+            vecs = self._embed([entries[i].intent for i in todo])
+            by_ns: dict[str, list[int]] = {}
+            for j, i in enumerate(todo):
+                by_ns.setdefault(entries[i].namespace, []).append(j)
+            batches = {
+                ns: NewItems.build(
+                    [entries[todo[j]].intent for j in js], [written[j].experience for j in js], vecs[js],
+                    q=self.config.q_init, success=[bool(entries[todo[j]].success) for j in js],
+                    meta=[entry_meta(written[j], entries[todo[j]]) for j in js], ids=[ids[todo[j]] for j in js],
+                )
+                for ns, js in by_ns.items()
+            }  # fmt: skip
+            known.update(self._insert(batches, skip_existing=bool(given)))
+        return [known[item_id] for item_id in ids]
+
+    def _insert(
+        self, batches: Mapping[str, NewItems], *, group: bool = True, skip_existing: bool = False
+    ) -> dict[str, MemoryItem]:
+        """Insert per-namespace batches in one transaction; the stored memories by id.
+
+        With ``skip_existing`` the ids are checked again inside the write transaction: a row another
+        process stored since the caller looked is returned as stored, not written twice.
+        """
+        out: dict[str, MemoryItem] = {}
         with self._lock:
             self._ensure_open()
             with self._engine.begin() as conn:
                 self._mirrors.sync(conn)
-                mirror = self._mirrors.get(conn, namespace)
-                cfg = self.config
-                done = insert_items(
-                    conn, mirror, batch, threshold=cfg.group_threshold, group=group, capacity=cfg.capacity
-                )
-            if self._mirrors.advance(done.generation):
-                mirror.remove(done.evicted_rows)
-                mirror.add_keys(done.key_ids, done.key_seqs, done.key_vecs)
-                mirror.append(done.rows)
-                self._mirrors.mark_dirty(namespace)
-            else:
-                self._resync()
-            return done.items
+                done = []
+                for ns, batch in batches.items():
+                    if skip_existing:
+                        found = report.fetch_items(conn, batch.ids)
+                        out.update((item.id, item) for item in found)
+                        if found:
+                            batch = batch.take(np.array([i not in out for i in batch.ids], dtype=bool))
+                    if len(batch):
+                        mirror = self._mirrors.get(conn, check_namespace(ns))
+                        cfg = self.config
+                        done.append((mirror, insert_items(
+                            conn, mirror, batch, threshold=cfg.group_threshold, group=group, capacity=cfg.capacity
+                        )))  # fmt: skip
+            for mirror, d in done:
+                out.update((item.id, item) for item in d.items)
+                if self._mirrors.advance(d.generation):
+                    mirror.remove(d.evicted_rows)
+                    mirror.add_keys(d.key_ids, d.key_seqs, d.key_vecs)
+                    mirror.append(d.rows)
+                    self._mirrors.mark_dirty(mirror.namespace)
+                else:
+                    self._resync()
+                    break
+            return out
 
     # -- recalling -----------------------------------------------------------------------------
     def retrieve(
@@ -328,11 +383,14 @@ class MemoryStore:
         return found
 
     def _find(self, memory_id: str) -> MemoryItem | None:
+        found = self._find_many([memory_id])
+        return found[0] if found else None
+
+    def _find_many(self, memory_ids: list[str]) -> list[MemoryItem]:
         with self._lock:
             self._ensure_open()
             with self._engine.begin() as conn:
-                found = report.fetch_items(conn, [memory_id])
-        return found[0] if found else None
+                return report.fetch_items(conn, memory_ids)
 
     @property
     def engine(self) -> Engine:
@@ -380,7 +438,7 @@ class MemoryStore:
                     records = [r for r in records if r.id not in report.existing_ids(conn, [r.id for r in records])]
             if records:
                 batch = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
-                added += len(self._insert(check_namespace(namespace), batch))
+                added += len(self._insert({check_namespace(namespace): batch}))
         return added
 
     # -- lifecycle -----------------------------------------------------------------------------

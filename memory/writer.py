@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Literal
 
 from connectors.chat import ChatModel
+from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
+from memory.batch import check_namespace, check_text
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,34 @@ class Written:
 
     experience: str
     mode: Literal["cheap", "llm"]
+
+
+@dataclass(frozen=True)
+class WriteEntry:
+    """One attempt for ``MemoryStore.write_many``: the arguments ``MemoryStore.write`` takes.
+
+    Attributes:
+        intent: the task text the memory is written for.
+        trajectory: what the agent did (condensed before storing).
+        feedback: what the environment said about it.
+        success: whether the attempt succeeded.
+        namespace: the tenant or agent the memory belongs to.
+        provenance: where it came from (episode id, recalls used), stored under ``meta["provenance"]``.
+        id: a deterministic id makes the write idempotent (an id already stored is not written again).
+
+    Example:
+        >>> WriteEntry("open the door", trajectory="push", feedback="opened", success=True).namespace
+        'default'
+    """
+
+    intent: str
+    _: KW_ONLY
+    trajectory: str
+    feedback: str
+    success: bool
+    namespace: str = "default"
+    provenance: Mapping[str, Any] | None = None
+    id: str | None = None
 
 
 def condense(text: str, limit: int = TRAJECTORY_LIMIT) -> str:
@@ -108,3 +139,31 @@ def compose_experience(
         if text is not None:
             return Written(text, "llm")
     return Written(cheap_experience(task, trajectory=trajectory, feedback=feedback, success=success), "cheap")
+
+
+def check_write_entries(entries: object) -> list[WriteEntry]:
+    """``write_many``'s input as a list, every entry checked before any model is called."""
+    if isinstance(entries, (str, WriteEntry)) or not isinstance(entries, Sequence):
+        raise ConfigError(f"write_many takes a sequence of WriteEntry, got {type(entries).__name__}")
+    out = list(entries)
+    for i, e in enumerate(out):
+        if not isinstance(e, WriteEntry):
+            raise ConfigError(f"write_many: entries[{i}] must be a WriteEntry, got {type(e).__name__}")
+        check_text(f"entries[{i}].intent", e.intent)
+        for name in ("trajectory", "feedback"):
+            if not isinstance(getattr(e, name), str):
+                raise ConfigError(f"entries[{i}].{name} must be a string, got {getattr(e, name)!r}")
+        check_namespace(e.namespace)
+        if e.id is not None:
+            check_text(f"entries[{i}].id", e.id)
+        if e.provenance is not None and not isinstance(e.provenance, Mapping):
+            raise ConfigError(f"entries[{i}].provenance must be a mapping, got {type(e.provenance).__name__}")
+    return out
+
+
+def entry_meta(written: Written, entry: WriteEntry) -> dict[str, Any]:
+    """The meta stored with a written memory: how it was written and where it came from."""
+    meta: dict[str, Any] = {"writer": written.mode}
+    if entry.provenance:
+        meta["provenance"] = dict(entry.provenance)
+    return meta
