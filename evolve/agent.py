@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -138,6 +139,8 @@ class Team:
             raise ConfigError(f"a Team needs exactly one final agent (no outgoing edge), got {sinks}")
         self.sink = sinks[0]
         self.workers = max(1, workers)
+        self._pool: ThreadPoolExecutor | None = None  # made on first use, kept: a pool per call costs more
+        self._pool_lock = threading.Lock()  # than a fast backend's answer (threads start and are joined)
 
     def predecessors(self, name: str) -> list[str]:
         return [a for a, b in self.edges if b == name]
@@ -229,8 +232,17 @@ class Team:
             except ConnectorError as e:
                 return str(e)
 
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(prompts))) as pool:
-            return list(pool.map(one, prompts))
+        if len(prompts) == 1 or self.workers == 1:
+            return [one(p) for p in prompts]
+        return list(self._executor().map(one, prompts))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """The team's thread pool for backends without batched generation; its idle threads end when
+        the team is garbage-collected."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="evolve-team")
+            return self._pool
 
 
 def _topological_order(names: list[str], edges: list[tuple[str, str]]) -> list[str]:

@@ -8,7 +8,6 @@ idempotency key so no reward is applied twice.
 Example:
     >>> from connectors import load_chat, HashEmbedder, make_engine
     >>> from memory import MemoryStore
-from optimizers.types import Trace
     >>> from evolve import Agent, Evolver, MemoryView, Task, TaskEnv, Team
     >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
     >>> agent = Agent("solver", load_chat("fake/scripted", replies=["4"]), memory=MemoryView(store))
@@ -20,6 +19,7 @@ from optimizers.types import Trace
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -67,6 +67,13 @@ def centred(reward: float) -> float:
 def raw(reward: float) -> float:
     """Use the task reward as it is."""
     return reward
+
+
+def task_envs(tasks: Sequence[Task]) -> Callable[[], TaskEnv]:
+    """A factory of fresh ``TaskEnv``s over ``tasks`` that share one id index: the loop makes an
+    environment per episode, and indexing every task each time would cost O(tasks) per episode."""
+    template = TaskEnv(tasks)
+    return lambda: copy.copy(template)  # a shallow copy: the task list and index are read-only
 
 
 def same_tasks(tasks: Sequence[Task], round_: int) -> list[Task]:
@@ -148,7 +155,7 @@ class Evolver:
         self.team = team
         self.tasks = list(tasks)
         self.memory = memory
-        self.env_factory = env_factory or (lambda: TaskEnv(self.tasks))
+        self.env_factory = env_factory or task_envs(self.tasks)
         self.log = RunLog(engine, run)
         self.run_name = run
         self.batch_size = batch_size
@@ -339,10 +346,7 @@ class Evolver:
         size, q_mean, q_std = 0, 0.0, 0.0
         namespaces = {a.memory.namespace for a in self.team.agents.values() if a.memory is not None}
         if self.memory is not None and namespaces:
-            qs = np.array([it.q for ns in namespaces for it in self.memory.items(ns)], dtype=float)
-            size = int(qs.size)
-            if size:
-                q_mean, q_std = float(qs.mean()), float(qs.std())
+            size, q_mean, q_std = pooled_moments([_q_moments(self.memory.stats(ns)) for ns in sorted(namespaces)])
         return RoundMetrics(
             round=round_,
             episodes=len(rows),
@@ -356,6 +360,23 @@ class Evolver:
             q_mean=q_mean,
             q_std=q_std,
         )
+
+
+def _q_moments(stats: dict[str, Any]) -> tuple[int, float, float]:
+    """(count, mean, std) of Q from ``MemoryStore.stats``; an empty namespace has no mean."""
+    q = stats["q"]
+    return int(stats["count"]), float(q["mean"] or 0.0), float(q["std"] or 0.0)
+
+
+def pooled_moments(parts: Sequence[tuple[int, float, float]]) -> tuple[int, float, float]:
+    """Count, mean and (population) standard deviation of the union of groups given as
+    ``(count, mean, std)``: E[x²] of each group is std² + mean²."""
+    n = sum(c for c, _, _ in parts)
+    if n == 0:
+        return 0, 0.0, 0.0
+    mean = sum(c * m for c, m, _ in parts) / n
+    second = sum(c * (s * s + m * m) for c, m, s in parts) / n
+    return n, mean, float(np.sqrt(max(second - mean * mean, 0.0)))
 
 
 def _chunks(items: Sequence[Task], size: int) -> Iterable[Sequence[Task]]:

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
+
 import pytest
 
 from connectors import ConfigError, HashEmbedder, Message, ScriptedChat, load_chat
@@ -56,3 +60,16 @@ def test_a_backend_failure_marks_only_that_episode() -> None:
     good, bad = team.act(["good task", "bad task"])
     assert good.answer == "ok" and good.error is None
     assert bad.error is not None and "upstream 500" in bad.error
+
+
+def test_threaded_answers_keep_prompt_order_and_reuse_the_teams_threads() -> None:
+    def slow_echo(messages: Sequence[Message]) -> str:
+        time.sleep(0.002 * (int(messages[-1].content) % 3))  # answers finish out of order
+        return messages[-1].content
+
+    team = Team([Agent("echo", ChatClient(ScriptedChat(slow_echo)))], workers=3)
+    prompts = [str(i) for i in range(12)]
+    assert [a.answer for a in team.act(prompts)] == prompts
+    threads = threading.active_count()
+    assert [a.answer for a in team.act(prompts[::-1])] == prompts[::-1]
+    assert threading.active_count() == threads  # no new pool per call

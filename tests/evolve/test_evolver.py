@@ -8,12 +8,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import func, select
 
 from connectors import ConfigError, HashEmbedder, ScriptedChat, make_engine
 from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
+from evolve.evolver import pooled_moments, task_envs
 from evolve.records import episodes
 from memory import MemoryStore, RetrievalConfig
 from tests.evolve.helpers import copying_reply
@@ -141,3 +143,32 @@ def test_a_run_killed_mid_round_resumes_from_its_checkpoint(tmp_path: Path, repo
     got = sorted((it.intent, round(it.q, 9), it.visits) for it in store.items())
     want = sorted((it.intent, round(it.q, 9), it.visits) for it in ref_store.items())
     assert got == want  # no experience written twice, no reward applied twice
+
+
+def test_pooled_moments_equal_the_moments_of_the_union() -> None:
+    rng = np.random.default_rng(0)
+    groups = [rng.normal(size=n) for n in (5, 0, 12, 1)]
+    parts = [(len(g), float(g.mean()) if len(g) else 0.0, float(g.std()) if len(g) else 0.0) for g in groups]
+    n, mean, std = pooled_moments(parts)
+    union = np.concatenate(groups)
+    assert n == 18 and mean == pytest.approx(union.mean()) and std == pytest.approx(union.std())
+    assert pooled_moments([(0, 0.0, 0.0)]) == (0, 0.0, 0.0)
+
+
+def test_round_metrics_cover_every_namespace_of_the_team(tmp_path: Path) -> None:
+    store = MemoryStore(f"sqlite:///{tmp_path / 'm.db'}", embedder=HashEmbedder())
+    drafter = Agent("drafter", ChatClient(ScriptedChat(copying_reply)), memory=MemoryView(store, "drafts"))
+    solver = Agent("solver", ChatClient(ScriptedChat(copying_reply)), memory=MemoryView(store, "answers"))
+    ev = Evolver(Team([drafter, solver]), TASKS, memory=store, batch_size=4, progress=False)
+    last = ev.run(rounds=2)[-1]
+    qs = np.array([it.q for it in store.items()])
+    assert last.memory_size == len(qs) == 16  # 4 tasks x 2 rounds x 2 namespaces
+    assert last.q_mean == pytest.approx(qs.mean()) and last.q_std == pytest.approx(qs.std())
+
+
+def test_default_environments_are_independent() -> None:
+    make = task_envs(TASKS)
+    first, second = make(), make()
+    first.reset(TASKS[0])
+    assert second.reset(TASKS[1].id) == TASKS[1].prompt  # every task known to every environment
+    assert first.step("1000").reward == 1.0 and second.step("1000").reward == 0.0
