@@ -7,7 +7,7 @@ idempotency key so no reward is applied twice.
 
 Example:
     >>> from connectors import load_chat, HashEmbedder, make_engine
-    >>> from memory import MemoryStore
+    >>> from memory import MemoryStore, WriteEntry
     >>> from evolve import Agent, Evolver, MemoryView, Task, TaskEnv, Team
     >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
     >>> agent = Agent("solver", load_chat("fake/scripted", replies=["4"]), memory=MemoryView(store))
@@ -46,7 +46,7 @@ from evolve.weights import (
     base_folder,
     train_adapters,
 )
-from memory import MemoryStore
+from memory import MemoryStore, WriteEntry
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -300,9 +300,11 @@ class Evolver:
         ]
 
     def apply(self, episodes: Iterable[Episode]) -> None:
-        """Reinforce the memories each episode recalled with its reward, then write what it taught."""
+        """Reinforce the memories each episode recalled with its reward, then write what it taught:
+        one ``reinforce_many`` and one ``write_many`` for the whole batch."""
         if self.memory is None or not self.learn:
             return
+        episodes = list(episodes)
         feedback = [
             (step.recall_id, self.memory_reward(e.reward), f"{e.id}:{step.recall_id}")
             for e in episodes
@@ -312,23 +314,28 @@ class Evolver:
         ]
         if feedback:
             self.memory.reinforce_many(feedback)
-        for e in episodes:
-            if e.error is not None:
-                continue
-            for agent_name in {s.agent for s in e.steps}:
-                view = self.team.agents[agent_name].memory
-                if view is None:
-                    continue
-                self.memory.write(
-                    e.prompt,
-                    trajectory=e.trajectory(),
-                    feedback=e.feedback,
-                    success=e.success,
-                    namespace=view.namespace,
-                    llm=self.writer,
-                    provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
-                    id=f"{e.id}/{view.namespace}",
-                )
+        entries = [
+            WriteEntry(
+                e.prompt,
+                trajectory=e.trajectory(),
+                feedback=e.feedback,
+                success=e.success,
+                namespace=namespace,
+                provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
+                id=f"{e.id}/{namespace}",
+            )
+            for e in episodes
+            if e.error is None
+            for namespace in self._namespaces(e)
+        ]
+        if entries:
+            self.memory.write_many(entries, llm=self.writer)  # one embedding call and one transaction
+
+    def _namespaces(self, episode: Episode) -> list[str]:
+        """The memory namespaces of the agents that acted in ``episode``, in the team's order."""
+        acted = {s.agent for s in episode.steps}
+        views = [self.team.agents[name].memory for name in self.team.order if name in acted]
+        return list(dict.fromkeys(v.namespace for v in views if v is not None))
 
     def _finish_learning(self, round_: int) -> None:
         """A run killed between recording a batch and learning from it learns now (rewards are idempotent)."""
