@@ -204,9 +204,9 @@ def measure_loop(tasks: list[Task], *, rounds: int, batch_size: int, memory: boo
     with tempfile.TemporaryDirectory(prefix="evolve-loop-") as folder:
         ev = build_loop(tasks, Path(folder), memory=memory, batch_size=batch_size)
         clock = instrument(ev)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         metrics = ev.run(rounds)
-        total = time.perf_counter() - start
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu
         if ev.memory is not None:
             ev.memory.close()
     episodes = sum(m.episodes for m in metrics)
@@ -219,6 +219,7 @@ def measure_loop(tasks: list[Task], *, rounds: int, batch_size: int, memory: boo
         "episodes": episodes,
         "seconds": total,
         "ms_per_episode": 1e3 * total / episodes,
+        "cpu_ms_per_episode": 1e3 * cpu / episodes,
         "episodes_per_s": episodes / total,
         "phases_ms_per_episode": {k: 1e3 * v / episodes for k, v in phases.items()},
         "rounds_ms_per_episode": [1e3 * m.seconds / m.episodes for m in metrics],
@@ -269,6 +270,7 @@ def measure_generation(tasks: list[Task], *, prompts: int, tokens: int) -> dict[
     load_s = time.perf_counter() - start
     agent = Agent("solver", chat)
     batch = [render_messages(agent, t.prompt, None, {}) for t in tasks[:prompts]]
+    load_before = _load_average()
     params: dict[str, Any] = {"max_tokens": tokens, "temperature": 0.0}
     chat.complete_batch(batch[:2], **params)  # warm-up: first-call allocations
     start = time.perf_counter()
@@ -285,6 +287,7 @@ def measure_generation(tasks: list[Task], *, prompts: int, tokens: int) -> dict[
         "prompts": prompts,
         "max_new_tokens": tokens,
         "torch_threads": _torch_threads(),
+        "load_average": {"before": load_before, "after": _load_average()},
         "single": {
             "seconds": single_s,
             "tokens": single_tokens,
@@ -302,6 +305,12 @@ def measure_generation(tasks: list[Task], *, prompts: int, tokens: int) -> dict[
     }
     out["speedup"] = out["batched"]["tokens_per_s"] / out["single"]["tokens_per_s"]
     return out
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average: above the core count, other work shares the cores and generation,
+    memory-bound and multi-threaded, slows down far more than the loop does."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def _torch_threads() -> int:
