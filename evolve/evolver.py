@@ -1,13 +1,14 @@
 """The loop: recall → act → reward → reinforce → write → checkpoint, round after round.
 
 Each round runs every scheduled task once, in batches. A batch is recorded in the database before its
-lessons are applied to memory, and marked learned after, so a run killed anywhere resumes where it
-stopped: finished rounds are skipped, recorded episodes are not re-run, and feedback carries an
-idempotency key so no reward is applied twice.
+lessons are applied to memory, and marked learned after (in the transaction that records the next
+batch), so a run killed anywhere resumes where it stopped: finished rounds are skipped, recorded
+episodes are not re-run, and feedback and written memories carry idempotency keys, so a batch learned
+from again after a kill applies no reward twice and writes no memory twice.
 
 Example:
     >>> from connectors import load_chat, HashEmbedder, make_engine
-    >>> from memory import MemoryStore, WriteEntry
+    >>> from memory import MemoryStore
     >>> from evolve import Agent, Evolver, MemoryView, Task, TaskEnv, Team
     >>> store = MemoryStore("sqlite://", embedder=HashEmbedder())
     >>> agent = Agent("solver", load_chat("fake/scripted", replies=["4"]), memory=MemoryView(store))
@@ -200,12 +201,14 @@ class Evolver:
         done = self.log.done_task_ids(round_)
         todo = [t for t in self.schedule(self.tasks, round_) if t.id not in done]
         bar = tqdm(total=len(todo), desc=f"{self.run_name} round {round_}", disable=not self.progress, leave=False)
+        learned: list[str] = []
         for batch in _chunks(todo, self.batch_size):
             episodes = self.run_batch(batch, round_)
-            self.log.record_episodes(episodes)
+            self.log.record_episodes(episodes, learned=learned)  # ...and the previous batch is marked learned
             self.apply(episodes)
-            self.log.mark_learned([e.id for e in episodes])
+            learned = [e.id for e in episodes]
             bar.update(len(batch))
+        self.log.mark_learned(learned)
         bar.close()
         update = self._evolve_prompts(extra_traces)
         metrics = self._metrics(round_, time.perf_counter() - start)

@@ -119,7 +119,9 @@ class RunLog:
             )
             return [r[0] for r in rows]
 
-    def record_episodes(self, eps: Sequence[Episode]) -> None:
+    def record_episodes(self, eps: Sequence[Episode], *, learned: Sequence[str] = ()) -> None:
+        """Store a batch's episodes as not yet learned from; ``learned`` ids (an earlier batch's) are marked
+        learned in the same transaction, which saves the loop a commit per batch."""
         now = time.time()
         rows = [
             {
@@ -140,11 +142,15 @@ class RunLog:
             }
             for e in eps
         ]
-        if rows:
+        if rows or learned:
             with self.engine.begin() as conn:
-                conn.execute(insert(episodes), rows)
+                if rows:
+                    conn.execute(insert(episodes), rows)
+                if learned:
+                    conn.execute(update(episodes).where(episodes.c.id.in_(list(learned))).values(learned=1))
 
     def mark_learned(self, ids: Sequence[str]) -> None:
+        """Note that these episodes' lessons reached memory (a resumed run does not learn them again)."""
         if ids:
             with self.engine.begin() as conn:
                 conn.execute(update(episodes).where(episodes.c.id.in_(list(ids))).values(learned=1))

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from connectors import ConfigError, HashEmbedder, ScriptedChat, make_engine
 from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
+from evolve.episode import Episode
 from evolve.evolver import pooled_moments, task_envs
 from evolve.records import episodes
 from memory import MemoryStore, RetrievalConfig
@@ -172,3 +173,33 @@ def test_default_environments_are_independent() -> None:
     first.reset(TASKS[0])
     assert second.reset(TASKS[1].id) == TASKS[1].prompt  # every task known to every environment
     assert first.step("1000").reward == 1.0 and second.step("1000").reward == 0.0
+
+
+def test_a_batch_learned_from_but_not_yet_marked_is_not_learned_twice(tmp_path: Path) -> None:
+    """A batch is marked learned with the next batch's record: a crash in between re-learns it on resume,
+    and the idempotency keys keep its rewards and memories from counting twice."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    ev, store = make_evolver(url)
+    ev.run(rounds=1)
+    real_apply, calls = ev.apply, []
+
+    def crash_after_second_batch(eps: list[Episode]) -> None:
+        real_apply(eps)
+        calls.append(len(eps))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process dies after learning, before the next record
+
+    ev.apply = crash_after_second_batch  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        ev.run(rounds=2)
+    assert len(ev.log.unlearned(2)) == 2  # learned from, not yet marked
+    assert store is not None
+    store.close()
+    resumed, store = make_evolver(url)
+    metrics = resumed.run(rounds=3)
+    assert resumed.log.unlearned(2) == [] and resumed.log.unlearned(3) == []
+    reference, ref_store = make_evolver(f"sqlite:///{tmp_path / 'reference.db'}")
+    assert [m.success_rate for m in metrics] == [m.success_rate for m in reference.run(rounds=3)]
+    assert store is not None and ref_store is not None
+    got = sorted((it.intent, round(it.q, 9), it.visits) for it in store.items())
+    assert got == sorted((it.intent, round(it.q, 9), it.visits) for it in ref_store.items())
