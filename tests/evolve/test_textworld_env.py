@@ -168,3 +168,20 @@ def test_evolver_plays_textworld_games_turn_by_turn(games: tuple[Path, list[Task
     metrics = ev.run(rounds=1)[0]
     assert (metrics.episodes, metrics.success_rate, metrics.memory_size) == (2, 1.0, 2)
     assert len(model.calls) == 2 * sum(len(t.meta["walkthrough"]) for t in tasks)
+
+
+def test_without_textworld_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+    import sys
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+        textworld_tasks(tmp_path, seeds=[0])
+    monkeypatch.setitem(sys.modules, "textworld", None)  # import textworld now raises ImportError
+    game = tmp_path / "g.z8"
+    game.write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+        TextWorldEnv().reset(game)
