@@ -42,6 +42,11 @@ INSTALL_HINT = "pip install 'evolve[bench]'"
 DEFAULT_GAME = {"world_size": 2, "nb_objects": 4, "quest_min_length": 1, "quest_max_length": 3}
 """Small games: two rooms, a few objects, a quest of 1-3 actions (tw-make's ``custom`` challenge)."""
 
+CHOOSE = "Choose the next command from this list:"
+ANSWER_WITH = "Answer with the command only."
+# One command a line with a closing instruction: SmolLM2-135M then answers with a listed command for
+# 4 of 4 fresh games, against 0 of 4 with the commands on one "a | b | c" line (bench/learning's model).
+
 FUZZY_CUTOFF = 0.75
 """How close (difflib ratio) a reply must be to an admissible command when it contains none."""
 
@@ -201,8 +206,8 @@ def clean_feedback(text: str) -> str:
 def match_command(reply: str, commands: Sequence[str], *, cutoff: float = FUZZY_CUTOFF) -> str | None:
     """The admissible command a reply means, or ``None``.
 
-    In order: the reply's first line is a command (ignoring case, quotes, a leading ``>`` or
-    ``command:``); else the command found earliest in the reply as whole words (the longest on a
+    In order: the reply's first line is a command (ignoring case, quotes, a leading ``>``,
+    ``-`` or ``command:``); else the command found earliest in the reply as whole words (the longest on a
     tie); else the command closest to the first line when its difflib ratio reaches ``cutoff``.
 
     Example:
@@ -230,7 +235,7 @@ def match_command(reply: str, commands: Sequence[str], *, cutoff: float = FUZZY_
 
 
 def _bare(line: str) -> str:
-    line = re.sub(r"^\s*(?:>|(?:command|action)\s*:)\s*", "", line)
+    line = re.sub(r"^\s*(?:>|[-*\u2022]|(?:command|action)\s*:)\s*", "", line)
     return " ".join(line.split()).strip(".!\"'`*")
 
 
@@ -329,10 +334,8 @@ class TextWorldEnv:
         progress = f"Score {self._score}/{self._max_score}, step {self._steps} of {self.max_steps}."
         if self._history:
             progress += f" Commands so far: {', '.join(self._history)}."
-        valid = "Valid commands: " + " | ".join(self._commands)
-        return "\n".join(
-            [f"Goal: {self._goal}", body, progress, valid, "Reply with exactly one command from the list."]
-        )
+        choices = "\n".join(f"- {command}" for command in self._commands)
+        return f"Goal: {self._goal}\n{body}\n{progress}\n{CHOOSE}\n{choices}\n{ANSWER_WITH}"
 
     def _verdict(self, won: bool, lost: bool) -> str:
         played = ", ".join(self._history) or "none"
