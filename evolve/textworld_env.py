@@ -71,7 +71,7 @@ def textworld_tasks(
         challenge: tw-make's game type (``custom``, ``tw-simple``, ``tw-coin_collector``, ...).
         workers: games generated at once (each takes 2-4 s of one core).
         **game_options: tw-make options as keywords (``world_size=3`` → ``--world-size 3``; ``True``
-            → a bare flag); default ``DEFAULT_GAME`` for the ``custom`` challenge.
+            → a bare flag), over ``DEFAULT_GAME`` for the ``custom`` challenge.
 
     Returns:
         Tasks with id ``tw-<seed>``, prompt = the game's goal, ``meta["game_file"]`` (the ``.z8``),
@@ -83,7 +83,7 @@ def textworld_tasks(
     seeds = [_seed(s) for s in seeds]
     if not seeds:
         raise ConfigError("textworld_tasks needs at least one seed, got none")
-    options = dict(DEFAULT_GAME) if challenge == "custom" and not game_options else dict(game_options)
+    options = {**(DEFAULT_GAME if challenge == "custom" else {}), **game_options}
     script = tw_make_script()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
