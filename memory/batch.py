@@ -225,8 +225,7 @@ def insert_items(
         {"id": batch.ids[i], "seq": int(item_seqs[i]), "namespace": ns, "intent_id": g.intent_ids[i],
          "intent": batch.intents[i], "experience": batch.experiences[i], "q": float(batch.q[i]),
          "visits": int(batch.visits[i]), "success": batch.success[i], "created_at": float(batch.created[i]),
-         "updated_at": float(batch.updated[i]), "updated_gen": generation, "meta": batch.metas[i],
-         "embedding": to_blob(g.emb[i])}
+         "updated_at": float(batch.updated[i]), "updated_gen": generation, "meta": batch.metas[i]}
         for i in range(n)
     ])  # fmt: skip
     evicted = eviction_rows(mirror, n, capacity)

@@ -1,8 +1,10 @@
-"""The NumPy mirror of one namespace: ids, Q-values, visits, embeddings and intent keys in arrays.
+"""The NumPy mirror of one namespace: ids, Q-values, visits and intent keys in arrays.
 
 The mirror is what makes phase B cost microseconds: retrieval reads Q from here, never from SQL. It
 is kept in ``seq`` order (oldest first), which is what the tie-break "older item first" relies on.
-The store keeps it current; this module only holds arrays and does vectorised bookkeeping.
+An item's vector is its intent key's, so vectors are held once per key (``keys``) and items point at
+their key (``intent_codes``). The store keeps the mirror current; this module only holds arrays and
+does vectorised bookkeeping.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import numpy as np
 
 from memory.index import VectorIndex
 from memory.scoring import phase_a
+
+# float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
+SIM_MARGIN = 1e-4
 
 
 class Column:
@@ -58,7 +63,7 @@ class Rows:
     visits: np.ndarray
     created: np.ndarray
     intent_codes: np.ndarray  # positions in the mirror's intent keys
-    emb: np.ndarray
+    emb: np.ndarray  # their vectors (the keys'), for the vector index
 
 
 class NamespaceMirror:
@@ -74,7 +79,6 @@ class NamespaceMirror:
         self._visits = Column(np.int64)
         self._created = Column(np.float64)
         self._intents = Column(np.int64)
-        self._emb = Column(np.float32, dim)
         self._key_ids = Column(object)
         self._key_seqs = Column(np.int64)
         self._keys = Column(np.float32, dim)
@@ -109,9 +113,10 @@ class NamespaceMirror:
     def intent_codes(self) -> np.ndarray:
         return self._intents.values
 
-    @property
-    def emb(self) -> np.ndarray:
-        return self._emb.values
+    def vectors(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The vectors of the given rows (all rows when None): their intent keys' vectors."""
+        codes = self.intent_codes if rows is None else self.intent_codes[rows]
+        return self.keys[codes]
 
     @property
     def keys(self) -> np.ndarray:
@@ -173,12 +178,11 @@ class NamespaceMirror:
             (self._visits, rows.visits),
             (self._created, rows.created),
             (self._intents, rows.intent_codes),
-            (self._emb, rows.emb),
         ]
 
     def _reorder(self, take: np.ndarray) -> None:
         self._group_sizes = None
-        for col in (self._seqs, self._ids, self._q, self._visits, self._created, self._intents, self._emb):
+        for col in (self._seqs, self._ids, self._q, self._visits, self._created, self._intents):
             col.replace(col.values[take])
 
     # -- search --------------------------------------------------------------------------------
@@ -188,27 +192,38 @@ class NamespaceMirror:
         Row-wise products summed per row: the result depends only on the two vectors, so the items of
         one intent group (identical key vectors) always tie exactly, whichever search produced them.
         """
-        return (self.emb[rows].astype(np.float64) * np.asarray(query, dtype=np.float64)).sum(axis=1)
+        return (self.vectors(rows).astype(np.float64) * np.asarray(query, dtype=np.float64)).sum(axis=1)
 
-    def candidates(self, query: np.ndarray, ids: np.ndarray, k1: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows (ascending) and exact similarities that surely contain the k1 nearest items.
+    def candidates(
+        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows (ascending) that surely contain the k1 nearest items, their exact similarities, and the
+        positions of the k1 nearest among them (``phase_a`` order: best first, older first on ties).
 
-        ``ids`` are the index's answer for this query (searched with a margin beyond k1).
-        When the k1-th nearest ties with group members the index did not return, the whole group
-        joins, so "equal similarity → older item" is decided here and not by the index.
+        ``ids`` and ``sims`` are the index's answer for this query, best first (searched with a margin
+        beyond k1; an index holds each id once, -1 pads). Only ids whose float32 similarity comes
+        within ``SIM_MARGIN`` of the k1-th are re-scored exactly: rounding cannot move the others
+        into the k1 nearest. When the k1-th nearest ties with group members the index did not
+        return, the whole group joins, so "equal similarity → older item" is decided here and not by
+        the index.
         """
-        rows = self.rows_of_seqs(ids[ids >= 0])
-        rows = np.unique(rows[rows >= 0])
+        if len(ids) > k1:
+            ids = ids[sims >= sims[k1 - 1] - SIM_MARGIN]
+        rows = self.rows_of_seqs(ids)
+        rows = np.sort(rows[rows >= 0])
         exact = self.exact_sims(rows, query)
-        if len(rows) < len(self) and len(rows) >= k1:
-            nearest = phase_a(exact, k1, -np.inf)
+        nearest = phase_a(exact, k1, -np.inf)
+        if len(rows) < len(self) and len(nearest) == k1:
             tied = self.intent_codes[rows[exact == exact[nearest[-1]]]]
-            groups, present = np.unique(tied, return_counts=True)
-            if np.any(self.group_sizes[groups] > present):  # members the index did not return
-                members = np.flatnonzero(np.isin(self.intent_codes, groups))
-                rows = np.union1d(rows, members)
-                exact = self.exact_sims(rows, query)
-        return rows, exact
+            sizes = self.group_sizes[tied]
+            if sizes.max() > 1:  # the tie may reach into a group; are all its members here?
+                groups, present = np.unique(tied, return_counts=True)
+                if np.any(self.group_sizes[groups] > present):
+                    members = np.flatnonzero(np.isin(self.intent_codes, groups))
+                    rows = np.union1d(rows, members)
+                    exact = self.exact_sims(rows, query)
+                    nearest = phase_a(exact, k1, -np.inf)
+        return rows, exact, nearest
 
     @property
     def group_sizes(self) -> np.ndarray:

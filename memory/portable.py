@@ -21,7 +21,7 @@ from sqlalchemy import Connection, select
 from connectors.embedders import Embedder, normalise_rows
 from connectors.errors import ConfigError, StoreError
 from memory.batch import NewItems, check_namespace, check_reward, check_text
-from memory.schema import from_blobs, memory_items, read_state, record_embedder
+from memory.schema import from_blobs, intents, memory_items, read_state, record_embedder
 
 FORMAT = "evolve.memory"
 VERSION = 1
@@ -76,7 +76,11 @@ class Record:
 
 def export_jsonl(conn: Connection, path: Path, namespace: str | None, embedder: Embedder, dim: int) -> int:
     """Write the header and every memory (of ``namespace``, or all) oldest first; atomic."""
-    query = select(memory_items).order_by(memory_items.c.seq)
+    query = (
+        select(memory_items, intents.c.embedding)
+        .join(intents, intents.c.id == memory_items.c.intent_id)
+        .order_by(memory_items.c.seq)
+    )
     if namespace is not None:
         query = query.where(memory_items.c.namespace == check_namespace(namespace))
     path.parent.mkdir(parents=True, exist_ok=True)

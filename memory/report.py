@@ -6,19 +6,23 @@ lock and transaction.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, insert, select
 
 from connectors.errors import ConfigError, StoreError
 from memory.config import RetrievalConfig
 from memory.records import MemoryItem, Recall, item_from_row
-from memory.retrieval import Plan
+from memory.retrieval import Plan, log_rows
 from memory.schema import feedback, intents, memory_items, recall_items, recalls
+from memory.statements import execute_many
 from memory.sync import chunks
 
+RECALL_INSERT = insert(recalls)
+RECALL_ITEM_INSERT = insert(recall_items)
 ITEM_FIELDS = [c for c in memory_items.c if c.name not in ("embedding", "updated_gen")]
 HISTOGRAM_BINS = 10
 
@@ -91,6 +95,17 @@ def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, gen
         "explored": recall.explored,
         "generation": generation,
     }
+
+
+def log_recalls(
+    conn: Connection, out: list[Recall], plans: list[Plan], item_ids: np.ndarray, cfg: RetrievalConfig, generation: int
+) -> None:
+    """Log recalls and every candidate's numbers (what ``explain`` and ``reinforce`` by id read)."""
+    now = time.time()
+    execute_many(conn, RECALL_INSERT, [recall_row(r, p, cfg, now, generation) for r, p in zip(out, plans, strict=True)])
+    execute_many(
+        conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p, item_ids)]
+    )
 
 
 def explain(conn: Connection, recall_id: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import numpy as np
 from memory.config import RetrievalConfig
 from memory.mirror import NamespaceMirror
 from memory.records import MemoryItem, Recall, ScoredItem
-from memory.scoring import Selection, phase_a, select
+from memory.scoring import Selection, select
 
 
 def search_width(k1: int, size: int) -> int:
@@ -56,14 +56,18 @@ class Plan:
 
 
 def plan_recall(
-    mirror: NamespaceMirror, query: np.ndarray, ids: np.ndarray, cfg: RetrievalConfig, rng: np.random.Generator
+    mirror: NamespaceMirror,
+    query: np.ndarray,
+    ids: np.ndarray,
+    sims: np.ndarray,
+    cfg: RetrievalConfig,
+    rng: np.random.Generator,
 ) -> Plan:
     """Phase A (the k1 nearest, then the floor δ) and phase B (``select``) for one query vector.
 
-    ``ids`` is the vector index's answer for the query, searched ``search_width`` deep.
+    ``ids`` and ``sims`` are the vector index's answer for the query, searched ``search_width`` deep.
     """
-    rows, exact = mirror.candidates(query, ids, cfg.k1)
-    nearest = phase_a(exact, cfg.k1, -np.inf)  # rows are ascending, so equal sims keep the older item
+    rows, exact, nearest = mirror.candidates(query, ids, sims, cfg.k1)  # equal sims keep the older item
     near_rows, near_sims = rows[nearest], exact[nearest]
     in_pool = near_sims > cfg.delta
     qs = mirror.q[near_rows].copy()

@@ -8,6 +8,7 @@ the prompt store and the jobs share the same database file.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -29,13 +30,16 @@ from sqlalchemy import (
     Table,
     Text,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from connectors.errors import StoreError
 
+log = logging.getLogger(__name__)
 metadata = MetaData()
 
 memory_items = Table(
@@ -54,7 +58,7 @@ memory_items = Table(
     Column("updated_at", Float, nullable=False),
     Column("updated_gen", BigInteger, nullable=False),
     Column("meta", JSON, nullable=False),
-    Column("embedding", LargeBinary, nullable=False),  # float32, the intent group's key vector
+    # No embedding: an item's vector is its intent key's, stored once in memory_intents.
     Index("ix_memory_items_namespace_seq", "namespace", "seq"),
     Index("ix_memory_items_updated_gen", "updated_gen"),
 )
@@ -150,10 +154,22 @@ def create_schema(engine: Engine) -> None:
                 metadata.create_all(conn, checkfirst=True)
                 if conn.execute(select(state.c.id)).first() is None:
                     conn.execute(insert(state).values(id=1, generation=0, next_seq=1))
+                upgrade(conn)
             return
         except (OperationalError, IntegrityError) as e:  # another process created them first
             if attempt == 2:
                 raise StoreError(f"cannot create the memory tables in {engine.url!r}: {e}") from e
+
+
+def upgrade(conn: Connection) -> None:
+    """Bring a store written by an older version to the current layout (inside the caller's transaction).
+
+    Earlier stores kept a copy of the intent key's vector in every ``memory_items`` row; it is
+    dropped (the vector stays in ``memory_intents``), which halves the bytes per item.
+    """
+    if "embedding" in {c["name"] for c in inspect(conn).get_columns("memory_items")}:
+        log.info("memory store: dropping memory_items.embedding (vectors live in memory_intents)")
+        conn.execute(text("ALTER TABLE memory_items DROP COLUMN embedding"))
 
 
 def read_state(conn: Connection) -> StoreState:

@@ -39,11 +39,13 @@ def zscore(x: np.ndarray, clip: float = 3.0) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return np.zeros(0, dtype=np.float64)
-    mean = float(x.mean())
-    std = float(x.std())
-    if not std > _STD_EPS * max(1.0, abs(mean)):
+    # The same operations as x.mean() and x.std() (bit for bit), in fewer calls: this runs twice per recall.
+    mean = x.sum() / x.size
+    centred = x - mean
+    std = float(np.sqrt((centred * centred).sum() / x.size))
+    if not std > _STD_EPS * max(1.0, abs(float(mean))):
         return np.zeros_like(x)
-    return np.clip((x - mean) / std, -clip, clip)
+    return np.clip(centred / std, -clip, clip)
 
 
 def phase_a(sims: np.ndarray, k1: int, delta: float) -> np.ndarray:

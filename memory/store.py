@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, insert
+from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from connectors.chat import ChatModel
@@ -40,8 +40,8 @@ from memory.config import MemoryConfig, RetrievalConfig
 from memory.learning import apply_updates, check_entries, plan_updates
 from memory.mirror import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
-from memory.retrieval import Plan, log_rows, plan_recall, search_width, to_recall
-from memory.schema import create_schema, recall_items, recalls
+from memory.retrieval import Plan, plan_recall, search_width, to_recall
+from memory.schema import create_schema
 from memory.sync import MirrorSet
 from memory.writer import WriteEntry, check_write_entries, compose_experience, entry_meta
 
@@ -96,6 +96,10 @@ class MemoryStore:
             self._engine.dispose()
             raise
         self._lock = threading.RLock()
+        # A SQLite file: one connection kept for the store's life (every use is under the lock), which
+        # saves a pool checkout and reset per call; server databases check one out per transaction.
+        on_file = self.url.startswith("sqlite") and sqlite_path(self.url) is not None
+        self._conn = self._engine.connect() if on_file else None
         self._rng = np.random.default_rng(seed)
         self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=_index_dir(self.url, index_path))
         self._texts = ItemCache()
@@ -241,7 +245,7 @@ class MemoryStore:
         out: dict[str, MemoryItem] = {}
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 self._mirrors.sync(conn)
                 done = []
                 for ns, batch in batches.items():
@@ -302,27 +306,46 @@ class MemoryStore:
         vecs = self._embed(queries)
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            mirror = self._mirrors.loaded(namespace) or self._load(namespace)
+            # Optimistic: search the mirror as this process last saw it, then check in the one
+            # transaction that logs the recall; only when another process wrote in between is the
+            # search repeated on the caught-up mirror.
+            plans = self._plan(mirror, vecs, cfg)
+            with self._transaction() as conn:
+                seen = self._mirrors.generation
                 self._mirrors.sync(conn)
-                mirror = self._mirrors.get(conn, namespace)
-            width = search_width(cfg.k1, len(mirror))
-            ids = mirror.index.search(vecs, width)[1] if width else np.zeros((len(queries), 0), dtype=np.int64)
-            plans = [plan_recall(mirror, vecs[i], ids[i], cfg, self._rng) for i in range(len(queries))]
-            found = self._selected_items(mirror, plans)
-            out = [to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)]
-            if record:
-                with self._engine.begin() as conn:
-                    self._log_recalls(conn, out, plans, mirror.ids, cfg)
+                if self._mirrors.generation != seen:
+                    mirror = self._mirrors.get(conn, namespace)
+                    plans = self._plan(mirror, vecs, cfg)
+                found = self._selected_items(conn, mirror, plans)
+                out = [
+                    to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
+                ]
+                if record:
+                    report.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
             return out
 
-    def _selected_items(self, mirror: NamespaceMirror, plans: list[Plan]) -> dict[str, MemoryItem]:
+    def _load(self, namespace: str) -> NamespaceMirror:
+        with self._transaction() as conn:
+            self._mirrors.sync(conn)
+            return self._mirrors.get(conn, namespace)
+
+    def _plan(self, mirror: NamespaceMirror, vecs: np.ndarray, cfg: RetrievalConfig) -> list[Plan]:
+        """Phase A and B for each query vector, in memory (one index search for the batch)."""
+        width = search_width(cfg.k1, len(mirror))
+        if width:
+            sims, ids = mirror.index.search(vecs, width)
+        else:
+            sims, ids = np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
+        return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, self._rng) for i in range(len(vecs))]
+
+    def _selected_items(self, conn: Connection, mirror: NamespaceMirror, plans: list[Plan]) -> dict[str, MemoryItem]:
         """The selected memories with the Q and visits that scored them; texts from the cache or SQL."""
         rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
         ids = [str(i) for i in mirror.ids[rows]]
         missing = self._texts.missing(ids)
         if missing:
-            with self._engine.begin() as conn:
-                self._texts.put(report.fetch_items(conn, missing))
+            self._texts.put(report.fetch_items(conn, missing))
         out: dict[str, MemoryItem] = {}
         for item_id, row in zip(ids, rows, strict=True):
             item = self._texts.get(item_id)
@@ -331,17 +354,6 @@ class MemoryStore:
                     item, q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(item.meta)
                 )
         return out
-
-    def _log_recalls(
-        self, conn: Connection, out: list[Recall], plans: list[Plan], item_ids: np.ndarray, cfg: RetrievalConfig
-    ) -> None:
-        now, generation = time.time(), self._mirrors.generation
-        conn.execute(
-            insert(recalls), [report.recall_row(r, p, cfg, now, generation) for r, p in zip(out, plans, strict=True)]
-        )
-        log_items = [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p, item_ids)]
-        if log_items:
-            conn.execute(insert(recall_items), log_items)
 
     # -- learning ------------------------------------------------------------------------------
     def reinforce(self, recall: Recall | str, reward: float, *, feedback_id: str | None = None) -> int:
@@ -363,7 +375,7 @@ class MemoryStore:
             return 0
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 self._mirrors.sync(conn)
                 plan = plan_updates(conn, entries, alpha=self.config.alpha, credit=self.config.credit)
                 generation, after, updated = apply_updates(conn, plan)
@@ -389,7 +401,7 @@ class MemoryStore:
     def _find_many(self, memory_ids: list[str]) -> list[MemoryItem]:
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 return report.fetch_items(conn, memory_ids)
 
     @property
@@ -401,7 +413,7 @@ class MemoryStore:
         """Every memory (of one namespace, or all), oldest first."""
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 return report.all_items(conn, namespace)
 
     def explain(self, recall_id: str) -> dict[str, Any]:
@@ -409,21 +421,21 @@ class MemoryStore:
         selected or filtered by δ, and the feedback applied to it since."""
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 return report.explain(conn, recall_id)
 
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 return report.stats(conn, namespace)
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:
         """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count."""
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 return portable.export_jsonl(conn, Path(path), namespace, self.embedder, self.dim)
 
     def import_(self, path: str | Path) -> int:
@@ -434,7 +446,7 @@ class MemoryStore:
         for namespace, records in groups.items():
             with self._lock:
                 self._ensure_open()
-                with self._engine.begin() as conn:
+                with self._transaction() as conn:
                     records = [r for r in records if r.id not in report.existing_ids(conn, [r.id for r in records])]
             if records:
                 batch = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
@@ -447,7 +459,7 @@ class MemoryStore:
         ``caught_up`` (saved file, updated from SQL), ``rebuilt`` (file unusable) or ``built`` (no file)."""
         with self._lock:
             self._ensure_open()
-            with self._engine.begin() as conn:
+            with self._transaction() as conn:
                 self._mirrors.sync(conn)
                 self._mirrors.get(conn, check_namespace(namespace))
             return self._mirrors.index_state[namespace]
@@ -467,6 +479,8 @@ class MemoryStore:
                 self._mirrors.save()
             except OSError as e:  # the index is derived data: losing it costs a rebuild, not memories
                 log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
+            if self._conn is not None:
+                self._conn.close()
             self._engine.dispose()
             self._closed = True
 
@@ -486,8 +500,18 @@ class MemoryStore:
         if self._closed:
             raise StoreError(f"this MemoryStore ({self.url}) is closed")
 
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """One transaction (callers hold the lock)."""
+        if self._conn is None:
+            with self._engine.begin() as conn:
+                yield conn
+        else:
+            with self._conn.begin():
+                yield self._conn
+
     def _resync(self) -> None:
-        with self._engine.begin() as conn:
+        with self._transaction() as conn:
             self._mirrors.sync(conn)
 
     def _q0(self, q: float | None) -> float:

@@ -21,11 +21,13 @@ from sqlalchemy import Connection, select
 
 from memory.index import VectorIndex
 from memory.mirror import NamespaceMirror, Rows
-from memory.schema import StoreState, from_blobs, intents, memory_items, read_state, tombstones
+from memory.schema import from_blobs, intents, memory_items, tombstones
+from memory.statements import read_generation
 
 log = logging.getLogger(__name__)
 
 IN_CHUNK = 5000  # bound on bound parameters per IN (...) list
+BUILD_CHUNK = 65536  # rows per call when an index is built from the mirror
 ITEM_COLUMNS = (
     memory_items.c.seq,
     memory_items.c.id,
@@ -34,7 +36,6 @@ ITEM_COLUMNS = (
     memory_items.c.visits,
     memory_items.c.created_at,
     memory_items.c.intent_id,
-    memory_items.c.embedding,
 )
 
 
@@ -64,13 +65,14 @@ class MirrorSet:
         self._mirrors: dict[str, NamespaceMirror] = {}
         self._dirty: set[str] = set()
 
-    def sync(self, conn: Connection) -> StoreState:
-        """Catch every loaded mirror up with the database (a no-op when nobody else wrote)."""
-        st = read_state(conn)
-        if self.generation >= 0 and st.generation != self.generation and self._mirrors:
+    def sync(self, conn: Connection) -> int:
+        """Catch every loaded mirror up with the database (a no-op when nobody else wrote); returns the
+        generation the mirrors now reflect."""
+        generation = read_generation(conn)
+        if self.generation >= 0 and generation != self.generation and self._mirrors:
             self._catch_up(conn, self.generation)
-        self.generation = st.generation
-        return st
+        self.generation = generation
+        return generation
 
     def get(self, conn: Connection, namespace: str) -> NamespaceMirror:
         """The namespace's mirror, loaded from SQL on first use (call ``sync`` first)."""
@@ -130,11 +132,13 @@ class MirrorSet:
         rows = conn.execute(
             select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)
         ).all()
-        mirror.append(self._rows(mirror, rows), index=False)
+        mirror.append(self._rows(mirror, rows, vectors=False), index=False)
         self._attach_index(mirror)
         return mirror
 
-    def _rows(self, mirror: NamespaceMirror, rows: Sequence[Any]) -> Rows:
+    def _rows(self, mirror: NamespaceMirror, rows: Sequence[Any], *, vectors: bool = True) -> Rows:
+        """Mirror rows from ``ITEM_COLUMNS`` rows; ``vectors=False`` leaves out the vectors (the caller
+        builds the index itself)."""
         if not rows:
             empty = np.zeros(0)
             return Rows(
@@ -146,15 +150,16 @@ class MirrorSet:
                 empty.astype(np.int64),
                 np.zeros((0, self.dim), np.float32),
             )
-        seq, ids, _ns, q, visits, created, intent_ids, blobs = zip(*rows, strict=True)
+        seq, ids, _ns, q, visits, created, intent_ids = zip(*rows, strict=True)
+        codes = np.array([mirror.key_pos[i] for i in intent_ids], dtype=np.int64)
         return Rows(
             seqs=np.array(seq, dtype=np.int64),
             ids=np.array(ids, dtype=object),
             q=np.array(q, dtype=np.float64),
             visits=np.array(visits, dtype=np.int64),
             created=np.array(created, dtype=np.float64),
-            intent_codes=np.array([mirror.key_pos[i] for i in intent_ids], dtype=np.int64),
-            emb=from_blobs(blobs, self.dim),
+            intent_codes=codes,
+            emb=mirror.keys[codes] if vectors else np.zeros((0, self.dim), np.float32),
         )
 
     def _attach_index(self, mirror: NamespaceMirror) -> None:
@@ -171,7 +176,9 @@ class MirrorSet:
                 log.debug("memory index %s saved at generation %d, store at %d", path, saved_gen, self.generation)
         if state in ("built", "rebuilt"):
             mirror.index = VectorIndex(self.dim, kind=self.kind)
-            mirror.index.add(mirror.seqs, mirror.emb)
+            for lo in range(0, len(mirror), BUILD_CHUNK):  # bounded copies of the key vectors
+                rows = np.arange(lo, min(lo + BUILD_CHUNK, len(mirror)))
+                mirror.index.add(mirror.seqs[rows], mirror.vectors(rows))
         if state != "loaded":
             self._dirty.add(ns)
         self.index_state[ns] = state
@@ -235,10 +242,10 @@ def reconcile(mirror: NamespaceMirror, index: VectorIndex, *, spot_checks: int =
     if len(present):
         sample = present[np.linspace(0, len(present) - 1, min(spot_checks, len(present))).astype(np.int64)]
         stored = np.stack([index.reconstruct(int(s)) for s in sample])
-        if not np.allclose(stored, mirror.emb[mirror.rows_of_seqs(sample)], atol=1e-6):
+        if not np.allclose(stored, mirror.vectors(mirror.rows_of_seqs(sample)), atol=1e-6):
             return None
     extra = np.setdiff1d(ids, mirror.seqs)
     missing = np.setdiff1d(mirror.seqs, ids)
     index.remove(extra)
-    index.add(missing, mirror.emb[mirror.rows_of_seqs(missing)])
+    index.add(missing, mirror.vectors(mirror.rows_of_seqs(missing)))
     return len(extra) + len(missing)
