@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
-Expr = tuple  # ("num", v) | ("var", name) | ("neg", e) | ("fact", e) | (op, a, b) | ("call", name, args)
+Expr = tuple[Any, ...]  # ("num", v) | ("var", name) | ("neg", e) | ("fact", e) | (op, a, b) | ("call", name, args)
 Point = dict[str, float]
 
 FUNCTIONS = {"sqrt": 1, "frac": 2, "binom": 2, "C": 2, "floor": 1, "ceil": 1}
