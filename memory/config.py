@@ -21,9 +21,9 @@ from typing import Literal
 from connectors.errors import ConfigError
 
 CreditMode = Literal["uniform", "score"]
-IndexKind = Literal["flat", "hnsw"]
+IndexKind = Literal["flat", "hnsw", "ivf"]
 CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
-INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw")
+INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")
 
 
 def _check_int(owner: str, name: str, value: object, low: int) -> None:
@@ -94,7 +94,9 @@ class MemoryConfig:
             is >= this joins that key's group and is stored with the key's embedding.
         credit: how one reward is shared by the items of a recall: ``"uniform"`` (the paper) or
             ``"score"`` (weights from the selection scores, mean 1).
-        index: ``"flat"`` (exact inner product) or ``"hnsw"`` (approximate, needs faiss).
+        index: ``"flat"`` (exact inner product), ``"hnsw"`` or ``"ivf"`` (approximate, need faiss;
+            ``"ivf"`` stays exact below 20,000 items). Approximate kinds also group intents through
+            the index instead of comparing each new intent with every key.
         capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.
 
     Example:

@@ -1,8 +1,11 @@
 """The vector index: inner-product search over unit vectors keyed by int64 ids (the items' ``seq``).
 
-FAISS when it is installed (``IndexFlatIP`` — exact — or ``IndexHNSWFlat``, inside an ID map), else
-a NumPy matrix search that returns the same neighbours. The index is derived data: the store
-rebuilds it from SQL whenever the saved copy is missing, corrupt or does not match.
+FAISS when it is installed, else a NumPy matrix search that returns the same neighbours. Kinds:
+``flat`` (``IndexFlatIP``, exact), ``hnsw`` (``IndexHNSWFlat``: a graph, approximate) and ``ivf``
+(``IndexIVFFlat``: k-means lists, approximate; exact until it holds ``IVF_TRAIN_AT`` vectors, then
+trained on a sample with about √n lists, and trained again when it has grown ``IVF_REGROW`` times).
+The index is derived data: the store rebuilds it from SQL whenever the saved copy is missing,
+corrupt or does not match.
 
 Example:
     >>> import numpy as np
@@ -32,6 +35,12 @@ Backend = Literal["faiss", "numpy"]
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 64
+IVF_TRAIN_AT = 20_000  # below this an "ivf" index stays flat: exact, and k-means needs data
+IVF_REGROW = 4  # train again (more lists) when the index holds this many times its training size
+IVF_NPROBE = 16  # lists searched per query
+IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at least 39)
+IVF_SEED = 1234
+INDEX_KINDS = ("flat", "hnsw", "ivf")
 PARALLEL_QUERIES = 20  # batches at least this large use FAISS's BLAS path and all OpenMP threads
 _warned_missing = False
 
@@ -115,7 +124,7 @@ class VectorIndex:
 
     Args:
         dim: the vectors' dimension.
-        kind: ``"flat"`` (exact) or ``"hnsw"`` (approximate; needs faiss).
+        kind: ``"flat"`` (exact), ``"hnsw"`` or ``"ivf"`` (approximate; need faiss).
         backend: ``"faiss"`` or ``"numpy"``; by default faiss when installed.
 
     Example:
@@ -124,12 +133,12 @@ class VectorIndex:
     """
 
     def __init__(self, dim: int, *, kind: str = "flat", backend: Backend | None = None) -> None:
-        if kind not in ("flat", "hnsw"):
-            raise ConfigError(f"index kind must be 'flat' or 'hnsw', got {kind!r}")
+        if kind not in INDEX_KINDS:
+            raise ConfigError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
         self.dim = dim
         self.kind = kind
         faiss = load_faiss() if backend != "numpy" else None
-        if backend == "faiss" and faiss is None or kind == "hnsw" and faiss is None:
+        if backend == "faiss" and faiss is None or kind != "flat" and faiss is None:
             faiss = require_faiss(f"the {kind!r} index")
         self.backend: Backend = "faiss" if faiss is not None else "numpy"
         self._faiss = faiss
@@ -148,12 +157,55 @@ class VectorIndex:
     def __len__(self) -> int:
         return int(self.raw.ntotal)
 
-    def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
-        """Add vectors under the given ids (the caller keeps ids unique)."""
-        if len(ids):
-            self.raw.add_with_ids(
-                np.ascontiguousarray(vecs, dtype=np.float32), np.ascontiguousarray(ids, dtype=np.int64)
-            )
+    @property
+    def trained_lists(self) -> int:
+        """How many k-means lists an ``ivf`` index searches (0 while it is still flat)."""
+        return int(self.raw.nlist) if self._faiss is not None and isinstance(self.raw, self._faiss.IndexIVF) else 0
+
+    def add(self, ids: np.ndarray, vecs: np.ndarray, *, expect: int = 0) -> None:
+        """Add vectors under the given ids (the caller keeps ids unique).
+
+        ``expect`` is how many vectors the index will soon hold (a build adds them in chunks), so an
+        ``ivf`` index is trained once, with lists sized for all of them.
+        """
+        if not len(ids):
+            return
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if self.kind == "ivf" and self._faiss is not None:
+            total = max(len(self) + len(ids), expect)
+            lists = self.trained_lists
+            if (not lists and total >= IVF_TRAIN_AT) or (lists and total >= IVF_REGROW * lists * lists):
+                self._train_ivf(ids, vecs, total)
+                return
+        self.raw.add_with_ids(vecs, ids)
+
+    def _train_ivf(self, ids: np.ndarray, vecs: np.ndarray, total: int) -> None:
+        """Replace the index by an IVF index trained on a sample of what it holds plus ``vecs``."""
+        faiss = self._faiss
+        assert faiss is not None
+        all_ids = np.concatenate([self.ids(), ids])
+        all_vecs = np.concatenate([self.vectors(), vecs])
+        lists = int(min(65536, max(16, np.sqrt(total))))
+        rng = np.random.default_rng(IVF_SEED)
+        sample = all_vecs[rng.choice(len(all_vecs), min(len(all_vecs), IVF_SAMPLE_PER_LIST * lists), replace=False)]
+        ivf = faiss.index_factory(self.dim, f"IVF{lists},Flat", faiss.METRIC_INNER_PRODUCT)
+        ivf.train(np.ascontiguousarray(sample))
+        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
+        ivf.nprobe = IVF_NPROBE
+        ivf.add_with_ids(all_vecs, all_ids)
+        self.raw = ivf
+        log.info("memory index: IVF trained with %d lists on %d of %d vectors", lists, len(sample), len(all_ids))
+
+    def vectors(self) -> np.ndarray:
+        """Every stored vector, in ``ids()`` order (faiss backends)."""
+        faiss = self._faiss
+        assert faiss is not None
+        if isinstance(self.raw, faiss.IndexIVF):
+            return np.concatenate([_ivf_list(self.raw, lst)[1] for lst in range(self.raw.nlist)] + [
+                np.zeros((0, self.dim), np.float32)
+            ])  # fmt: skip
+        return faiss.downcast_index(self.raw.index).reconstruct_n(0, len(self))  # type: ignore[no-any-return]
 
     def remove(self, ids: np.ndarray) -> None:
         """Drop the given ids (HNSW cannot delete in place, so it is rebuilt without them)."""
@@ -165,9 +217,12 @@ class VectorIndex:
         elif self.kind == "hnsw":
             all_ids = self.ids()
             keep = ~np.isin(all_ids, ids)
-            vecs = self._faiss.downcast_index(self.raw.index).reconstruct_n(0, len(self))  # in id_map order
+            vecs = self.vectors()
             self.raw = self._new_raw()
             self.add(all_ids[keep], vecs[keep])
+        elif isinstance(self.raw, self._faiss.IndexIVF):
+            ids = ids[np.isin(ids, self.ids())]  # the hashtable refuses unknown ids
+            self.raw.remove_ids(self._faiss.IDSelectorArray(len(ids), self._faiss.swig_ptr(ids)))
         else:
             self.raw.remove_ids(self._faiss.IDSelectorBatch(ids))
 
@@ -200,6 +255,10 @@ class VectorIndex:
         """Every id held, in insertion order."""
         if self._faiss is None:
             return self.raw.all_ids()  # type: ignore[no-any-return]
+        if isinstance(self.raw, self._faiss.IndexIVF):
+            return np.concatenate([_ivf_list(self.raw, lst)[0] for lst in range(self.raw.nlist)] + [
+                np.zeros(0, np.int64)
+            ])  # fmt: skip
         return self._faiss.vector_to_array(self.raw.id_map).astype(np.int64)
 
     def save(self, path: Path, generation: int) -> bool:
@@ -236,9 +295,24 @@ class VectorIndex:
         if meta.get("dim") != dim or meta.get("kind") != kind or raw.d != dim or raw.ntotal != meta.get("count"):
             log.warning("memory index %s does not match its sidecar or this store; it will be rebuilt", path)
             return None
+        if isinstance(raw, faiss.IndexIVF):
+            raw.set_direct_map_type(faiss.DirectMap.Hashtable)
+            raw.nprobe = IVF_NPROBE
         index = cls(dim, kind=kind, backend="faiss")
         index.raw = raw
         return index, int(meta["generation"])
+
+
+def _ivf_list(ivf: Any, lst: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ids and vectors of one inverted list of an ``IndexIVFFlat`` (copies)."""
+    import faiss
+
+    size = ivf.invlists.list_size(lst)
+    if not size:
+        return np.zeros(0, np.int64), np.zeros((0, ivf.d), np.float32)
+    ids = faiss.rev_swig_ptr(ivf.invlists.get_ids(lst), size).copy()
+    codes = faiss.rev_swig_ptr(ivf.invlists.get_codes(lst), size * ivf.code_size).copy()
+    return ids.astype(np.int64), codes.view(np.float32).reshape(size, ivf.d)
 
 
 def meta_path(path: Path) -> Path:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,13 +17,27 @@ from sqlalchemy import Connection, bindparam, insert, update
 
 from connectors.errors import ConfigError
 from memory import report
-from memory.batch import check_reward, new_id
+from memory.batch import check_reward, new_ids
 from memory.portable import check_feedback_id
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items
 from memory.scoring import credit_weights
+from memory.statements import execute_many
 
 Entry = tuple[Recall | str, float, str | None]
+
+# The TD rule computed by the database from the row's current Q (never from a value read first).
+Q_UPDATE = (
+    update(memory_items)
+    .where(memory_items.c.id == bindparam("b_item"))
+    .values(
+        q=memory_items.c.q + bindparam("b_rate") * (bindparam("b_reward") - memory_items.c.q),
+        visits=memory_items.c.visits + 1,
+        updated_gen=bindparam("b_gen"),
+        updated_at=bindparam("b_at"),
+    )
+)
+FEEDBACK_INSERT = insert(feedback)
 
 
 def check_entries(items: Sequence[Sequence[Any]]) -> list[Entry]:
@@ -49,11 +64,12 @@ class Updates:
 def plan_updates(conn: Connection, entries: list[Entry], *, alpha: float, credit: str) -> Updates:
     """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied."""
     plan = Updates()
-    seen: set[str] = set()
+    seen = report.feedback_applied(conn, [fid for _, _, fid in entries if fid is not None])
     now = time.time()
+    fresh = iter(new_ids(len(entries)))
     for recall, reward, fid in entries:
-        fid = fid if fid is not None else new_id()
-        if fid in seen or report.feedback_seen(conn, fid):
+        fid = fid if fid is not None else next(fresh)
+        if fid in seen:
             continue
         seen.add(fid)
         recall_id, item_ids, scores = report.recall_targets(conn, recall)
@@ -74,22 +90,12 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
     after: list[Any] = []
     if plan.params:
         generation, _ = bump(conn)
-        q = memory_items.c.q
-        statement = (
-            update(memory_items)
-            .where(memory_items.c.id == bindparam("b_item"))
-            .values(
-                q=q + bindparam("b_rate") * (bindparam("b_reward") - q),
-                visits=memory_items.c.visits + 1,
-                updated_gen=generation,
-                updated_at=time.time(),
-            )
-        )
-        conn.execute(statement, plan.params)
+        now = time.time()
+        execute_many(conn, Q_UPDATE, [{**p, "b_gen": generation, "b_at": now} for p in plan.params])
         after = report.read_values(conn, sorted({p["b_item"] for p in plan.params}))
     present = {row[0] for row in after}
+    applied = Counter(p["b_fb"] for p in plan.params if p["b_item"] in present)
     for fb in plan.feedback_rows:
-        fb["items"] = sum(1 for p in plan.params if p["b_fb"] == fb["id"] and p["b_item"] in present)
-    if plan.feedback_rows:
-        conn.execute(insert(feedback), plan.feedback_rows)
+        fb["items"] = applied[fb["id"]]
+    execute_many(conn, FEEDBACK_INSERT, plan.feedback_rows)
     return generation, after, sum(fb["items"] for fb in plan.feedback_rows)

@@ -59,8 +59,12 @@ def read_values(conn: Connection, ids: Sequence[str]) -> list[Any]:
     return out
 
 
-def feedback_seen(conn: Connection, feedback_id: str) -> bool:
-    return conn.execute(select(feedback.c.id).where(feedback.c.id == feedback_id)).first() is not None
+def feedback_applied(conn: Connection, feedback_ids: Sequence[str]) -> set[str]:
+    """Which of these feedback ids were applied before (one query per 5,000 ids)."""
+    out: set[str] = set()
+    for part in chunks(list(dict.fromkeys(feedback_ids))):
+        out.update(r[0] for r in conn.execute(select(feedback.c.id).where(feedback.c.id.in_(part))))
+    return out
 
 
 def recall_targets(conn: Connection, recall: Recall | str) -> tuple[str, list[str], np.ndarray]:

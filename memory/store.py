@@ -48,6 +48,7 @@ from memory.writer import WriteEntry, check_write_entries, compose_experience, e
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
 log = logging.getLogger(__name__)
+SQLITE_CACHE_KIB = 65536
 
 
 class MemoryStore:
@@ -100,6 +101,10 @@ class MemoryStore:
         # saves a pool checkout and reset per call; server databases check one out per transaction.
         on_file = self.url.startswith("sqlite") and sqlite_path(self.url) is not None
         self._conn = self._engine.connect() if on_file else None
+        if self._conn is not None:
+            # A bigger page cache for this connection: inserts land in the id index at random places.
+            self._conn.connection.dbapi_connection.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")  # type: ignore[union-attr]
+            self._conn.connection.dbapi_connection.execute("PRAGMA wal_autocheckpoint=10000")  # type: ignore[union-attr]
         self._rng = np.random.default_rng(seed)
         self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=_index_dir(self.url, index_path))
         self._texts = ItemCache()

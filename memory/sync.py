@@ -178,7 +178,7 @@ class MirrorSet:
             mirror.index = VectorIndex(self.dim, kind=self.kind)
             for lo in range(0, len(mirror), BUILD_CHUNK):  # bounded copies of the key vectors
                 rows = np.arange(lo, min(lo + BUILD_CHUNK, len(mirror)))
-                mirror.index.add(mirror.seqs[rows], mirror.vectors(rows))
+                mirror.index.add(mirror.seqs[rows], mirror.vectors(rows), expect=len(mirror))
         if state != "loaded":
             self._dirty.add(ns)
         self.index_state[ns] = state

@@ -43,7 +43,7 @@ def test_retrieval_config_errors_name_field_range_and_value(kwargs: dict[str, ob
         ({"q_init": float("inf")}, r"MemoryConfig.q_init must be a finite number"),
         ({"group_threshold": 0.0}, r"group_threshold must be a number in \(0, 1\], got 0.0"),
         ({"credit": "shapley"}, r"credit must be one of \('uniform', 'score'\), got 'shapley'"),
-        ({"index": "ivf"}, r"index must be one of \('flat', 'hnsw'\), got 'ivf'"),
+        ({"index": "annoy"}, r"index must be one of \('flat', 'hnsw', 'ivf'\), got 'annoy'"),
         ({"capacity": 0}, r"capacity must be an integer >= 1, got 0"),
         ({"retrieval": {"k1": 3}}, r"retrieval must be a RetrievalConfig, got dict"),
     ],

@@ -156,3 +156,47 @@ def test_hnsw_store_recalls_and_reloads(open_store: Open) -> None:
     again = open_store(cfg)
     assert again.index_status() == "loaded"
     assert again.retrieve("task 48 about billing").ids == got.ids
+
+
+def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_ivf_index_is_exact_until_trained_then_finds_most_true_neighbours() -> None:
+    pytest.importorskip("faiss")
+    dim, n = 32, memory.index.IVF_TRAIN_AT + 500
+    x = unit_rows(n, dim, 1)
+    ivf, flat = VectorIndex(dim, kind="ivf"), VectorIndex(dim, kind="flat")
+    ids = np.arange(n, dtype=np.int64) * 3 + 7
+    ivf.add(ids[:1000], x[:1000])
+    assert ivf.trained_lists == 0  # small: still an exact flat index
+    ivf.add(ids[1000:], x[1000:])
+    flat.add(ids, x)
+    assert ivf.trained_lists >= 16 and len(ivf) == n
+    assert sorted(ivf.ids().tolist()) == ids.tolist()
+    queries = x[:200] + 0.1 * unit_rows(200, dim, 2)  # each near one stored vector
+    assert np.array_equal(flat.search(queries, 1)[1][:, 0], ids[:200])
+    assert np.mean(ivf.search(queries, 1)[1][:, 0] == ids[:200]) >= 0.95  # approximate, not far off
+    ivf.remove(ids[:10])
+    assert len(ivf) == n - 10 and not set(ids[:10].tolist()) & set(ivf.ids().tolist())
+
+
+def test_ivf_store_groups_through_the_index_and_reloads(open_store: Open) -> None:
+    pytest.importorskip("faiss")
+    cfg = MemoryConfig(index="ivf")
+    store = open_store(cfg)
+    dim = store.dim
+    n = memory.index.IVF_TRAIN_AT + 100
+    vecs = unit_rows(n, dim, 3)
+    store.add_many([(f"task {i}", f"experience {i}") for i in range(n)], embeddings=vecs, group=False)
+    index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
+    assert index.trained_lists > 0
+    # A near-duplicate of stored task 5 joins its group (found through the index, not a scan).
+    store.add_many([("task 5 again", "more")], embeddings=vecs[5:6] * 1.0001)
+    stats = store.stats()
+    assert (stats["count"], stats["intents"]) == (n + 1, n)
+    store.close()
+    again = open_store(cfg)
+    assert again.index_status() == "loaded"
+    assert again._mirrors.loaded("default").index.trained_lists == index.trained_lists  # type: ignore[union-attr]
