@@ -1,22 +1,25 @@
 """How fast is the memory store? Two-phase retrieval next to a raw FAISS search on the same index,
 plus add, reinforce and reopen throughput, and bytes per item.
 
-Run ``python -m bench.memory_speed [--sizes 10000 100000] [--queries 300]``. Items are 384-d random
-unit vectors added with precomputed embeddings; queries are noisy copies of stored vectors served by
-a lookup embedder, so no model runs and the numbers measure the store alone. Results go to
-``bench/results/memory_speed.{json,md}`` and headline numbers are merged into
-``bench/results/summary.json``.
+Run ``python -m bench.memory_speed [--profile quick|full] [--sizes 10000 100000] [--queries 300]``.
+Items are 384-d unit vectors clustered by topic, added with precomputed embeddings; queries are noisy
+copies of stored vectors served by a lookup embedder, so no model runs and the numbers measure the
+store alone. Beside the store: a raw FAISS search on its own index, a brute-force Python scan (the
+reference recall), and the flat, HNSW and IVF index kinds with their recall@10. Results go to
+``bench/results/memory_speed.{json,md}`` and ``memory_latency.png``; headline numbers are merged into
+``bench/results/summary.json`` (the quick profile takes about five minutes on two cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from tqdm import tqdm
 from bench.common import machine, merge_summary
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.index import load_faiss
+from memory.index import VectorIndex, load_faiss
 from memory.records import Recall
 from memory.scoring import select
 from memory.store import MemoryStore
@@ -34,7 +37,8 @@ from memory.sync import index_file
 
 RESULTS = Path(__file__).parent / "results"
 DIM = 384
-ADD_BATCH = 1000
+ADD_BATCH = 10_000
+GROUPED_BATCH = 1000
 REINFORCE_BATCH = 100
 
 
@@ -82,10 +86,57 @@ def timed(fn: Callable[[int], Any], n: int, label: str) -> Timings:
     return Timings(out)
 
 
-def bench_size(n: int, *, queries: int, workdir: Path, seed: int) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """What one profile measures: store sizes, timed queries, brute-force queries and which sizes
+    compare index kinds (HNSW takes minutes to build a million-vector graph on two cores)."""
+
+    sizes: tuple[int, ...]
+    queries: int
+    brute_queries: int
+    kinds: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    ivf_store: tuple[int, ...] = ()
+
+    def queries_for(self, n: int) -> int:
+        return self.queries if n <= 100_000 else max(50, self.queries // 4)
+
+
+PROFILES = {
+    "quick": Profile(
+        sizes=(10_000, 100_000, 1_000_000),
+        queries=200,
+        brute_queries=10,
+        kinds={"hnsw": (10_000, 100_000), "ivf": (100_000, 1_000_000)},
+        ivf_store=(100_000,),
+    ),
+    "full": Profile(
+        sizes=(10_000, 100_000, 1_000_000),
+        queries=1000,
+        brute_queries=30,
+        kinds={"hnsw": (10_000, 100_000, 1_000_000), "ivf": (100_000, 1_000_000)},
+        ivf_store=(100_000, 1_000_000),
+    ),
+}
+
+
+def clustered(n: int, rng: np.random.Generator, *, chunk: int = 100_000) -> np.ndarray:
+    """``n`` unit vectors around ``n // 100`` topic centres (cosine about 0.7 to their centre), built in
+    chunks so a million rows never need a float64 copy. Stored memories cluster by topic as real
+    task embeddings do; uniform random vectors would make every approximate index look bad."""
+    centres = unit(rng.standard_normal((max(16, n // 100), DIM)))
+    out = np.empty((n, DIM), dtype=np.float32)
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        noise = rng.standard_normal((hi - lo, DIM), dtype=np.float32) / np.float32(np.sqrt(DIM))
+        out[lo:hi] = unit(centres[rng.integers(0, len(centres), hi - lo)] + noise)
+    return out
+
+
+def bench_size(n: int, *, profile: Profile, workdir: Path, seed: int) -> dict[str, Any]:
     """Every measurement for one store size; the store lives in ``workdir``."""
     rng = np.random.default_rng(seed)
-    vecs = unit(rng.standard_normal((n, DIM)))
+    vecs = clustered(n, rng)
+    queries = profile.queries_for(n)
     embedder = LookupEmbedder(DIM)
     targets = rng.integers(0, n, queries)
     query_vecs = unit(vecs[targets] + rng.normal(scale=0.03, size=(queries, DIM)))
@@ -93,21 +144,20 @@ def bench_size(n: int, *, queries: int, workdir: Path, seed: int) -> dict[str, A
     embedder.vectors.update(zip(texts, query_vecs, strict=True))
     url = f"sqlite:///{workdir / 'bench.db'}"
     cfg = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5))
-    out: dict[str, Any] = {"items": n}
+    out: dict[str, Any] = {"items": n, "queries": queries}
 
     store = MemoryStore(url, embedder=embedder, config=cfg, seed=seed)
-    start = time.perf_counter()
-    for lo in tqdm(range(0, n, ADD_BATCH), desc=f"add {n:,}", leave=False):
-        hi = min(lo + ADD_BATCH, n)
-        store.add_many([(f"intent {i}", f"experience {i}") for i in range(lo, hi)], embeddings=vecs[lo:hi])
-    out["add"] = {"items_per_s": n / (time.perf_counter() - start), "batch": ADD_BATCH, "grouping": True}
+    out["add"] = add_throughput(store, vecs, n)
 
     numbers, logged = retrieval_numbers(store, texts, query_vecs, cfg.retrieval, n)
     out.update(numbers)
     out["recall_at_1"] = float(
         np.mean([r.items[0].intent == f"intent {t}" for r, t in zip(logged, targets, strict=True)])
     )
+    out["brute_force"] = brute_force(vecs, store, query_vecs[: profile.brute_queries], cfg.retrieval, logged)
+    out["speedup_vs_brute_force"] = out["brute_force"]["p50_ms"] / out["retrieve"]["p50_ms"]
     out["reinforce"] = reinforce_throughput(store, logged)
+    out["grouped_add"] = grouped_add(store, rng, n)
 
     before = store.retrieve(texts[0], record=False).ids
     start = time.perf_counter()
@@ -126,6 +176,108 @@ def bench_size(n: int, *, queries: int, workdir: Path, seed: int) -> dict[str, A
     index_bytes = sum(p.stat().st_size for p in (workdir / "bench.db.faiss").glob("*"))
     out["bytes_per_item"] = {"database": db_bytes / n, "index": index_bytes / n}
     out["index_file"] = index_file(Path(str(db) + ".faiss"), "default").name
+    if n in profile.ivf_store:
+        out["ivf_store"] = ivf_store(vecs, texts, targets, embedder, workdir / "ivf.db", seed=seed)
+        out["ivf_store"]["speedup_vs_brute_force"] = out["brute_force"]["p50_ms"] / out["ivf_store"]["p50_ms"]
+    kinds = ["flat"] + [k for k, sizes in profile.kinds.items() if n in sizes]
+    out["index_kinds"] = index_kinds(vecs, query_vecs, kinds, k=cfg.retrieval.k1)
+    return out
+
+
+def ivf_store(
+    vecs: np.ndarray, texts: list[str], targets: np.ndarray, embedder: LookupEmbedder, db: Path, *, seed: int
+) -> dict[str, Any]:
+    """The same items in a store with ``index="ivf"``: retrieve latency next to its own raw index
+    search, recall@1, and grouped add (intents grouped through the index, not against every key)."""
+    cfg = MemoryConfig(index="ivf", retrieval=RetrievalConfig(k1=10, k2=5))
+    store = MemoryStore(f"sqlite:///{db}", embedder=embedder, config=cfg, seed=seed)
+    try:
+        add_throughput(store, vecs, len(vecs))
+        for text in texts[:20]:
+            store.retrieve(text, record=False)
+        logged: list[Recall] = []
+        t = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve ivf {len(vecs):,}")
+        index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
+        queries = embedder.embed(texts)
+        raw, _ = search_each(index, queries, cfg.retrieval.k1, f"ivf search {len(vecs):,}")
+        hits = [r.items[0].intent == f"intent {t}" for r, t in zip(logged, targets, strict=True)]
+        grouped = grouped_add(store, np.random.default_rng(seed + 1), len(vecs))
+    finally:
+        store.close()
+    return {
+        **t.summary(),
+        "index_search_p50_ms": raw.summary()["p50_ms"],
+        "ratio_vs_index": t.summary()["p50_ms"] / raw.summary()["p50_ms"],
+        "recall_at_1": float(np.mean(hits)),
+        "lists": index.trained_lists,
+        "grouped_add_items_per_s": grouped["items_per_s"],
+    }
+
+
+def add_throughput(store: MemoryStore, vecs: np.ndarray, n: int) -> dict[str, Any]:
+    """The bulk load: ``add_many`` with precomputed embeddings in batches of ``ADD_BATCH``, each row its
+    own intent (``group=False``: distinct tasks, no comparison with existing keys)."""
+    start = time.perf_counter()
+    for lo in tqdm(range(0, n, ADD_BATCH), desc=f"add {n:,}", leave=False):
+        hi = min(lo + ADD_BATCH, n)
+        store.add_many([(f"intent {i}", f"experience {i}") for i in range(lo, hi)], embeddings=vecs[lo:hi], group=False)
+    return {"items_per_s": n / (time.perf_counter() - start), "batch": ADD_BATCH, "grouping": False}
+
+
+def grouped_add(store: MemoryStore, rng: np.random.Generator, n: int) -> dict[str, Any]:
+    """``add_many`` of new items with intent grouping on (the default): with a flat index each new
+    intent is compared with every key of the namespace, so the rate falls as the store grows."""
+    m = GROUPED_BATCH
+    vecs = clustered(m, rng)
+    start = time.perf_counter()
+    store.add_many([(f"new intent {i}", "new experience") for i in range(m)], embeddings=vecs)
+    return {"items_per_s": m / (time.perf_counter() - start), "batch": m, "store_items": n}
+
+
+def brute_force(
+    vecs: np.ndarray, store: MemoryStore, queries: np.ndarray, cfg: RetrievalConfig, logged: list[Recall]
+) -> dict[str, Any]:
+    """The reference recall: a Python loop over every memory computing its cosine, the k1 best above δ
+    kept, then the same phase B. Checked to choose what the store chose for the same queries."""
+    q_values = store._mirrors.loaded("default").q  # type: ignore[union-attr]
+    memories = [(i, vecs[i], float(q_values[i])) for i in range(len(vecs))]
+    rng = np.random.default_rng(0)
+    chosen: list[list[int]] = []
+
+    def recall(j: int) -> None:
+        query = queries[j]
+        scored = [(float(vec @ query), q, i) for i, vec, q in memories]
+        pool = heapq.nlargest(cfg.k1, (s for s in scored if s[0] > cfg.delta))
+        sims = np.array([s[0] for s in pool])
+        pick = select(sims, np.array([s[1] for s in pool]), cfg, rng).order
+        chosen.append([pool[int(p)][2] for p in pick])
+
+    t = timed(recall, len(queries), f"brute force {len(vecs):,}")
+    agree = np.mean([
+        {f"intent {i}" for i in c} == {it.intent for it in r.items} for c, r in zip(chosen, logged, strict=False)
+    ])  # fmt: skip
+    return {**t.summary(), "queries": len(queries), "same_choice": float(agree)}
+
+
+def index_kinds(vecs: np.ndarray, queries: np.ndarray, kinds: Sequence[str], *, k: int) -> dict[str, Any]:
+    """Each index kind built on the same vectors: build time, one-query search latency and recall@k
+    against the exact (flat) answer."""
+    ids = np.arange(len(vecs), dtype=np.int64)
+    out: dict[str, Any] = {}
+    exact: np.ndarray | None = None
+    for kind in kinds:
+        index = VectorIndex(DIM, kind=kind)
+        start = time.perf_counter()
+        for lo in tqdm(range(0, len(vecs), 100_000), desc=f"build {kind} {len(vecs):,}", leave=False):
+            index.add(ids[lo : lo + 100_000], vecs[lo : lo + 100_000], expect=len(vecs))
+        build_s = time.perf_counter() - start
+        t, found = search_each(index, queries, k, f"search {kind} {len(vecs):,}")
+        exact = found if exact is None else exact
+        hits = [len(set(f.tolist()) & set(e.tolist())) / k for f, e in zip(found, exact, strict=True)]
+        out[kind] = {"build_s": build_s, **t.summary(), f"recall_at_{k}": float(np.mean(hits))}
+        if kind == "ivf":
+            out[kind]["lists"] = index.trained_lists
+        del index
     return out
 
 
@@ -146,7 +298,7 @@ def retrieval_numbers(
     start = time.perf_counter()
     store.retrieve_many(texts)
     batch_s = time.perf_counter() - start
-    out = {
+    out: dict[str, Any] = {
         "retrieve": t_store.summary(),
         "retrieve_no_log": t_nolog.summary(),
         "retrieve_many_qps": len(texts) / batch_s,
@@ -194,18 +346,51 @@ def reinforce_throughput(store: MemoryStore, recalls: list[Recall]) -> dict[str,
     }
 
 
+def search_each(index: VectorIndex, queries: np.ndarray, k: int, label: str) -> tuple[Timings, np.ndarray]:
+    """One timed search per query; the timings and the ids found (one row per query)."""
+    found: list[np.ndarray] = []
+    t = timed(lambda i: found.append(index.search(queries[i : i + 1], k)[1][0]), len(queries), label)
+    return t, np.stack(found)
+
+
+def size_tag(n: int) -> str:
+    """``10k``, ``100k``, ``1m``: the suffix of a size's summary keys."""
+    return f"{n // 1_000_000}m" if n >= 1_000_000 and n % 1_000_000 == 0 else f"{n // 1000}k"
+
+
+TARGETS = (
+    # (summary key, comparison, goal, what it means)
+    ("retrieval_ratio_vs_faiss_100k", "<=", 1.3, "two-phase retrieve p50 / raw FAISS p50 at 100k"),
+    ("retrieval_ratio_vs_faiss_1m", "<=", 1.3, "two-phase retrieve p50 / raw FAISS p50 at 1M"),
+    ("retrieval_speedup_vs_brute_force_100k", ">=", 50, "brute-force Python scan p50 / retrieve p50 at 100k"),
+    ("ivf_retrieval_speedup_vs_brute_force_100k", ">=", 50, "the same with an `ivf` store at 100k"),
+    ("add_items_per_s", ">=", 20_000, "bulk add_many with precomputed embeddings (largest size)"),
+    ("reinforce_updates_per_s", ">=", 20_000, "reinforce_many Q updates per second on SQLite (largest size)"),
+)
+
+
 def headline(results: dict[str, Any]) -> dict[str, Any]:
-    """Flat numbers for summary.json, keyed by size (``_10k``, ``_100k``)."""
+    """Flat numbers for summary.json, keyed by size (``_10k``, ``_100k``, ``_1m``)."""
     flat: dict[str, Any] = {}
     for n, r in results["sizes"].items():
-        tag = f"{int(n) // 1000}k"
+        tag = size_tag(int(n))
         flat[f"retrieval_p50_ms_{tag}"] = round(r["retrieve"]["p50_ms"], 3)
         flat[f"retrieval_p95_ms_{tag}"] = round(r["retrieve"]["p95_ms"], 3)
         flat[f"retrieval_qps_{tag}"] = round(r["retrieve"]["qps"], 1)
         flat[f"faiss_p50_ms_{tag}"] = round(r["faiss_search"]["p50_ms"], 3)
         flat[f"retrieval_ratio_vs_faiss_{tag}"] = round(r["ratio_vs_faiss"], 2)
+        flat[f"brute_force_p50_ms_{tag}"] = round(r["brute_force"]["p50_ms"], 1)
+        flat[f"retrieval_speedup_vs_brute_force_{tag}"] = round(r["speedup_vs_brute_force"], 1)
+        flat[f"grouped_add_items_per_s_{tag}"] = round(r["grouped_add"]["items_per_s"])
         flat[f"reopen_s_{tag}"] = round(r["reopen_s"], 3)
         flat[f"bytes_per_item_{tag}"] = round(r["bytes_per_item"]["database"] + r["bytes_per_item"]["index"])
+        if "ivf_store" in r:
+            flat[f"ivf_retrieval_p50_ms_{tag}"] = round(r["ivf_store"]["p50_ms"], 3)
+            flat[f"ivf_retrieval_speedup_vs_brute_force_{tag}"] = round(r["ivf_store"]["speedup_vs_brute_force"], 1)
+            flat[f"ivf_grouped_add_items_per_s_{tag}"] = round(r["ivf_store"]["grouped_add_items_per_s"])
+        for kind, k in r["index_kinds"].items():
+            flat[f"index_{kind}_recall_at_10_{tag}"] = round(k["recall_at_10"], 4)
+            flat[f"index_{kind}_search_p50_ms_{tag}"] = round(k["p50_ms"], 3)
     largest = results["sizes"][max(results["sizes"], key=int)]
     flat["add_items_per_s"] = round(largest["add"]["items_per_s"])
     flat["reinforce_updates_per_s"] = round(largest["reinforce"]["batched_updates_per_s"])
@@ -214,68 +399,175 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def target_rows(flat: dict[str, Any]) -> list[str]:
+    """The markdown rows of the targets table: goal, measured value, reached or how far off."""
+    rows = []
+    for key, op, goal, what in TARGETS:
+        if key not in flat:
+            rows.append(f"| {what} | {op} {goal:,} | not measured in this run | — |")
+            continue
+        value = flat[key]
+        ok = value <= goal if op == "<=" else value >= goal
+        gap = "reached" if ok else f"missed by {abs(value - goal) / goal:.0%}"
+        rows.append(f"| {what} | {op} {goal:,} | {value:,} | {gap} |")
+    return rows
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
+    flat = headline(results)
     lines = [
         "# Memory store speed",
         "",
         f"Machine: {m['cpu_count']} CPUs ({m['cpu']}), Python {m['python']}, numpy {m['numpy']}, "
         f"faiss {m['faiss']}, SQLAlchemy {m['sqlalchemy']}; {m['platform']}; load average at start "
         f"{m['load_average_at_start']} (other work on the machine makes absolute numbers noisy).",
-        f"Setup: {DIM}-d random unit vectors, k1 = 10, k2 = 5, flat index, SQLite file (WAL); "
-        f"{results['queries']} queries (noisy copies of stored vectors). Run `python -m bench.memory_speed`.",
+        f"Setup: profile `{results['profile']}`; {DIM}-d unit vectors clustered around n/100 topics, k1 = 10, "
+        "k2 = 5, flat index, SQLite file (WAL); queries are noisy copies of stored vectors "
+        f"(`python -m bench.memory_speed --profile {results['profile']}`).",
         "",
-        "| items | retrieve p50 / p95 ms | QPS | no-log p50 ms | raw FAISS p50 ms | ratio | retrieve_many QPS "
-        "| FAISS all threads p50 ms | recall@1 | add items/s | reinforce updates/s (batched / single) | reopen s "
+        "## Targets",
+        "",
+        "| target | goal | measured | status |",
+        "|---|---|---|---|",
+        *target_rows(flat),
+        "",
+        "## Retrieval",
+        "",
+        "| items | queries | retrieve p50 / p95 ms | QPS | no-log p50 ms | raw FAISS p50 ms | ratio "
+        "| brute force p50 ms | × faster than brute force | retrieve_many QPS | recall@1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, r in results["sizes"].items():
+        bf = r["brute_force"]
+        lines.append(
+            f"| {int(n):,} | {r['queries']} | {r['retrieve']['p50_ms']:.2f} / {r['retrieve']['p95_ms']:.2f} "
+            f"| {r['retrieve']['qps']:.0f} | {r['retrieve_no_log']['p50_ms']:.2f} | {r['faiss_search']['p50_ms']:.2f} "
+            f"| {r['ratio_vs_faiss']:.2f} | {bf['p50_ms']:,.0f} ({bf['queries']} queries) "
+            f"| {r['speedup_vs_brute_force']:,.0f} | {r['retrieve_many_qps']:.0f} | {r['recall_at_1']:.3f} |"
+        )
+    lines += [
+        "",
+        "## Writes, reopen and size",
+        "",
+        "| items | bulk add items/s | grouped add items/s | reinforce updates/s (batched / single) | reopen s "
         "| bytes/item (db + index) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
     for n, r in results["sizes"].items():
         rf, b = r["reinforce"], r["bytes_per_item"]
         lines.append(
-            f"| {int(n):,} | {r['retrieve']['p50_ms']:.2f} / {r['retrieve']['p95_ms']:.2f} | {r['retrieve']['qps']:.0f} "
-            f"| {r['retrieve_no_log']['p50_ms']:.2f} | {r['faiss_search']['p50_ms']:.2f} | {r['ratio_vs_faiss']:.2f} "
-            f"| {r['retrieve_many_qps']:.0f} | {r['faiss_search_all_threads']['p50_ms']:.2f} "
-            f"| {r['recall_at_1']:.3f} | {r['add']['items_per_s']:,.0f} "
+            f"| {int(n):,} | {r['add']['items_per_s']:,.0f} | {r['grouped_add']['items_per_s']:,.0f} "
             f"| {rf['batched_updates_per_s']:,.0f} / {rf['single_updates_per_s']:,.0f} | {r['reopen_s']:.2f} "
             f"({r['reopen_index']}) | {b['database']:,.0f} + {b['index']:,.0f} |"
         )
+    ivf = {n: r["ivf_store"] for n, r in results["sizes"].items() if "ivf_store" in r}
+    if ivf:
+        lines += [
+            "",
+            '## The same items in an `index="ivf"` store',
+            "",
+            "| items | lists | retrieve p50 / p95 ms | raw IVF search p50 ms | ratio | × faster than brute force "
+            "| recall@1 | grouped add items/s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for n, v in ivf.items():
+            lines.append(
+                f"| {int(n):,} | {v['lists']} | {v['p50_ms']:.2f} / {v['p95_ms']:.2f} | {v['index_search_p50_ms']:.3f} "
+                f"| {v['ratio_vs_index']:.2f} | {v['speedup_vs_brute_force']:,.0f} | {v['recall_at_1']:.3f} "
+                f"| {v['grouped_add_items_per_s']:,.0f} |"
+            )
+    lines += [
+        "",
+        "## Index kinds (recall@10 against exact search, one query at a time)",
+        "",
+        "| items | kind | build s | search p50 ms | recall@10 |",
+        "|---|---|---|---|---|",
+    ]
+    for n, r in results["sizes"].items():
+        for kind, k in r["index_kinds"].items():
+            extra = f" ({k['lists']} lists)" if "lists" in k else ""
+            lines.append(
+                f"| {int(n):,} | {kind}{extra} | {k['build_s']:.1f} | {k['p50_ms']:.3f} | {k['recall_at_10']:.3f} |"
+            )
     lines += [
         "",
         "- *retrieve* is the whole call: embed lookup, generation check, index search, exact phase A, phase B, "
         "reading the chosen rows and logging the recall (one SQLite write). *no-log* skips the log.",
         "- *raw FAISS* is `index.search(q, k1)` on the store's own index, in the same process, single-threaded as the "
-        "store runs single queries; *FAISS all threads* is the same call with FAISS's default OpenMP threads, which on "
-        "a busy machine is far slower for one query (thread barriers).",
+        "store runs single queries.",
+        "- *brute force* is the reference recall: a Python loop over every memory computing its cosine, the k1 best "
+        "above δ, then the same phase B; `same_choice` in the JSON says how often it chose the store's items.",
         f"- phase B alone (z-scores and ranking of a 10-item pool): {results['phase_b_us']:.1f} µs.",
-        "- *add* is `add_many` in batches of 1,000 with intent grouping on (each new intent is compared with every "
-        "existing key, so the cost grows with the store).",
+        f"- *bulk add* is `add_many(..., group=False)` in batches of {ADD_BATCH:,} with precomputed embeddings; "
+        f"*grouped add* is {GROUPED_BATCH:,} new items with intent grouping on, which with a flat index compares each "
+        "new intent with every key (an `hnsw`/`ivf` store groups through its index instead).",
         "- *reopen* is opening the store and answering one query: the namespace's rows are read from SQL and the saved "
         "index file is loaded.",
+        "- HNSW: M = 32, efConstruction = 80, efSearch = 64; IVF: about √n lists, 16 probed.",
         "",
     ]
     return "\n".join(lines)
 
 
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Latency p50 against store size: the store's retrieve, raw FAISS and the brute-force scan."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [int(n) for n in results["sizes"]]
+    rows = list(results["sizes"].values())
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, get in (
+        ("two-phase retrieve (store)", lambda r: r["retrieve"]["p50_ms"]),
+        ("raw FAISS search", lambda r: r["faiss_search"]["p50_ms"]),
+        ("brute-force Python scan", lambda r: r["brute_force"]["p50_ms"]),
+    ):
+        ax.plot(sizes, [get(r) for r in rows], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("items in the namespace")
+    ax.set_ylabel("p50 latency per query (ms)")
+    ax.set_title(f"Memory recall latency ({results['machine']['cpu_count']} CPUs)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="store sizes to measure")
-    parser.add_argument("--queries", type=int, default=300, help="timed queries per size")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--sizes", type=int, nargs="+", help="store sizes to measure (default: the profile's)")
+    parser.add_argument("--queries", type=int, help="timed queries per size up to 100k (default: the profile's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {"machine": machine(), "queries": args.queries, "sizes": {}}
-    for n in args.sizes:
+    profile = PROFILES[args.profile]
+    profile = replace(profile, sizes=tuple(args.sizes or profile.sizes), queries=args.queries or profile.queries)
+    if min(profile.sizes) < 1000 or profile.queries < 1:
+        raise ConfigError(f"sizes must be >= 1000 and queries >= 1, got {profile.sizes} and {profile.queries}")
+    results: dict[str, Any] = {"machine": machine(), "profile": args.profile, "sizes": {}}
+    for n in profile.sizes:
         workdir = Path(tempfile.mkdtemp(prefix=f"evolve-bench-{n}-"))
         try:
-            results["sizes"][str(n)] = bench_size(n, queries=args.queries, workdir=workdir, seed=args.seed)
+            results["sizes"][str(n)] = r = bench_size(n, profile=profile, workdir=workdir, seed=args.seed)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        print(f"{n:>8,} items: retrieve p50 {results['sizes'][str(n)]['retrieve']['p50_ms']:.2f} ms")
-    results["phase_b_us"] = results["sizes"][str(args.sizes[-1])]["phase_b_us"]
+        print(
+            f"{n:>9,} items: retrieve p50 {r['retrieve']['p50_ms']:.2f} ms, FAISS {r['faiss_search']['p50_ms']:.2f} ms "
+            f"(x{r['ratio_vs_faiss']:.2f}), brute force {r['brute_force']['p50_ms']:.0f} ms, "
+            f"add {r['add']['items_per_s']:,.0f}/s, reinforce {r['reinforce']['batched_updates_per_s']:,.0f}/s",
+            flush=True,
+        )
+    results["phase_b_us"] = results["sizes"][str(profile.sizes[-1])]["phase_b_us"]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "memory_speed.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (args.out / "memory_speed.md").write_text(markdown(results), encoding="utf-8")
+    plot(results, args.out / "memory_latency.png")
     merge_summary(args.out / "summary.json", headline(results))
     return results
 

@@ -1,0 +1,50 @@
+"""The memory-speed benchmark: the brute-force reference agrees with the store, reports name every target."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import memory_speed as ms
+from connectors.errors import ConfigError
+
+
+def test_clustered_vectors_are_unit_rows_grouped_by_topic() -> None:
+    x = ms.clustered(5000, np.random.default_rng(0))
+    assert x.shape == (5000, ms.DIM) and x.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    nearest = np.sort(x[:200] @ x.T, axis=1)[:, -2]  # best other item: a topic mate, far above random (≈0)
+    assert np.median(nearest) > 0.4
+
+
+def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    pytest.importorskip("matplotlib")
+    results = ms.main(["--sizes", "2000", "--queries", "20", "--out", str(tmp_path)])
+    r = results["sizes"]["2000"]
+    assert r["recall_at_1"] == 1.0  # each query is a noisy copy of a stored item
+    assert r["brute_force"]["same_choice"] == 1.0  # the Python scan picks what the store picks
+    assert r["index_kinds"]["flat"]["recall_at_10"] == 1.0
+    assert r["reopen_same_recall"] and r["reopen_index"] == "loaded"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("retrieval_ratio_vs_faiss_2k", "retrieval_speedup_vs_brute_force_2k", "add_items_per_s",
+                "reinforce_updates_per_s", "grouped_add_items_per_s_2k", "index_flat_recall_at_10_2k"):  # fmt: skip
+        assert summary[key] > 0, key
+    md = (tmp_path / "memory_speed.md").read_text()
+    assert "| two-phase retrieve p50 / raw FAISS p50 at 100k | <= 1.3 | not measured in this run | — |" in md
+    assert "| 2,000 | 20 |" in md
+    assert (tmp_path / "memory_latency.png").stat().st_size > 5000
+
+
+def test_targets_say_reached_or_by_how_much_they_were_missed() -> None:
+    rows = ms.target_rows({"retrieval_ratio_vs_faiss_100k": 1.5, "add_items_per_s": 25_000})
+    assert "| 1.5 | missed by 15% |" in rows[0]
+    assert any("| 25,000 | reached |" in row for row in rows)
+
+
+def test_bad_sizes_are_refused() -> None:
+    with pytest.raises(ConfigError, match="sizes must be >= 1000"):
+        ms.main(["--sizes", "10"])
