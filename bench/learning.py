@@ -61,7 +61,7 @@ class Profile:
 
 PROFILES = {
     "quick": Profile(
-        envs=("facility_codes", "format_rules", "textworld"), epochs=4, limits={"textworld": 6}, skip_slow=True
+        envs=("facility_codes", "format_rules", "textworld"), epochs=3, limits={"textworld": 3}, skip_slow=True
     ),
     "full": Profile(
         envs=("facility_codes", "format_rules", "textworld", "humaneval", "champ"),

@@ -504,7 +504,7 @@ def markdown(results: dict[str, Any]) -> str:
         "new intent with every key (an `hnsw`/`ivf` store groups through its index instead).",
         "- *reopen* is opening the store and answering one query: the namespace's rows are read from SQL and the saved "
         "index file is loaded.",
-        "- HNSW: M = 32, efConstruction = 80, efSearch = 64; IVF: about √n lists, 16 probed.",
+        "- HNSW: M = 32, efConstruction = 80, efSearch = 64; IVF: about √n lists, 16 of them searched per query (a sixteenth beyond 256 lists).",
         "",
     ]
     return "\n".join(lines)

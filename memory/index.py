@@ -37,7 +37,7 @@ HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 64
 IVF_TRAIN_AT = 20_000  # below this an "ivf" index stays flat: exact, and k-means needs data
 IVF_REGROW = 4  # train again (more lists) when the index holds this many times its training size
-IVF_NPROBE = 16  # lists searched per query
+IVF_NPROBE = 16  # lists searched per query, at least; a sixteenth of them on big indexes
 IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at least 39)
 IVF_SEED = 1234
 INDEX_KINDS = ("flat", "hnsw", "ivf")
@@ -192,7 +192,7 @@ class VectorIndex:
         ivf = faiss.index_factory(self.dim, f"IVF{lists},Flat", faiss.METRIC_INNER_PRODUCT)
         ivf.train(np.ascontiguousarray(sample))
         ivf.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
-        ivf.nprobe = IVF_NPROBE
+        ivf.nprobe = ivf_nprobe(lists)
         ivf.add_with_ids(all_vecs, all_ids)
         self.raw = ivf
         log.info("memory index: IVF trained with %d lists on %d of %d vectors", lists, len(sample), len(all_ids))
@@ -297,10 +297,16 @@ class VectorIndex:
             return None
         if isinstance(raw, faiss.IndexIVF):
             raw.set_direct_map_type(faiss.DirectMap.Hashtable)
-            raw.nprobe = IVF_NPROBE
+            raw.nprobe = ivf_nprobe(int(raw.nlist))
         index = cls(dim, kind=kind, backend="faiss")
         index.raw = raw
         return index, int(meta["generation"])
+
+
+def ivf_nprobe(lists: int) -> int:
+    """Lists an IVF search visits: ``IVF_NPROBE``, or a sixteenth of them when there are more than 256
+    (with ~√n lists a fixed 16 lets recall@10 fall below 0.8 at a million clustered vectors)."""
+    return min(lists, max(IVF_NPROBE, lists // 16))
 
 
 def _ivf_list(ivf: Any, lst: int) -> tuple[np.ndarray, np.ndarray]:
