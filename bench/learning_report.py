@@ -173,20 +173,27 @@ def plot_env(env: str, cells: Mapping[str, Mapping[str, Any]], path: Path) -> Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0), dpi=110, sharey=True)
-    for cond, cell in cells.items():
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "D", "v", "P"]
+    for i, (cond, cell) in enumerate(cells.items()):
         if cell.get("status") != "ok":
             continue
         epochs = list(range(1, len(cell["per_epoch"]) + 1))
-        axes[0].plot(epochs, cell["per_epoch"], marker="o", label=cond)
-        axes[1].plot(epochs, cell["cum_per_epoch"], marker="o", label=cond)
+        # Conditions often tie; distinct dashes and markers keep every line visible where they overlap.
+        style = {"linestyle": styles[i % len(styles)], "marker": markers[i % len(markers)], "alpha": 0.85}
+        axes[0].plot(epochs, cell["per_epoch"], label=cond, **style)
+        axes[1].plot(epochs, cell["cum_per_epoch"], label=cond, **style)
     for ax, title in zip(axes, ("success per epoch", "cumulative success"), strict=True):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
         ax.set_title(f"{env}: {title}")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("share of tasks")
-    axes[1].legend(fontsize=8, loc="lower right")
+    axes[1].legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
