@@ -172,7 +172,6 @@ def plot_env(env: str, cells: Mapping[str, Mapping[str, Any]], path: Path) -> Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0), dpi=110, sharey=True)
