@@ -38,6 +38,7 @@ from bench.common import machine, merge_summary
 from bench.loop_overhead_report import markdown
 from connectors import Environment, HashEmbedder, Message, ScriptedChat, make_engine
 from connectors.chat import ChatClient
+from data.make_facility_codes import ASSETS, BUILDINGS, TEMPLATES  # the bundled family's phrasing
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from memory import MemoryStore
 
@@ -45,15 +46,6 @@ RESULTS = Path(__file__).parent / "results"
 TARGET_MS = 1.0
 PREFIXES = ["North", "South", "East", "West", "Upper", "Lower", "Old", "New", "Red", "Blue", "Stone", "Iron"]
 ROOTS = ["harbor", "summit", "maple", "granite", "willow", "copper", "ridge", "brook", "field", "haven"]
-BUILDINGS = ["warehouse", "workshop"]
-ASSETS = ["door code", "alarm code"]
-TEMPLATES = [
-    "What is the {asset} of the {site} {building}?",
-    "Tell me the {asset} for the {site} {building}.",
-    "Which {asset} do I enter at the {site} {building}?",
-    "I need the {site} {building} {asset}, please.",
-    "{site} {building}: what's the {asset}?",
-]
 REVEALED = re.compile(r"(?:expected answer is: |Answer given: )(\d{4})")
 
 
