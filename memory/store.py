@@ -20,23 +20,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Connection, Engine
-from sqlalchemy.pool import StaticPool
 
 from connectors.chat import ChatModel
-from connectors.db import default_url, make_engine, sqlite_path
+from connectors.db import default_url
 from connectors.embedders import Embedder
 from connectors.errors import ConfigError, StoreError
 from memory import portable, report
 from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id
 from memory.config import MemoryConfig, RetrievalConfig
+from memory.database import Database, index_dir
 from memory.learning import apply_updates, check_entries, plan_updates
 from memory.mirror import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
@@ -48,7 +48,7 @@ from memory.writer import WriteEntry, check_write_entries, compose_experience, e
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
 log = logging.getLogger(__name__)
-SQLITE_CACHE_KIB = 65536
+T = TypeVar("T")
 
 
 class MemoryStore:
@@ -88,25 +88,18 @@ class MemoryStore:
         self.url = url or default_url()
         self.embedder = embedder
         self.dim = int(embedder.dim)
-        self._engine = _engine_for(self.url)
+        self._db = Database(self.url)
         try:
-            create_schema(self._engine)
-            with self._engine.begin() as conn:
+            create_schema(self._db.engine)
+            with self._db.transaction() as conn:
                 portable.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
+            self._db.keep_connection()  # every use is under the store's lock
         except BaseException:
-            self._engine.dispose()
+            self._db.close()
             raise
         self._lock = threading.RLock()
-        # A SQLite file: one connection kept for the store's life (every use is under the lock), which
-        # saves a pool checkout and reset per call; server databases check one out per transaction.
-        on_file = self.url.startswith("sqlite") and sqlite_path(self.url) is not None
-        self._conn = self._engine.connect() if on_file else None
-        if self._conn is not None:
-            # A bigger page cache for this connection: inserts land in the id index at random places.
-            self._conn.connection.dbapi_connection.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")  # type: ignore[union-attr]
-            self._conn.connection.dbapi_connection.execute("PRAGMA wal_autocheckpoint=10000")  # type: ignore[union-attr]
         self._rng = np.random.default_rng(seed)
-        self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=_index_dir(self.url, index_path))
+        self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=index_dir(self.url, index_path))
         self._texts = ItemCache()
         self._closed = False
 
@@ -250,7 +243,7 @@ class MemoryStore:
         out: dict[str, MemoryItem] = {}
         with self._lock:
             self._ensure_open()
-            with self._transaction() as conn:
+            with self._db.transaction() as conn:
                 self._mirrors.sync(conn)
                 done = []
                 for ns, batch in batches.items():
@@ -316,7 +309,7 @@ class MemoryStore:
             # transaction that logs the recall; only when another process wrote in between is the
             # search repeated on the caught-up mirror.
             plans = self._plan(mirror, vecs, cfg)
-            with self._transaction() as conn:
+            with self._db.transaction() as conn:
                 seen = self._mirrors.generation
                 self._mirrors.sync(conn)
                 if self._mirrors.generation != seen:
@@ -331,7 +324,7 @@ class MemoryStore:
             return out
 
     def _load(self, namespace: str) -> NamespaceMirror:
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             self._mirrors.sync(conn)
             return self._mirrors.get(conn, namespace)
 
@@ -380,7 +373,7 @@ class MemoryStore:
             return 0
         with self._lock:
             self._ensure_open()
-            with self._transaction() as conn:
+            with self._db.transaction() as conn:
                 self._mirrors.sync(conn)
                 plan = plan_updates(conn, entries, alpha=self.config.alpha, credit=self.config.credit)
                 generation, after, updated = apply_updates(conn, plan)
@@ -404,44 +397,29 @@ class MemoryStore:
         return found[0] if found else None
 
     def _find_many(self, memory_ids: list[str]) -> list[MemoryItem]:
-        with self._lock:
-            self._ensure_open()
-            with self._transaction() as conn:
-                return report.fetch_items(conn, memory_ids)
+        return self._read(lambda conn: report.fetch_items(conn, memory_ids))
 
     @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine behind the store; other tables (runs, prompts) may share its database."""
-        return self._engine
+        return self._db.engine
 
     def items(self, namespace: str | None = None) -> list[MemoryItem]:
         """Every memory (of one namespace, or all), oldest first."""
-        with self._lock:
-            self._ensure_open()
-            with self._transaction() as conn:
-                return report.all_items(conn, namespace)
+        return self._read(lambda conn: report.all_items(conn, namespace))
 
     def explain(self, recall_id: str) -> dict[str, Any]:
         """The logged recall: query, config, every candidate's sim, Q, z-scores, score, whether it was
         selected or filtered by δ, and the feedback applied to it since."""
-        with self._lock:
-            self._ensure_open()
-            with self._transaction() as conn:
-                return report.explain(conn, recall_id)
+        return self._read(lambda conn: report.explain(conn, recall_id))
 
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
-        with self._lock:
-            self._ensure_open()
-            with self._transaction() as conn:
-                return report.stats(conn, namespace)
+        return self._read(lambda conn: report.stats(conn, namespace))
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:
         """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count."""
-        with self._lock:
-            self._ensure_open()
-            with self._transaction() as conn:
-                return portable.export_jsonl(conn, Path(path), namespace, self.embedder, self.dim)
+        return self._read(lambda conn: portable.export_jsonl(conn, Path(path), namespace, self.embedder, self.dim))
 
     def import_(self, path: str | Path) -> int:
         """Read an ``export`` file; memories whose id exists are skipped. Returns how many were added."""
@@ -449,10 +427,8 @@ class MemoryStore:
         reuse = portable.same_embedder(header, self.embedder, self.dim)
         added = 0
         for namespace, records in groups.items():
-            with self._lock:
-                self._ensure_open()
-                with self._transaction() as conn:
-                    records = [r for r in records if r.id not in report.existing_ids(conn, [r.id for r in records])]
+            known = self._read(partial(report.existing_ids, ids=[r.id for r in records]))
+            records = [r for r in records if r.id not in known]
             if records:
                 batch = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
                 added += len(self._insert({check_namespace(namespace): batch}))
@@ -464,7 +440,7 @@ class MemoryStore:
         ``caught_up`` (saved file, updated from SQL), ``rebuilt`` (file unusable) or ``built`` (no file)."""
         with self._lock:
             self._ensure_open()
-            with self._transaction() as conn:
+            with self._db.transaction() as conn:
                 self._mirrors.sync(conn)
                 self._mirrors.get(conn, check_namespace(namespace))
             return self._mirrors.index_state[namespace]
@@ -484,9 +460,7 @@ class MemoryStore:
                 self._mirrors.save()
             except OSError as e:  # the index is derived data: losing it costs a rebuild, not memories
                 log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
-            if self._conn is not None:
-                self._conn.close()
-            self._engine.dispose()
+            self._db.close()
             self._closed = True
 
     def __enter__(self) -> MemoryStore:
@@ -505,18 +479,15 @@ class MemoryStore:
         if self._closed:
             raise StoreError(f"this MemoryStore ({self.url}) is closed")
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        """One transaction (callers hold the lock)."""
-        if self._conn is None:
-            with self._engine.begin() as conn:
-                yield conn
-        else:
-            with self._conn.begin():
-                yield self._conn
+    def _read(self, query: Callable[[Connection], T]) -> T:
+        """``query`` in one transaction, under the lock, on an open store."""
+        with self._lock:
+            self._ensure_open()
+            with self._db.transaction() as conn:
+                return query(conn)
 
     def _resync(self) -> None:
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             self._mirrors.sync(conn)
 
     def _q0(self, q: float | None) -> float:
@@ -525,17 +496,3 @@ class MemoryStore:
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         return portable.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")
-
-
-def _engine_for(url: str) -> Engine:
-    if url.startswith("sqlite") and sqlite_path(url) is None:
-        # One shared connection, or every thread would see its own empty in-memory database.
-        return make_engine(url, poolclass=StaticPool)
-    return make_engine(url)
-
-
-def _index_dir(url: str, index_path: str | Path | None) -> Path | None:
-    if index_path is not None:
-        return Path(index_path)
-    path = sqlite_path(url) if url.startswith("sqlite") else None
-    return path.with_name(path.name + ".faiss") if path is not None else None
