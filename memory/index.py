@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from connectors.errors import ConfigError
+from memory.config import INDEX_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,6 @@ IVF_REGROW = 4  # train again (more lists) when the index holds this many times 
 IVF_NPROBE = 16  # lists searched per query, at least; a sixteenth of them on big indexes
 IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at least 39)
 IVF_SEED = 1234
-INDEX_KINDS = ("flat", "hnsw", "ivf")
 PARALLEL_QUERIES = 20  # batches at least this large use FAISS's BLAS path and all OpenMP threads
 _warned_missing = False
 
