@@ -6,7 +6,9 @@ cache): it is a pure function of the installed model package, and converting it 
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,34 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One PostgreSQL + pgvector server for the whole session (``tests/postgres.py``); its admin URL.
+
+    A server that cannot start fails every test that asked for it, with the reason: never a skip.
+    """
+    from tests.postgres import start_postgres, stop_postgres
+
+    data_dir = tmp_path_factory.mktemp("postgres") / "data"
+    url = start_postgres(data_dir)
+    yield url
+    stop_postgres(data_dir)
+
+
+_pg_databases = itertools.count(1)
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test (``postgresql+psycopg://…``), dropped after it."""
+    from tests.postgres import create_database, drop_database
+
+    name = f"evolve_test_{os.getpid()}_{next(_pg_databases)}"
+    url = create_database(pg_server, name)
+    yield url
+    drop_database(pg_server, name)
 
 
 STAR_WORDS = [

