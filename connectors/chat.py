@@ -48,6 +48,7 @@ class ChatModel(Protocol):
 PROVIDERS: dict[str, str] = {
     "openai": "connectors.openai_chat:OpenAIChat",
     "local": "connectors.local_chat:LocalChat",
+    "vllm": "connectors.vllm_chat:VLLMChat",
     "fake": "connectors.fakes:fake_chat",
 }
 

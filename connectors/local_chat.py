@@ -48,6 +48,35 @@ class GenerationParams:
     adapter: str | None = None
 
 
+def generation_params(
+    default_max_tokens: int,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    seed: int | None,
+    stop: str | Sequence[str] | None,
+    adapter: str | None = None,
+) -> GenerationParams:
+    """OpenAI-style sampling arguments, validated; ``None`` means the default (``default_max_tokens``,
+    greedy, no nucleus cut). Shared by the local backends (``LocalChat``, ``VLLMChat``).
+
+    Example:
+        >>> generation_params(64, None, None, 0.9, 7, "###")
+        GenerationParams(max_new_tokens=64, temperature=0.0, top_p=0.9, seed=7, stop=('###',), adapter=None)
+    """
+    n = default_max_tokens if max_tokens is None else max_tokens
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    temperature = 0.0 if temperature is None else temperature
+    top_p = 1.0 if top_p is None else top_p
+    if temperature < 0:
+        raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p must be in (0, 1], got {top_p!r}")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    return GenerationParams(n, float(temperature), float(top_p), seed, stops, adapter)
+
+
 def nucleus_probs(logits: Any, temperature: float, top_p: float) -> Any:
     """Sampling distribution over the vocabulary: softmax(logits / T), keeping the smallest set of
     tokens whose mass reaches ``top_p`` (the most likely token always stays). Rows sum to 1."""
@@ -231,19 +260,9 @@ class LocalChat:
         stop: str | Sequence[str] | None,
         adapter: str | None,
     ) -> GenerationParams:
-        n = self.max_new_tokens if max_tokens is None else max_tokens
-        if not isinstance(n, int) or n < 1:
-            raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        temperature = 0.0 if temperature is None else temperature
-        top_p = 1.0 if top_p is None else top_p
-        if temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
-        if not 0.0 < top_p <= 1.0:
-            raise ConfigError(f"top_p must be in (0, 1], got {top_p!r}")
         if adapter is not None and adapter not in self.adapters:
             raise ConfigError(f"{self.name}: unknown adapter {adapter!r}; loaded adapters: {sorted(self.adapters)}")
-        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        return GenerationParams(n, float(temperature), float(top_p), seed, stops, adapter)
+        return generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter)
 
     def _generator(self, params: GenerationParams) -> Any:
         import torch

