@@ -1,4 +1,4 @@
-"""Writing new memories: input checks, intent grouping, one INSERT per table, capacity eviction.
+"""Writing new memories: input checks, intent grouping, one INSERT per table, capacity eviction, removal.
 
 ``insert_items`` runs inside the store's write transaction and returns what the mirror must append
 once the transaction has committed (the mirror never runs ahead of SQL).
@@ -16,7 +16,7 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, delete, insert
+from sqlalchemy import Connection, delete, insert, select
 
 from connectors.errors import ConfigError
 from memory.mirror import NamespaceMirror, Rows
@@ -272,3 +272,28 @@ def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation:
         conn.execute(delete(memory_items).where(memory_items.c.seq.in_(dead[part : part + 5000])))
     if dead:
         conn.execute(insert(tombstones), [{"seq": s, "namespace": namespace, "gen": generation} for s in dead])
+
+
+def remove_items(conn: Connection, ids: Sequence[str]) -> tuple[int | None, dict[str, np.ndarray]]:
+    """Delete the memories with these ids inside the caller's transaction (unknown ids are skipped).
+
+    Returns the generation the delete was stamped with (None when nothing matched) and the removed
+    seqs per namespace, for the caller's mirrors once the transaction has committed.
+    """
+    found: dict[str, list[int]] = {}
+    unique = list(dict.fromkeys(ids))
+    for part in range(0, len(unique), 5000):
+        rows = conn.execute(
+            select(memory_items.c.seq, memory_items.c.namespace).where(
+                memory_items.c.id.in_(unique[part : part + 5000])
+            )
+        ).all()
+        for seq, ns in rows:
+            found.setdefault(ns, []).append(int(seq))
+    if not found:
+        return None, {}
+    generation, _ = bump(conn)
+    out = {ns: np.array(sorted(seqs), dtype=np.int64) for ns, seqs in found.items()}
+    for ns, seqs in out.items():
+        delete_items(conn, ns, seqs, generation)
+    return generation, out

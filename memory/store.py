@@ -34,7 +34,7 @@ from connectors.db import default_url
 from connectors.embedders import Embedder
 from connectors.errors import ConfigError, StoreError
 from memory import portable, report
-from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id
+from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id, remove_items
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.database import Database, index_dir
 from memory.learning import apply_updates, check_entries, plan_updates
@@ -269,6 +269,35 @@ class MemoryStore:
                     self._resync()
                     break
             return out
+
+    def remove(self, memory_ids: Sequence[str]) -> int:
+        """Delete memories by id (unknown ids are skipped); returns how many were removed.
+
+        Other processes drop them when they next catch up, as they do for evicted memories; the
+        recall log keeps its rows, so ``explain`` still shows what was recalled.
+        """
+        if isinstance(memory_ids, str):
+            raise ConfigError("remove takes a sequence of memory ids, got a single string (wrap it in a list)")
+        ids = list(memory_ids)
+        for i, memory_id in enumerate(ids):
+            check_text(f"memory_ids[{i}]", memory_id)
+        if not ids:
+            return 0
+        with self._lock:
+            self._ensure_open()
+            with self._db.transaction() as conn:
+                self._mirrors.sync(conn)
+                generation, removed = remove_items(conn, ids)
+            if generation is not None and self._mirrors.advance(generation):
+                for ns, seqs in removed.items():
+                    mirror = self._mirrors.loaded(ns)
+                    if mirror is not None:
+                        rows = mirror.rows_of_seqs(seqs)
+                        mirror.remove(rows[rows >= 0])
+                        self._mirrors.mark_dirty(ns)
+            elif generation is not None:
+                self._resync()
+            return sum(len(seqs) for seqs in removed.values())
 
     # -- recalling -----------------------------------------------------------------------------
     def retrieve(
