@@ -47,7 +47,6 @@ VLLM_HINT = (
     "torchaudio and torchcodec there (`make test-vllm` builds one)"
 )
 SEED_RANGE = 2**31 - 1
-RESERVED_OPTIONS = ("model", "enable_lora", "max_loras", "max_lora_rank", "seed")
 
 
 def import_vllm(what: str = "the vllm/ chat provider") -> Any:
@@ -107,9 +106,6 @@ class VLLMChat:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"VLLMChat {field} must be a positive integer, got {value!r}")
-        clash = sorted(set(llm_options) & set(RESERVED_OPTIONS))
-        if clash:
-            raise ConfigError(f"VLLMChat sets {clash} itself; use its own arguments (model, path, enable_lora, ...)")
         self.name = f"vllm/{model}"
         self.model = model
         self.path = path or (None if model == "smollm2" else model)
