@@ -9,11 +9,13 @@ from evolve.agent import Agent, MemoryView, Team, TeamAct, render_messages
 from evolve.champ_env import champ_tasks
 from evolve.episode import Episode, Step
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
+from evolve.executors import Executor, InProcess, Rollout
 from evolve.humaneval_env import humaneval_tasks
 from evolve.jobs import JobResult, job_history, run_job
 from evolve.prompt_graph import PromptGraph
 from evolve.prompt_loop import PromptEvolution, make_evaluate, split_tasks
 from evolve.prompt_versions import PromptVersion
+from evolve.ray_executor import RayExecutor
 from evolve.records import RoundMetrics, list_runs
 from evolve.serving import Answer, Deployment, FeedbackReceipt
 from evolve.tasks import Task, TaskEnv, load_tasks
@@ -28,12 +30,16 @@ __all__ = [
     "Deployment",
     "Episode",
     "Evolver",
+    "Executor",
     "FeedbackReceipt",
+    "InProcess",
     "JobResult",
     "MemoryView",
     "PromptEvolution",
     "PromptGraph",
     "PromptVersion",
+    "RayExecutor",
+    "Rollout",
     "RoundMetrics",
     "Step",
     "Task",

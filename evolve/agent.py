@@ -142,6 +142,17 @@ class Team:
         self._pool: ThreadPoolExecutor | None = None  # made on first use, kept: a pool per call costs more
         self._pool_lock = threading.Lock()  # than a fast backend's answer (threads start and are joined)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A team is pickled (to run on other processes) without its thread pool; the copy makes its own."""
+        state = dict(self.__dict__)
+        state["_pool"] = None
+        del state["_pool_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pool_lock = threading.Lock()
+
     def predecessors(self, name: str) -> list[str]:
         return [a for a, b in self.edges if b == name]
 

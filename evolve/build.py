@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from connectors import ChatClient, ConfigError, Embedder, ResponseCache, evolve_home, load_chat, load_embedder
 from evolve.agent import Agent, MemoryView, Team
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
+from evolve.executors import Executor, make_executor
 from evolve.prompt_graph import PromptGraph
 from evolve.prompt_loop import PromptEvolution, split_tasks
 from evolve.spec import RunSpec
@@ -147,8 +148,19 @@ def build(
         prompts=prompts,
         allow_weight_updates=allowed,
         weights=weight_updates(spec) if allowed else None,  # only then: its checks load torch
+        executor=build_executor(spec),
         progress=progress,
     )
 
 
-__all__ = ["build", "build_chat", "build_store", "build_team", "memory_config", "weight_updates"]
+def build_executor(spec: RunSpec) -> Executor:
+    """Where the spec's episodes run: here, or on a Ray cluster (``[run] executor = "ray"``)."""
+    r = spec.run
+    if r.executor == "ray":
+        return make_executor("ray", address=r.ray_address, workers=r.workers)
+    if r.workers is not None or r.ray_address is not None:
+        raise ConfigError('[run] workers and ray_address apply only with executor = "ray"')
+    return make_executor(r.executor)
+
+
+__all__ = ["build", "build_chat", "build_executor", "build_store", "build_team", "memory_config", "weight_updates"]

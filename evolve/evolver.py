@@ -31,11 +31,12 @@ import numpy as np
 from sqlalchemy import Engine
 from tqdm.auto import tqdm
 
-from connectors import ChatClient, ConfigError, Environment, EvolveError
+from connectors import ChatClient, ConfigError, Environment
 from evolve.adapter_versions import AdapterRegistry
 from evolve.agent import Team
-from evolve.episode import Episode, Step
+from evolve.episode import Episode
 from evolve.escalation import plateaued, weights_blocker
+from evolve.executors import Executor, Rollout, make_executor
 from evolve.prompt_loop import PromptEvolution, PromptUpdate, make_evaluate
 from evolve.records import RoundMetrics, RunLog, episode_from_row
 from evolve.tasks import Task, TaskEnv
@@ -122,6 +123,10 @@ class Evolver:
             one local model; with an API model this raises a ``ConfigError`` that says so.
         weights: the escalation's settings (default ``WeightUpdates()``). A team on local models always
             serves the run's HEAD adapters, if it has any: each agent's ``params`` gets ``adapter=``.
+        executor: where episodes run: ``"inprocess"`` (default: here, the whole batch at once), ``"ray"``
+            (a ``RayExecutor``: chunks of each batch on a Ray cluster, memory shared through the store's
+            database, which must then be a file or a server) or any ``Executor`` object. Learning
+            (reinforce, write, prompts, weights) stays in this process either way.
         progress: show a progress bar.
     """
 
@@ -143,6 +148,7 @@ class Evolver:
         prompts: PromptEvolution | None = None,
         allow_weight_updates: bool = False,
         weights: WeightUpdates | None = None,
+        executor: str | Executor = "inprocess",
         progress: bool = True,
     ) -> None:
         if not tasks:
@@ -170,6 +176,7 @@ class Evolver:
         self.progress = progress
         self.weights = (weights or WeightUpdates()) if allow_weight_updates else None
         self.adapters: AdapterRegistry | None = None
+        self.executor = make_executor(executor)
         blocker = weights_blocker(team)
         if allow_weight_updates and blocker is not None:
             raise ConfigError(f"allow_weight_updates: {blocker}")
@@ -178,6 +185,9 @@ class Evolver:
                 base_folder(team)  # one shared local base, or a clear error now rather than at the first plateau
             self.adapters = adapter_registry(engine, run, self.weights)
             attach_adapters(team, self.adapters)  # a resumed run, or a later one, serves its HEAD adapters
+        check = getattr(self.executor, "check", None)
+        if callable(check):
+            check(self.rollout(0))  # what cannot be sent to workers fails now, not at the first batch
 
     def run(self, rounds: int) -> list[RoundMetrics]:
         """Run (or resume) rounds 1..rounds and return every round's metrics."""
@@ -258,51 +268,12 @@ class Evolver:
         return self.escalate()
 
     def run_batch(self, tasks: Sequence[Task], round_: int) -> list[Episode]:
-        """One episode per task, the team acting on all of them together, turn by turn."""
-        envs = [self.env_factory() for _ in tasks]
-        obs = [env.reset(t) for env, t in zip(envs, tasks, strict=True)]
-        steps: list[list[Step]] = [[] for _ in tasks]
-        state: list[dict[str, Any]] = [
-            {"answer": "", "reward": 0.0, "feedback": "", "error": None, "info": {}} for _ in tasks
-        ]
-        active = list(range(len(tasks)))
-        for turn in range(self.max_turns):
-            acts = self.team.act([obs[i] for i in active], queries=[tasks[i].prompt for i in active], turn=turn)
-            still = []
-            for i, act in zip(active, acts, strict=True):
-                steps[i].extend(act.steps)
-                s = state[i]
-                s["answer"] = act.answer
-                if act.error is not None:
-                    s["error"], s["feedback"] = act.error, f"error: {act.error}"
-                    continue
-                try:
-                    o = envs[i].step(act.answer)
-                except EvolveError as e:
-                    s["error"], s["feedback"] = f"environment: {e}", f"error: {e}"
-                    continue
-                s["reward"], s["feedback"], s["info"] = float(o.reward), o.text, dict(o.info)
-                if not o.done:
-                    obs[i] = o.text
-                    still.append(i)
-            active = still
-            if not active:
-                break
-        return [
-            Episode(
-                id=f"{self.run_name}:{round_}:{t.id}",
-                task_id=t.id,
-                prompt=t.prompt,
-                steps=tuple(steps[i]),
-                answer=state[i]["answer"],
-                reward=state[i]["reward"],
-                feedback=state[i]["feedback"],
-                round=round_,
-                error=state[i]["error"],
-                info=state[i]["info"],
-            )
-            for i, t in enumerate(tasks)
-        ]
+        """One episode per task, run by the executor: here on the whole batch, or in chunks on workers."""
+        return self.executor.run(self.rollout(round_), tasks)
+
+    def rollout(self, round_: int) -> Rollout:
+        """What the executor runs for a batch of ``round_``: the current team and environment factory."""
+        return Rollout(self.team, self.env_factory, run=self.run_name, round=round_, max_turns=self.max_turns)
 
     def apply(self, episodes: Iterable[Episode]) -> None:
         """Reinforce the memories each episode recalled with its reward, then write what it taught:

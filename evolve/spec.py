@@ -5,6 +5,7 @@
 name = "facility-codes"
 rounds = 5
 database = "sqlite:///runs/evolve.db"   # any SQLAlchemy URL; default: $EVOLVE_HOME/evolve.db
+executor = "inprocess"                  # or "ray" (workers = 4, ray_address = "auto"): episodes on a cluster
 
 [model]
 chat = "local/smollm2"                  # or "openai/gpt-4o-mini" (base_url = "http://127.0.0.1:8000/v1")
@@ -60,6 +61,9 @@ class RunSection(_Strict):
     database: str | None = None
     batch_size: int = Field(16, ge=1)
     seed: int = 0
+    executor: Literal["inprocess", "ray"] = "inprocess"  # "ray": each batch in chunks on a Ray cluster
+    workers: int | None = Field(None, ge=1)  # ray: chunks per batch (default: one per CPU of the cluster)
+    ray_address: str | None = None  # ray: "auto", "ray://head:10001"; default $RAY_ADDRESS or a local cluster
 
 
 class ModelSection(_Strict):

@@ -1,0 +1,197 @@
+"""Where a batch's episodes run: the seam between the loop and its compute.
+
+The loop hands an executor a ``Rollout`` (the team, the environment factory, the round: a picklable
+function from tasks to episodes) and the batch's tasks; the executor returns one ``Episode`` per task,
+in task order. ``InProcess`` calls the rollout here, on the whole batch at once. ``RayExecutor``
+(``evolve.ray_executor``) splits the batch into one chunk per worker and runs the chunks as Ray tasks;
+the workers recall from the shared memory store, and learning (reinforce, write) stays in the loop's
+process either way, so checkpoints and resumption do not depend on where episodes ran.
+
+Example:
+    >>> from connectors import load_chat
+    >>> from evolve.agent import Agent, Team
+    >>> from evolve.evolver import task_envs
+    >>> tasks = [Task(id="t1", prompt="What is 2 + 2?", answer="4")]
+    >>> rollout = Rollout(Team([Agent("solver", load_chat("fake/scripted", replies=["4"]))]), task_envs(tasks))
+    >>> [e.reward for e in InProcess().run(rollout, tasks)]
+    [1.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from connectors import ConfigError, Environment, EvolveError
+from evolve.agent import Team, TeamAct
+from evolve.episode import Episode, Step
+from evolve.tasks import Task
+
+EXECUTORS = ("inprocess", "ray")
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs a rollout over tasks and returns one episode per task, in task order.
+
+    An executor that ships the rollout to other processes may also offer ``check(rollout)``, which the
+    ``Evolver`` calls once at construction so that what cannot be shipped fails at once.
+    """
+
+    def run(self, rollout: Rollout, tasks: Sequence[Task]) -> list[Episode]: ...
+
+
+@dataclass
+class _Attempt:
+    """One episode while it runs: its environment, the steps so far and what the last turn left."""
+
+    env: Environment
+    observation: str
+    steps: list[Step] = field(default_factory=list)
+    answer: str = ""
+    reward: float = 0.0
+    feedback: str = ""
+    error: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def take(self, act: TeamAct) -> bool:
+        """Record the team's act and step the environment; True when the episode goes on."""
+        self.steps.extend(act.steps)
+        self.answer = act.answer
+        if act.error is not None:
+            self.error, self.feedback = act.error, f"error: {act.error}"
+            return False
+        try:
+            o = self.env.step(act.answer)
+        except EvolveError as e:
+            self.error, self.feedback = f"environment: {e}", f"error: {e}"
+            return False
+        self.reward, self.feedback, self.info = float(o.reward), o.text, dict(o.info)
+        if o.done:
+            return False
+        self.observation = o.text
+        return True
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One episode per task, the team acting on all of them together, turn by turn.
+
+    A picklable function object (when its team and environment factory are): an executor calls it
+    in this process or ships it to workers. Episode ids are ``<run>:<round>:<task id>``.
+
+    Args:
+        team: the agents.
+        env_factory: builds one environment per episode.
+        run: the run's name (the first part of episode ids).
+        round: the round the episodes belong to.
+        max_turns: turns per episode for multi-step environments.
+
+    Example:
+        >>> from connectors import load_chat
+        >>> from evolve.agent import Agent
+        >>> from evolve.tasks import TaskEnv
+        >>> tasks = [Task(id="t1", prompt="2 + 2?", answer="4")]
+        >>> team = Team([Agent("a", load_chat("fake/scripted", replies=["4"]))])
+        >>> Rollout(team, lambda: TaskEnv(tasks), run="r", round=1)(tasks)[0].id
+        'r:1:t1'
+    """
+
+    team: Team
+    env_factory: Callable[[], Environment]
+    run: str = "default"
+    round: int = 0
+    max_turns: int = 1
+
+    def __call__(self, tasks: Sequence[Task]) -> list[Episode]:
+        attempts = []
+        for t in tasks:
+            env = self.env_factory()
+            attempts.append(_Attempt(env, env.reset(t)))
+        active = list(range(len(tasks)))
+        for turn in range(self.max_turns):
+            if not active:
+                break
+            acts = self.team.act(
+                [attempts[i].observation for i in active], queries=[tasks[i].prompt for i in active], turn=turn
+            )
+            active = [i for i, act in zip(active, acts, strict=True) if attempts[i].take(act)]
+        return [self._episode(t, a) for t, a in zip(tasks, attempts, strict=True)]
+
+    def _episode(self, task: Task, a: _Attempt) -> Episode:
+        return Episode(
+            id=f"{self.run}:{self.round}:{task.id}",
+            task_id=task.id,
+            prompt=task.prompt,
+            steps=tuple(a.steps),
+            answer=a.answer,
+            reward=a.reward,
+            feedback=a.feedback,
+            round=self.round,
+            error=a.error,
+            info=a.info,
+        )
+
+
+class InProcess:
+    """Runs the rollout here, on the whole batch at once (local models batch it, API models thread it).
+
+    Example:
+        >>> from connectors import load_chat
+        >>> from evolve.agent import Agent
+        >>> from evolve.tasks import TaskEnv
+        >>> tasks = [Task(id="t1", prompt="2 + 2?", answer="4")]
+        >>> rollout = Rollout(Team([Agent("a", load_chat("fake/scripted", replies=["5"]))]), lambda: TaskEnv(tasks))
+        >>> InProcess().run(rollout, tasks)[0].success
+        False
+    """
+
+    def run(self, rollout: Rollout, tasks: Sequence[Task]) -> list[Episode]:
+        return rollout(list(tasks))
+
+    def __repr__(self) -> str:
+        return "InProcess()"
+
+
+def make_executor(executor: str | Executor = "inprocess", **options: Any) -> Executor:
+    """An executor by name (``"inprocess"``, ``"ray"``; ``options`` go to ``RayExecutor``), or the
+    given object when it has ``run(rollout, tasks)``."""
+    if isinstance(executor, str):
+        if executor == "inprocess":
+            if options:
+                raise ConfigError(f"the inprocess executor takes no options, got {sorted(options)}")
+            return InProcess()
+        if executor == "ray":
+            from evolve.ray_executor import RayExecutor
+
+            return RayExecutor(**options)
+        raise ConfigError(f"unknown executor {executor!r}; expected one of {list(EXECUTORS)} or an Executor object")
+    if not isinstance(executor, Executor):
+        raise ConfigError(
+            f"executor must be one of {list(EXECUTORS)} or an object with run(rollout, tasks), got {executor!r}"
+        )
+    if options:
+        raise ConfigError(f"executor options {sorted(options)} apply only to an executor given by name")
+    return executor
+
+
+def split(tasks: Sequence[Task], parts: int) -> list[list[Task]]:
+    """``tasks`` in at most ``parts`` contiguous chunks whose sizes differ by at most one, in order.
+
+    Example:
+        >>> [len(c) for c in split([Task(id=str(i), prompt="p", answer="a") for i in range(5)], 2)]
+        [3, 2]
+    """
+    if parts < 1:
+        raise ConfigError(f"split needs parts >= 1, got {parts}")
+    size, extra = divmod(len(tasks), parts)
+    out, start = [], 0
+    for i in range(min(parts, len(tasks))):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(tasks[start:end]))
+        start = end
+    return out
+
+
+__all__ = ["EXECUTORS", "Executor", "InProcess", "Rollout", "make_executor", "split"]
