@@ -50,6 +50,7 @@ PROVIDERS: dict[str, str] = {
     "local": "connectors.local_chat:LocalChat",
     "vllm": "connectors.vllm_chat:VLLMChat",
     "fake": "connectors.fakes:fake_chat",
+    "langchain": "connectors.langchain_chat:LangChainChat",  # load_chat("langchain/<label>", model=<chat model>)
 }
 
 
