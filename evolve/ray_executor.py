@@ -218,7 +218,8 @@ class RayExecutor:
         self._started = False
 
     def check(self, rollout: Rollout) -> None:
-        """Raise the ``ConfigError`` a batch would raise when the rollout cannot be sent to workers."""
+        """Raise the ``ConfigError`` a batch would raise: Ray missing, or a rollout that cannot be sent."""
+        _ray()
         pack(rollout)
 
     def run(self, rollout: Rollout, tasks: Sequence[Task]) -> list[Episode]:

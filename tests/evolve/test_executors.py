@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +40,12 @@ def test_executors_are_chosen_by_name_or_given() -> None:
         make_executor("inprocess", workers=2)
     with pytest.raises(ConfigError, match="workers must be an int >= 1"):
         make_executor("ray", workers=0)
+
+
+def test_executor_ray_without_ray_installed_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails as if it were not installed
+    with pytest.raises(ConfigError, match=r"needs Ray.*pip install 'evolve\[distributed\]'"):
+        make_evolver(f"sqlite:///{tmp_path / 'm.db'}", "ray")
 
 
 class Chunked:

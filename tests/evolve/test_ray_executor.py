@@ -39,13 +39,11 @@ TASKS = [
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
-    """A local cluster of 2 CPUs whose workers can import the test helpers; shut down after the tests."""
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-    )
+    """A local cluster of 2 CPUs (no dashboard) whose workers can import the test helpers; shut down
+    after the tests. The workers inherit PYTHONPATH from this process (a runtime_env would restart them)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
