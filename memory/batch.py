@@ -266,10 +266,16 @@ def insert_items(
 
 
 def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation: int) -> None:
-    """Delete items and leave tombstones, so other processes drop them from their mirrors."""
-    dead = [int(s) for s in seqs]
-    for part in range(0, len(dead), 5000):
-        conn.execute(delete(memory_items).where(memory_items.c.seq.in_(dead[part : part + 5000])))
+    """Delete items and leave tombstones, so other processes drop them from their mirrors.
+
+    Only rows this statement deleted get a tombstone: on PostgreSQL a concurrent writer that deleted
+    one first (its DELETE waited for ours, or ours for its) must not make the tombstone insert fail.
+    """
+    wanted = [int(s) for s in seqs]
+    dead: list[int] = []
+    for part in range(0, len(wanted), 5000):
+        stmt = delete(memory_items).where(memory_items.c.seq.in_(wanted[part : part + 5000]))
+        dead.extend(int(r[0]) for r in conn.execute(stmt.returning(memory_items.c.seq)))
     if dead:
         conn.execute(insert(tombstones), [{"seq": s, "namespace": namespace, "gen": generation} for s in dead])
 

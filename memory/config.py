@@ -21,9 +21,11 @@ from typing import Literal
 from connectors.errors import ConfigError
 
 CreditMode = Literal["uniform", "score"]
-IndexKind = Literal["flat", "hnsw", "ivf"]
+IndexKind = Literal["auto", "flat", "hnsw", "ivf", "pgvector"]
 CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
-INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")
+INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")  # the in-process (FAISS / NumPy) kinds
+SERVER_INDEX_KINDS: tuple[str, ...] = ("pgvector",)  # kinds the database itself serves
+INDEX_CHOICES: tuple[str, ...] = ("auto", *INDEX_KINDS, *SERVER_INDEX_KINDS)
 
 
 def _check_int(owner: str, name: str, value: object, low: int) -> None:
@@ -95,8 +97,10 @@ class MemoryConfig:
         credit: how one reward is shared by the items of a recall: ``"uniform"`` (the paper) or
             ``"score"`` (weights from the selection scores, mean 1).
         index: ``"flat"`` (exact inner product), ``"hnsw"`` or ``"ivf"`` (approximate, need faiss;
-            ``"ivf"`` stays exact below 20,000 items). Approximate kinds also group intents through
-            the index instead of comparing each new intent with every key.
+            ``"ivf"`` stays exact below 20,000 items), ``"pgvector"`` (PostgreSQL answers phase A
+            through an HNSW index on the intents' ``vector`` column; no index in the process) or
+            ``"auto"``: ``"pgvector"`` on PostgreSQL, ``"flat"`` elsewhere. Approximate kinds also
+            group intents through the index instead of comparing each new intent with every key.
         capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.
 
     Example:
@@ -109,7 +113,7 @@ class MemoryConfig:
     q_init: float = 0.0
     group_threshold: float = 0.9
     credit: CreditMode = "uniform"
-    index: IndexKind = "flat"
+    index: IndexKind = "auto"
     capacity: int | None = None
 
     def __post_init__(self) -> None:
@@ -123,8 +127,8 @@ class MemoryConfig:
             raise ConfigError(f"{owner}.group_threshold must be a number in (0, 1], got {self.group_threshold!r}")
         if self.credit not in CREDIT_MODES:
             raise ConfigError(f"{owner}.credit must be one of {CREDIT_MODES}, got {self.credit!r}")
-        if self.index not in INDEX_KINDS:
-            raise ConfigError(f"{owner}.index must be one of {INDEX_KINDS}, got {self.index!r}")
+        if self.index not in INDEX_CHOICES:
+            raise ConfigError(f"{owner}.index must be one of {INDEX_CHOICES}, got {self.index!r}")
         if self.capacity is not None:
             _check_int(owner, "capacity", self.capacity, 1)
 

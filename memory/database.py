@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from connectors.db import make_engine, sqlite_path
+from connectors.errors import ConfigError
+from memory.config import SERVER_INDEX_KINDS, IndexKind
+from memory.sync import MirrorSet
 
 SQLITE_CACHE_KIB = 65536
 
@@ -67,6 +71,31 @@ def engine_for(url: str) -> Engine:
         # One shared connection, or every thread would see its own empty in-memory database.
         return make_engine(url, poolclass=StaticPool)
     return make_engine(url)
+
+
+def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
+    """The index kind a store on ``db`` uses: ``"auto"`` is ``"pgvector"`` on PostgreSQL (the database
+    answers phase A, no process builds an index) and ``"flat"`` elsewhere."""
+    postgres = db.engine.dialect.name == "postgresql"
+    if kind == "auto":
+        return "pgvector" if postgres else "flat"
+    if kind in SERVER_INDEX_KINDS and not postgres:
+        raise ConfigError(
+            f"MemoryConfig.index={kind!r} needs a PostgreSQL database with pgvector (postgresql+psycopg://…), "
+            f"got {db.url!r}; use 'auto', 'flat', 'hnsw' or 'ivf' here"
+        )
+    return kind
+
+
+def mirror_set(db: Database, *, dim: int, kind: str, index_path: str | Path | None) -> MirrorSet:
+    """The store's mirrors: with an in-process index (saved beside a SQLite file), or with one the
+    database serves (``"pgvector"``)."""
+    served = None
+    if kind == "pgvector":
+        from memory.pgvector import PgVectorIndex
+
+        served = partial(PgVectorIndex, db.transaction, dim=dim)
+    return MirrorSet(dim=dim, kind=kind, index_dir=index_dir(db.url, index_path), served_index=served)
 
 
 def index_dir(url: str, index_path: str | Path | None) -> Path | None:

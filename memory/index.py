@@ -23,7 +23,7 @@ import logging
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -63,6 +63,21 @@ def require_faiss(what: str) -> ModuleType:
     if faiss is None:
         raise ConfigError(f"{what} needs faiss: install the 'local' extra (pip install 'evolve[local]')")
     return faiss
+
+
+class SearchIndex(Protocol):
+    """What a namespace mirror needs from its index: ``VectorIndex`` in the process, or an index the
+    database serves (``memory.pgvector.PgVectorIndex``), which holds nothing and ignores add/remove."""
+
+    kind: str
+
+    def add(self, ids: np.ndarray, vecs: np.ndarray, *, expect: int = 0) -> None: ...
+
+    def remove(self, ids: np.ndarray) -> None: ...
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def save(self, path: Path, generation: int) -> bool: ...
 
 
 class _Matrix:

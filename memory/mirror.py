@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory.index import VectorIndex
+from memory.index import SearchIndex
 from memory.scoring import phase_a
 
 # float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
@@ -69,10 +69,10 @@ class Rows:
 class NamespaceMirror:
     """Arrays for one namespace plus its vector index (ids = the items' ``seq``)."""
 
-    def __init__(self, namespace: str, dim: int, index: VectorIndex) -> None:
+    def __init__(self, namespace: str, dim: int, index: SearchIndex) -> None:
         self.namespace = namespace
         self.dim = dim
-        self.index = index
+        self.index: SearchIndex = index
         self._seqs = Column(np.int64)
         self._ids = Column(object)
         self._q = Column(np.float64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import (
@@ -29,18 +30,37 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     insert,
     inspect,
     select,
     text,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.types import TypeEngine
 
 from connectors.errors import StoreError
 
 log = logging.getLogger(__name__)
 metadata = MetaData()
+
+
+class Embedding(TypeDecorator[bytes]):
+    """An intent key's vector as little-endian float32 bytes: a BLOB on SQLite, a pgvector ``vector``
+    on PostgreSQL (``memory.pgvector``, where the column also gets its dimension and an HNSW index)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from memory.pgvector import VectorBytes
+
+            return dialect.type_descriptor(VectorBytes())
+        return dialect.type_descriptor(LargeBinary())
+
 
 memory_items = Table(
     "memory_items",
@@ -70,7 +90,7 @@ intents = Table(
     Column("seq", BigInteger, nullable=False, unique=True),
     Column("namespace", String(200), nullable=False, index=True),
     Column("text", Text, nullable=False),
-    Column("embedding", LargeBinary, nullable=False),
+    Column("embedding", Embedding, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("gen", BigInteger, nullable=False, index=True),
 )
@@ -146,17 +166,28 @@ class StoreState:
     dim: int | None
 
 
-def create_schema(engine: Engine) -> None:
-    """Create the tables and the state row if they are missing (safe when several processes race)."""
+def create_schema(engine: Engine, *, dim: int | None = None, vector_index: bool = False) -> None:
+    """Create the tables and the state row if they are missing (safe when several processes race).
+
+    On PostgreSQL the pgvector extension is created first, the vector column gets dimension ``dim``
+    and, with ``vector_index``, its HNSW index (``memory.pgvector``).
+    """
+    postgres = engine.dialect.name == "postgresql"
     for attempt in range(3):
         try:
             with engine.begin() as conn:
+                if postgres:
+                    from memory import pgvector
+
+                    pgvector.before_tables(conn)
                 metadata.create_all(conn, checkfirst=True)
                 if conn.execute(select(state.c.id)).first() is None:
                     conn.execute(insert(state).values(id=1, generation=0, next_seq=1))
                 upgrade(conn)
+                if postgres:
+                    pgvector.after_tables(conn, dim, hnsw=vector_index)
             return
-        except (OperationalError, IntegrityError) as e:  # another process created them first
+        except (OperationalError, IntegrityError, ProgrammingError) as e:  # another process created them first
             if attempt == 2:
                 raise StoreError(f"cannot create the memory tables in {engine.url!r}: {e}") from e
 

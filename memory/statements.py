@@ -83,10 +83,16 @@ def execute_many(conn: Connection, stmt: Executable, rows: Sequence[Mapping[str,
         cursor.close()
 
 
-def read_generation(conn: Connection) -> int:
-    """The store's generation counter: one tiny statement, no parameters, any dialect."""
+def read_generation(conn: Connection, *, lock: bool = False) -> int:
+    """The store's generation counter: one tiny statement, no parameters, any dialect.
+
+    ``lock`` takes the state row's lock for the rest of the transaction where the database has row
+    locks (PostgreSQL: ``FOR UPDATE``): every write bumps that row, so writers then queue here, at
+    the start, instead of meeting halfway (SQLite locks the whole file at ``BEGIN IMMEDIATE``).
+    """
     if not _fast(conn):
-        return int(conn.exec_driver_sql(GENERATION_SQL).scalar_one())
+        sql = GENERATION_SQL + " FOR UPDATE" if lock and conn.dialect.name == "postgresql" else GENERATION_SQL
+        return int(conn.exec_driver_sql(sql).scalar_one())
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         return int(cursor.execute(GENERATION_SQL).fetchone()[0])

@@ -36,13 +36,12 @@ from connectors.errors import ConfigError, StoreError
 from memory import portable, report
 from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id, remove_items
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.database import Database, index_dir
+from memory.database import Database, mirror_set, resolve_index
 from memory.learning import apply_updates, check_entries, plan_updates
 from memory.mirror import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Plan, plan_recall, search_width, to_recall
 from memory.schema import create_schema
-from memory.sync import MirrorSet
 from memory.writer import WriteEntry, check_write_entries, compose_experience, entry_meta
 
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
@@ -60,7 +59,8 @@ class MemoryStore:
             built with (opening it with another one is refused).
         config: retrieval defaults, the learning rule, grouping, index kind and capacity.
         index_path: the folder for saved vector indexes; default ``<db file>.faiss`` beside a SQLite
-            file, none for in-memory or server databases (the index is rebuilt from SQL on open).
+            file, none for in-memory or server databases (the index is rebuilt from SQL on open; on
+            PostgreSQL the default ``index="pgvector"`` builds none).
         seed: seeds the ε-exploration draws, for reproducible runs.
 
     Example:
@@ -85,12 +85,11 @@ class MemoryStore:
         self.config = config if config is not None else MemoryConfig()
         if not isinstance(self.config, MemoryConfig):
             raise ConfigError(f"MemoryStore config must be a MemoryConfig, got {type(self.config).__name__}")
-        self.url = url or default_url()
-        self.embedder = embedder
-        self.dim = int(embedder.dim)
+        self.url, self.embedder, self.dim = url or default_url(), embedder, int(embedder.dim)
         self._db = Database(self.url)
         try:
-            create_schema(self._db.engine)
+            self.config = replace(self.config, index=resolve_index(self.config.index, self._db))
+            create_schema(self._db.engine, dim=self.dim, vector_index=self.config.index == "pgvector")
             with self._db.transaction() as conn:
                 portable.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
             self._db.keep_connection()  # every use is under the store's lock
@@ -99,7 +98,7 @@ class MemoryStore:
             raise
         self._lock = threading.RLock()
         self._rng = np.random.default_rng(seed)
-        self._mirrors = MirrorSet(dim=self.dim, kind=self.config.index, index_dir=index_dir(self.url, index_path))
+        self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
         self._texts = ItemCache()
         self._closed = False
 
@@ -244,7 +243,7 @@ class MemoryStore:
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:
-                self._mirrors.sync(conn)
+                self._mirrors.sync(conn, lock=True)
                 done = []
                 for ns, batch in batches.items():
                     if skip_existing:
@@ -403,7 +402,7 @@ class MemoryStore:
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:
-                self._mirrors.sync(conn)
+                self._mirrors.sync(conn, lock=True)
                 plan = plan_updates(conn, entries, alpha=self.config.alpha, credit=self.config.credit)
                 generation, after, updated = apply_updates(conn, plan)
             if generation is not None:
@@ -465,8 +464,9 @@ class MemoryStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def index_status(self, namespace: str = "default") -> str:
-        """How the namespace's vector index was obtained: ``loaded`` (saved file, current),
-        ``caught_up`` (saved file, updated from SQL), ``rebuilt`` (file unusable) or ``built`` (no file)."""
+        """How the namespace's vector index was obtained: ``loaded`` (saved file, current), ``caught_up``
+        (saved file, updated from SQL), ``rebuilt`` (file unusable), ``built`` (no file) or ``database``
+        (the database serves it: ``index="pgvector"``)."""
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, select
 
-from memory.index import VectorIndex
+from memory.index import SearchIndex, VectorIndex
 from memory.mirror import NamespaceMirror, Rows
 from memory.schema import from_blobs, intents, memory_items, tombstones
 from memory.statements import read_generation
@@ -53,22 +53,37 @@ def chunks(values: Sequence[Any], size: int = IN_CHUNK) -> list[Sequence[Any]]:
 class MirrorSet:
     """The mirrors of the namespaces this process has used, and the generation they reflect.
 
-    Every method runs inside the caller's transaction (and under the store's lock).
+    Every method runs inside the caller's transaction (and under the store's lock). ``served_index``
+    makes each namespace's index one that the database serves (``memory.pgvector``): nothing is
+    built, loaded or saved in the process.
     """
 
-    def __init__(self, *, dim: int, kind: str, index_dir: Path | None) -> None:
+    def __init__(
+        self,
+        *,
+        dim: int,
+        kind: str,
+        index_dir: Path | None,
+        served_index: Callable[[str], SearchIndex] | None = None,
+    ) -> None:
         self.dim = dim
         self.kind = kind
-        self.index_dir = index_dir
+        self.index_dir = index_dir if served_index is None else None
+        self._served_index = served_index
         self.generation = -1  # unknown until the first sync
         self.index_state: dict[str, str] = {}
         self._mirrors: dict[str, NamespaceMirror] = {}
         self._dirty: set[str] = set()
 
-    def sync(self, conn: Connection) -> int:
+    def sync(self, conn: Connection, *, lock: bool = False) -> int:
         """Catch every loaded mirror up with the database (a no-op when nobody else wrote); returns the
-        generation the mirrors now reflect."""
-        generation = read_generation(conn)
+        generation the mirrors now reflect.
+
+        ``lock`` starts a write transaction: on PostgreSQL it locks the state row first (SQLite's
+        ``BEGIN IMMEDIATE`` already did), so writers follow each other like on SQLite and this one
+        catches up with everything committed before it.
+        """
+        generation = read_generation(conn, lock=lock)
         if self.generation >= 0 and generation != self.generation and self._mirrors:
             self._catch_up(conn, self.generation)
         self.generation = generation
@@ -120,7 +135,7 @@ class MirrorSet:
 
     # -- loading -------------------------------------------------------------------------------
     def _load(self, conn: Connection, namespace: str) -> NamespaceMirror:
-        mirror = NamespaceMirror(namespace, self.dim, VectorIndex(self.dim, kind=self.kind))
+        mirror = NamespaceMirror(namespace, self.dim, self._new_index(namespace))
         keys = conn.execute(
             select(intents.c.id, intents.c.seq, intents.c.embedding)
             .where(intents.c.namespace == namespace)
@@ -162,8 +177,16 @@ class MirrorSet:
             emb=mirror.keys[codes] if vectors else np.zeros((0, self.dim), np.float32),
         )
 
+    def _new_index(self, namespace: str) -> SearchIndex:
+        if self._served_index is not None:
+            return self._served_index(namespace)
+        return VectorIndex(self.dim, kind=self.kind)
+
     def _attach_index(self, mirror: NamespaceMirror) -> None:
         ns = mirror.namespace
+        if self._served_index is not None:  # the database holds the index: nothing to build here
+            self.index_state[ns] = "database"
+            return
         path = index_file(self.index_dir, ns) if self.index_dir is not None else None
         loaded = VectorIndex.load(path, dim=self.dim, kind=self.kind) if path is not None else None
         state = "built" if path is None or not path.exists() else "rebuilt"

@@ -15,7 +15,7 @@ def test_defaults_are_the_papers() -> None:
     cfg = MemoryConfig()
     r = cfg.retrieval
     assert (cfg.alpha, cfg.q_init, r.lam, r.k1, r.k2, r.epsilon, r.z_clip) == (0.3, 0.0, 0.5, 10, 5, 0.0, 3.0)
-    assert (cfg.group_threshold, cfg.credit, cfg.index, cfg.capacity) == (0.9, "uniform", "flat", None)
+    assert (cfg.group_threshold, cfg.credit, cfg.index, cfg.capacity) == (0.9, "uniform", "auto", None)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_retrieval_config_errors_name_field_range_and_value(kwargs: dict[str, ob
         ({"q_init": float("inf")}, r"MemoryConfig.q_init must be a finite number"),
         ({"group_threshold": 0.0}, r"group_threshold must be a number in \(0, 1\], got 0.0"),
         ({"credit": "shapley"}, r"credit must be one of \('uniform', 'score'\), got 'shapley'"),
-        ({"index": "annoy"}, r"index must be one of \('flat', 'hnsw', 'ivf'\), got 'annoy'"),
+        ({"index": "annoy"}, r"index must be one of \('auto', 'flat', 'hnsw', 'ivf', 'pgvector'\), got 'annoy'"),
         ({"capacity": 0}, r"capacity must be an integer >= 1, got 0"),
         ({"retrieval": {"k1": 3}}, r"retrieval must be a RetrievalConfig, got dict"),
     ],

@@ -14,6 +14,7 @@ import memory.statements
 from memory.schema import memory_items, metadata, recalls
 from memory.statements import execute_many, read_generation
 from memory.store import MemoryStore
+from tests.memory.conftest import sqlite_only
 
 Open = Callable[..., MemoryStore]
 
@@ -23,12 +24,14 @@ def columns(db: Path, table: str) -> set[str]:
         return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
+@sqlite_only
 def test_items_hold_no_vector_of_their_own(store: MemoryStore, tmp_path: Path) -> None:
     store.add("sort a list", "use sorted()")
     assert "embedding" not in columns(tmp_path / "memory.db", "memory_items")
     assert "embedding" in columns(tmp_path / "memory.db", "memory_intents")
 
 
+@sqlite_only
 def test_a_store_with_per_item_vectors_is_upgraded_on_open(open_store: Open, tmp_path: Path) -> None:
     first = open_store()
     ids = first.add_many([("sort a list", "use sorted()"), ("parse a date", "use fromisoformat")])
