@@ -23,6 +23,7 @@ from connectors import ChatClient, load_chat  # noqa: E402
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited  # noqa: E402
 from connectors.langchain_chat import LangChainChat, from_langchain, translate_error  # noqa: E402
 from connectors.types import Message, Usage  # noqa: E402
+from tests.extras import import_without  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body  # noqa: E402
 
 
@@ -80,7 +81,9 @@ def test_a_message_with_no_usage_counts_zero_tokens() -> None:
 
 
 def test_chat_openai_through_the_provider_with_a_real_429_and_retry_after(openai_server: FakeOpenAIServer) -> None:
-    from langchain_openai import ChatOpenAI
+    ChatOpenAI = pytest.importorskip(
+        "langchain_openai", reason="langchain-openai (dev extra) is not installed"
+    ).ChatOpenAI
 
     openai_server.script(
         Reply(429, error_body("slow down", "rate_limit_error"), headers={"Retry-After": "7"}),
@@ -181,3 +184,9 @@ def test_langchain_input_maps_to_our_messages() -> None:
         from_langchain([ToolMessage(content="42", tool_call_id="c1")])
     with pytest.raises(ConfigError, match="empty"):
         from_langchain([])
+
+
+def test_without_the_extra_the_provider_names_it() -> None:
+    out = import_without("langchain_core", "connectors.langchain_chat")
+    assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
+    assert import_without("langchain_core", "connectors") == "imported"

@@ -19,6 +19,7 @@ from connectors.chat import ChatClient  # noqa: E402
 from evolve.langchain import EvolveRunnable  # noqa: E402
 from evolve.serving import Deployment, UnknownResponse  # noqa: E402
 from evolve.spec import RunSpec  # noqa: E402
+from tests.extras import import_without  # noqa: E402
 
 QUESTION = "What is the door code of the Harbor warehouse?"
 
@@ -140,3 +141,9 @@ def test_bad_input_is_a_config_error(deployment: Deployment) -> None:
         EvolveRunnable(load_chat("fake/scripted", replies=["x"]))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="tenant"):
         EvolveRunnable(deployment, tenant="")
+
+
+def test_without_the_extra_the_runnable_names_it() -> None:
+    out = import_without("langchain_core", "evolve.langchain")
+    assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
+    assert import_without("langchain_core", "evolve") == "imported"

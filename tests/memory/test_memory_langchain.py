@@ -20,6 +20,7 @@ from connectors.errors import ConfigError  # noqa: E402
 from memory.config import RetrievalConfig  # noqa: E402
 from memory.langchain import MemoryRetriever, recall_config  # noqa: E402
 from memory.store import MemoryStore  # noqa: E402
+from tests.extras import import_without  # noqa: E402
 
 QUERY = "how do I sort a list of numbers"
 SORTING = [
@@ -144,3 +145,11 @@ def test_an_empty_namespace_returns_no_documents(store: MemoryStore) -> None:
 def test_bad_arguments_are_config_errors(store: MemoryStore, make: Callable[[MemoryStore], Any]) -> None:
     with pytest.raises(ConfigError):
         make(store)
+
+
+def test_without_the_extra_importing_names_it_and_import_memory_does_not_need_it() -> None:
+    for module in ("memory.langchain", "memory.langchain_tracker"):
+        out = import_without("langchain_core", module)
+        assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
+    assert import_without("langgraph", "memory.langgraph_store").startswith("ConfigError")
+    assert import_without("langchain_core", "memory") == "imported"
