@@ -31,10 +31,16 @@ from evolve.ray_executor import RayExecutor, pack, unpack  # noqa: E402
 
 NAMES = ["amber", "birch", "cedar", "delta", "ember", "flint"]
 TASKS = [
-    Task(id=f"t{i}", prompt=f"Which code opens the {name} gate?", answer=str(1000 + i), feedback=feedback)
+    Task(
+        id=f"t{i}",
+        prompt=f"Which code opens the {name} gate?",
+        answer=str(1000 + i),
+        feedback="none" if i >= 4 else "reveal",
+    )
     for i, name in enumerate(NAMES)
-    for feedback in ["none" if name in ("ember", "flint") else "reveal"]  # two never learnable: Q goes negative
 ]
+"""Four tasks whose feedback reveals the code (memory solves them from round 2) and two that never do
+(their memories' Q goes negative)."""
 
 
 @pytest.fixture(scope="session")
@@ -48,13 +54,13 @@ def ray_cluster() -> Iterator[None]:
     ray.shutdown()
 
 
-def make_evolver(url: str, *, executor: Any = "inprocess", reply: Any = copying_reply, run: str = "r") -> Evolver:
+def make_evolver(url: str, *, executor: Any = "inprocess", reply: Any = copying_reply) -> Evolver:
     """Two agents in a chain, each recalling from its own namespace of one store."""
     store = MemoryStore(url, embedder=HashEmbedder())
     view = functools.partial(MemoryView, store, config=RetrievalConfig(k1=10, k2=1, delta=0.95))
     chat = load_chat("fake/scripted", replies=reply)
     team = Team([Agent("planner", chat, memory=view(namespace="r/planner")), Agent("solver", chat, memory=view())])
-    return Evolver(team, TASKS, memory=store, run=run, batch_size=4, executor=executor, progress=False)
+    return Evolver(team, TASKS, memory=store, run="r", batch_size=4, executor=executor, progress=False)
 
 
 def memory_state(ev: Evolver) -> list[tuple[Any, ...]]:
