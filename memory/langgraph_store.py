@@ -173,7 +173,7 @@ class MemoryStoreAdapter(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results.append(self._list_namespaces(op))
             elif isinstance(op, PutOp):
-                to_namespace(op.namespace)  # a bad namespace fails before anything is written
+                _check_put(op)  # every put is checked before any is written
                 puts[(tuple(op.namespace), op.key)] = op
                 results.append(None)
             else:
@@ -192,8 +192,6 @@ class MemoryStoreAdapter(BaseStore):
         return found[-1].item if found else None
 
     def _put(self, op: PutOp) -> None:
-        if op.ttl is not None:
-            raise ConfigError(f"MemoryStoreAdapter does not support TTLs (got ttl={op.ttl!r}); memories stay")
         namespace = to_namespace(op.namespace)
         versions = self._versions(namespace, op.key)
         old = [v.memory.id for v in versions]
@@ -215,7 +213,8 @@ class MemoryStoreAdapter(BaseStore):
     def _search(self, op: SearchOp) -> list[SearchItem]:
         if op.limit <= 0:
             return []
-        namespaces = [ns for ns in self._namespaces() if ns[1][: len(op.namespace_prefix)] == op.namespace_prefix]
+        prefix = tuple(op.namespace_prefix)
+        namespaces = [ns for ns in self._namespaces() if ns[1][: len(prefix)] == prefix]
         if not op.query or not op.query.strip():
             listed = [s for ns, _ in namespaces for s in _newest(self._stored(self.store.items(ns)))]
             kept = [s for s in listed if matches_filter(s.item.value, op.filter)]
@@ -295,6 +294,14 @@ class MemoryStoreAdapter(BaseStore):
         texts = [t for path in paths or () for t in get_text_at_path(value, path) if t.strip()]
         text = "\n".join(texts) if texts else value_text(value)
         return text, text
+
+
+def _check_put(op: PutOp) -> None:
+    to_namespace(op.namespace)
+    if op.ttl is not None:
+        raise ConfigError(f"MemoryStoreAdapter does not support TTLs (got ttl={op.ttl!r}); memories stay until removed")
+    if op.value is not None:
+        check_value(op.value)
 
 
 def _same(memory: MemoryItem, value: dict[str, Any], intent: str, experience: str) -> bool:

@@ -188,6 +188,7 @@ def test_namespaces_langgraph_refuses_are_refused(lg: MemoryStoreAdapter, call: 
         [PutOp(("x" * 201,), "k", {"text": "x"})],  # longer than a store namespace may be
         [PutOp(("a",), "k", {"text": {1, 2}})],  # not JSON
         [PutOp(("a",), "k", {"text": "x"}, ttl=5.0)],
+        [PutOp(("a",), "fine", {"text": "x"}), PutOp(("a",), "k", {"text": "x"}, ttl=5.0)],  # nothing half-done
     ],
 )
 def test_bad_operations_are_config_errors_and_write_nothing(lg: MemoryStoreAdapter, ops: list[Any]) -> None:
