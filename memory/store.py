@@ -285,7 +285,7 @@ class MemoryStore:
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:
-                self._mirrors.sync(conn)
+                self._mirrors.sync(conn, lock=True)
                 generation, removed = remove_items(conn, ids)
             if generation is not None and self._mirrors.advance(generation):
                 for ns, seqs in removed.items():
