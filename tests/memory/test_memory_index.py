@@ -11,6 +11,7 @@ import pytest
 
 import memory.index
 from connectors.embedders import HashEmbedder
+from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.index import VectorIndex
 from memory.store import MemoryStore
@@ -72,6 +73,11 @@ def test_store_without_faiss_returns_the_same_recalls(
 def test_hnsw_needs_faiss(numpy_only: None, embedder: HashEmbedder) -> None:
     with pytest.raises(Exception, match="local"):
         MemoryStore("sqlite://", embedder=embedder, config=MemoryConfig(index="hnsw")).retrieve("x")
+
+
+def test_pgvector_index_needs_postgres(embedder: HashEmbedder) -> None:
+    with pytest.raises(ConfigError, match=r"index='pgvector' needs a PostgreSQL database"):
+        MemoryStore("sqlite://", embedder=embedder, config=MemoryConfig(index="pgvector"))
 
 
 def test_a_big_tied_group_yields_its_oldest_members(open_store: Open) -> None:
