@@ -1,12 +1,20 @@
 """Leases: a row in the database that one holder at a time may own, for a while.
 
 A lease stops two processes doing the same work at once (two ``evolve job`` runs evolving one agent).
-Taking one is atomic on SQLite (every transaction begins IMMEDIATE, see ``connectors.db``) and on
-PostgreSQL alike: insert the row (a unique-key violation means someone has it), else take it with a
-conditional ``UPDATE … WHERE name = :n AND (expires_at < :now OR holder = :me)`` and check the row
-count. A holder that dies stops renewing, its lease expires after ``ttl`` seconds, and the next
-``acquire`` takes it over. Clocks are the hosts' wall clocks: hosts sharing a server database should
-keep them in sync (NTP) to well under ``ttl``.
+
+SQLite: taking one is atomic because every transaction begins IMMEDIATE (see ``connectors.db``):
+insert the row (a unique-key violation means someone has it), else take it with a conditional
+``UPDATE … WHERE name = :n AND (expires_at < :now OR holder = :me)`` and check the row count. A
+holder that dies stops renewing, its lease expires after ``ttl`` seconds, and the next ``acquire``
+takes it over.
+
+PostgreSQL: the lease is a session-level advisory lock (``connectors.pglock``) held on a connection
+of the lease's own, so a holder that dies frees it at once — its connection closes — with no ``ttl``
+wait; the row is still written and renewed, as the ledger of who holds it. A holder that hangs with
+its connection open keeps the lease (its heartbeat stops, and ``state()`` shows it going stale).
+
+Clocks are the hosts' wall clocks: hosts sharing a server database should keep them in sync (NTP) to
+well under ``ttl``.
 
 Example:
     >>> from connectors import make_engine
@@ -34,6 +42,7 @@ from sqlalchemy import Column, Engine, Float, MetaData, String, Table, delete, i
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from connectors import ConfigError, StoreError
+from connectors.pglock import AdvisoryLock, is_postgres
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +133,17 @@ class Lease:
         self.holder = holder
         self.ttl = float(ttl)
         self.clock = clock
+        self._lock = AdvisoryLock(engine, f"lease:{name}") if is_postgres(engine) else None
         create_tables(engine, metadata)
 
     def acquire(self) -> bool:
-        """Take the lease if it is free, expired or already ours; False when someone else holds it."""
+        """Take the lease if it is free, expired or already ours; False when someone else holds it.
+
+        On PostgreSQL "free" means no live connection holds its advisory lock; a row left by a dead
+        holder is taken over whatever its expiry says.
+        """
+        if self._lock is not None:
+            return self._acquire_advisory(self._lock)
         for _ in range(2):  # a second try covers a lease released between our insert and our update
             now = self.clock()
             row = {"holder": self.holder, "acquired_at": now, "renewed_at": now, "expires_at": now + self.ttl}
@@ -146,8 +162,21 @@ class Lease:
                 return False
         return False
 
+    def _acquire_advisory(self, lock: AdvisoryLock) -> bool:
+        if not lock.try_acquire():
+            return False
+        now = self.clock()
+        row = {"holder": self.holder, "acquired_at": now, "renewed_at": now, "expires_at": now + self.ttl}
+        with self.engine.begin() as conn:  # the lock is ours: any row left belongs to a holder that is gone
+            if conn.execute(update(leases).where(leases.c.name == self.name).values(**row)).rowcount == 0:
+                conn.execute(insert(leases).values(name=self.name, **row))
+        return True
+
     def renew(self) -> bool:
-        """Push the expiry ``ttl`` seconds on; False when the lease is no longer ours (it was taken over)."""
+        """Push the expiry ``ttl`` seconds on; False when the lease is no longer ours (it was taken over,
+        or on PostgreSQL its connection, and with it the lock, was lost)."""
+        if self._lock is not None and not self._lock.held():
+            return False
         now = self.clock()
         with self.engine.begin() as conn:
             done = conn.execute(
@@ -159,14 +188,21 @@ class Lease:
 
     def release(self) -> bool:
         """Give the lease up if it is ours (another holder's lease is left alone); True when it was."""
+        if self._lock is not None:
+            self._lock.release()
         with self.engine.begin() as conn:
             done = conn.execute(delete(leases).where(leases.c.name == self.name, leases.c.holder == self.holder))
         return done.rowcount == 1
 
     def state(self) -> LeaseState | None:
-        """The lease row as it is now (whoever holds it), or None when nobody does."""
+        """The lease row as it is now (whoever holds it), or None when nobody does.
+
+        On PostgreSQL a row whose advisory lock no connection holds is a dead holder's: None.
+        """
         with self.engine.connect() as conn:
             row = conn.execute(select(leases).where(leases.c.name == self.name)).mappings().first()
+            if row is not None and self._lock is not None and not self._lock.holders(conn):
+                return None
         return LeaseState(**row) if row is not None else None
 
     def heartbeat(self, interval: float | None = None) -> Heartbeat:
