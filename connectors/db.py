@@ -1,8 +1,8 @@
 """One SQLAlchemy engine factory for every store.
 
 SQLite (the embedded default) gets WAL, a busy timeout and foreign keys on every connection, so
-several processes can share one file; any other SQLAlchemy URL (``postgresql+psycopg://…``) is
-passed through.
+several processes can share one file; any other SQLAlchemy URL (``postgresql+psycopg://…``, with the
+``pg`` extra) is passed through.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
         return _sqlite_engine(url, **kwargs)
     try:
         return create_engine(url, pool_pre_ping=True, **kwargs)
+    except ImportError as e:  # the driver is imported here, not when the module is
+        extra = " (pip install 'evolve[pg]')" if url.startswith("postgresql") else ""
+        raise ConfigError(f"the database driver for {url!r} is not installed{extra}: {e}") from e
     except Exception as e:
         raise ConfigError(f"cannot create a database engine for {url!r}: {e}") from e
 

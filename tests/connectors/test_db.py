@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,12 @@ def test_bad_url_is_config_error(url: str) -> None:
 def test_unknown_dialect_is_config_error() -> None:
     with pytest.raises(ConfigError, match="cannot create a database engine"):
         make_engine("nosuchdb://user@host/db")
+
+
+def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the pg extra were not installed
+    with pytest.raises(ConfigError, match=r"driver .* not installed \(pip install 'evolve\[pg\]'\)"):
+        make_engine("postgresql+psycopg://user@/evolve?host=/tmp")
 
 
 def test_default_database_lives_in_evolve_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
