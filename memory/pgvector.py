@@ -4,19 +4,21 @@ Schema: ``memory_intents.embedding`` is ``schema.Embedding``, which is a BLOB on
 ``vector`` on PostgreSQL (``VectorBytes`` below); the rest of the package keeps handling vectors as
 little-endian float32 bytes. The metadata is module-level and cannot know a store's dimension, so
 ``before_tables`` creates the extension and ``after_tables`` gives the column its dimension
-(``vector(dim)``) and builds the HNSW index (``vector_ip_ops``: vectors are unit length, so the
-inner product is the cosine), plus an index on ``memory_items.intent_id`` for the join from keys to
-items. Both run inside ``create_schema``'s transaction under a transaction-level advisory lock, so
-processes opening a new database at once create it once.
+(``vector(dim)``), adds an index on ``memory_items (intent_id, seq)`` for the join from keys to
+items and, for ``index="pgvector"`` stores, the HNSW index (``vector_ip_ops``: vectors are unit
+length, so the inner product is the cosine). Both run inside ``create_schema``'s transaction under a
+transaction-level advisory lock, so processes opening a new database at once create it once.
 
 Search: ``PgVectorIndex`` is the index of a ``MemoryConfig(index="pgvector")`` store (the default on
 PostgreSQL). A mirror's index is per item while vectors are per intent key, so one statement asks
 the HNSW index for the nearest keys of the namespace that still have items, joins their items and
 returns item ``seq``s best first (older first within a key), which is exactly what every other
-index returns; the mirror then re-scores the candidates exactly, and phase B reads Q from the
-mirror. ``hnsw.ef_search`` is raised to at least the number of keys asked for, and pgvector 0.8's
-iterative scan keeps walking the graph while the namespace filter drops keys of other namespaces.
-Nothing is built, loaded or saved in the process.
+index returns; the mirror then re-scores the candidates exactly (float64, from its copy of the key
+vectors), and phase B reads Q from the mirror. ``hnsw.ef_search`` is raised to at least the number
+of keys asked for, and the iterative scan of pgvector >= 0.8 keeps walking the graph while the
+namespace filter drops other namespaces' keys (older pgvector ignores the setting and may then
+return fewer candidates in a namespace crowded out by another). No index is built, loaded or saved
+in the process; the mirror still reads the key vectors once when it loads a namespace.
 
 psycopg is imported by SQLAlchemy when a ``postgresql+psycopg://`` engine is made
 (``connectors.db`` names the ``pg`` extra when it is missing); this module needs no other package.
