@@ -10,6 +10,7 @@ import contextlib
 import multiprocessing as mp
 import queue
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from memory.scoring import td_update
 from memory.store import MemoryStore, Recall
 
 N_UPDATES = 200
+N_ADDS = 20  # memories each worker adds to the "crowd" namespace, one transaction each
+CAPACITY = 30  # the crowd's capacity: the workers' adds evict each other's
 # α small enough that Q is still moving after 400 updates (with α = 0.3 it reaches 1.0 - 1e-16 within
 # ~100 and a lost update would no longer show in Q, only in visits).
 CONFIG = MemoryConfig(alpha=0.01, retrieval=RetrievalConfig(k1=4, k2=2, lam=0.5))
@@ -33,7 +36,8 @@ def _open(url: str) -> MemoryStore:
 
 def _reinforce_worker(url: str, recall_id: str, shared_id: str, tag: str, barrier: Any, results: Any) -> None:
     """Reinforce ``recall_id`` with this worker's own feedback ids, then ``shared_id`` with ids every
-    worker uses (each must apply once in all); report both counts and the seconds of the first part."""
+    worker uses (each must apply once in all), then add memories to a namespace at capacity while the
+    others do; report both counts and the seconds of the first part."""
     store = _open(url)
     barrier.wait(60)  # every process is up and has opened the store: start together
     started = time.perf_counter()
@@ -41,8 +45,13 @@ def _reinforce_worker(url: str, recall_id: str, shared_id: str, tag: str, barrie
     seconds = time.perf_counter() - started
     barrier.wait(60)
     shared = sum(store.reinforce(shared_id, 1.0, feedback_id=f"shared-{i}") for i in range(N_UPDATES))
-    results.put((own, shared, seconds))
     store.close()
+    crowd = MemoryStore(url, embedder=HashEmbedder(dim=64), config=replace(CONFIG, capacity=CAPACITY))
+    barrier.wait(60)
+    for i in range(N_ADDS):
+        crowd.add(f"{tag} chore {i}", "done", namespace="crowd")
+    crowd.close()
+    results.put((own, shared, seconds))
 
 
 def _run_workers(url: str, recall_ids: list[str]) -> tuple[list[int], int, float]:
@@ -69,6 +78,23 @@ def _run_workers(url: str, recall_ids: list[str]) -> tuple[list[int], int, float
         w.join(30)
         assert w.exitcode == 0
     return sorted(a[0] for a in answers), sum(a[1] for a in answers), max(a[2] for a in answers)
+
+
+def check_crowd(store: MemoryStore, workers: int) -> None:
+    """The namespace the workers filled at capacity: exactly at capacity, the newest kept, and this
+    process's mirror equal to SQL once it catches up."""
+    in_sql = store.items("crowd")
+    assert len(in_sql) == CAPACITY < workers * N_ADDS
+    assert store.stats("crowd")["count"] == CAPACITY
+    store.retrieve("chore", namespace="crowd", record=False)  # loads and catches up the mirror
+    mirror = store._mirrors.loaded("crowd")
+    assert mirror is not None and sorted(mirror.ids.tolist()) == sorted(i.id for i in in_sql)
+    kept: dict[str, list[int]] = {}
+    for item in in_sql:
+        tag, _, i = item.intent.split()
+        kept.setdefault(tag, []).append(int(i))
+    for chores in kept.values():  # Q and visits tie, so the oldest went first: each worker keeps its last
+        assert sorted(chores) == list(range(N_ADDS - len(chores), N_ADDS))
 
 
 def visits_expected(item_id: str, recalls: list[Recall]) -> int:
@@ -122,6 +148,7 @@ def test_two_processes_reinforcing_concurrently_lose_no_update(tmp_path: Path) -
         n = visits_expected(item_id, [web, keys])
         item = store.get(item_id)
         assert (item.q, item.visits) == (expected_q(n), n)
+    check_crowd(store, 2)
     fresh = {d.item.id: d.item.q for d in store.retrieve("restart the web server").details}
     assert fresh == {i: store.get(i).q for i in fresh}  # this process's mirror caught up
     store.close()
@@ -143,7 +170,8 @@ def test_four_processes_reinforcing_the_same_memories_on_postgres_lose_no_update
         n = visits_expected(item_id, recalls)
         item = store.get(item_id)
         assert (item.q, item.visits) == (expected_q(n), n), item_id
-    assert store.stats()["visits"]["total"] == N_UPDATES * (2 + 3 + 4 + 5 + 2)
+    assert store.stats("default")["visits"]["total"] == N_UPDATES * (2 + 3 + 4 + 5 + 2)
+    check_crowd(store, 4)
     fresh = {d.item.id: d.item.q for d in store.retrieve(query).details}
     assert fresh == {i: store.get(i).q for i in fresh}  # this process's mirror caught up
     print(f"\n4 processes x {N_UPDATES} reinforce calls on PostgreSQL: {seconds:.2f} s for the slowest")
