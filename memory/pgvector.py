@@ -79,6 +79,8 @@ ORDER BY q.n, near.sim DESC, near.seq
 
 # SET LOCAL: the settings end with the search's transaction, so pooled connections stay clean.
 SEARCH_SETTINGS = "SET LOCAL hnsw.ef_search = {ef}; SET LOCAL hnsw.iterative_scan = strict_order"
+OLD_SEARCH_SETTINGS = "SET LOCAL hnsw.ef_search = {ef}"  # pgvector before 0.8: no iterative scans
+ITERATIVE_SCAN_SINCE = (0, 8)
 # Rows written since the planner's statistics were refreshed, beyond which this process refreshes
 # them: until autovacuum's ANALYZE runs (up to a minute), a freshly filled namespace looks like a
 # handful of keys and the planner scans them all instead of walking the HNSW index (measured: 41 ms
@@ -218,6 +220,7 @@ class PgVectorIndex:
         self.namespace = namespace
         self.dim = dim
         self._unanalysed = 0
+        self._settings: str | None = None
 
     def __len__(self) -> int:
         with self.connect() as conn:
@@ -251,7 +254,7 @@ class PgVectorIndex:
             return sims, ids
         ef = min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, k))
         with self.connect() as conn:
-            conn.exec_driver_sql(SEARCH_SETTINGS.format(ef=ef))
+            conn.exec_driver_sql(self._search_settings(conn).format(ef=ef))
             rows = conn.execute(
                 SEARCH_SQL, {"queries": [vector_text(q) for q in queries], "ns": self.namespace, "k": k}
             ).all()
@@ -262,6 +265,20 @@ class PgVectorIndex:
             ids[row, filled[row]] = seq
             filled[row] += 1
         return sims, ids
+
+    def _search_settings(self, conn: Connection) -> str:
+        """``SEARCH_SETTINGS``, without the iterative scan where pgvector is older than 0.8 (asked once)."""
+        if self._settings is None:
+            version = conn.exec_driver_sql("SELECT extversion FROM pg_extension WHERE extname = 'vector'").scalar()
+            parts = tuple(int(p) for p in str(version or "0").split(".")[:2] if p.isdigit())
+            self._settings = SEARCH_SETTINGS if parts >= ITERATIVE_SCAN_SINCE else OLD_SEARCH_SETTINGS
+            if self._settings is OLD_SEARCH_SETTINGS:
+                log.warning(
+                    "pgvector %s has no iterative index scans (0.8 has): a namespace crowded out by another "
+                    "may get fewer than k1 candidates from phase A; upgrade the extension",
+                    version,
+                )
+        return self._settings
 
     def __repr__(self) -> str:
         return f"PgVectorIndex(namespace={self.namespace!r}, dim={self.dim})"

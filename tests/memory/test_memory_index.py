@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,6 +79,19 @@ def test_hnsw_needs_faiss(numpy_only: None, embedder: HashEmbedder) -> None:
 def test_pgvector_index_needs_postgres(embedder: HashEmbedder) -> None:
     with pytest.raises(ConfigError, match=r"index='pgvector' needs a PostgreSQL database"):
         MemoryStore("sqlite://", embedder=embedder, config=MemoryConfig(index="pgvector"))
+
+
+@pytest.mark.parametrize(("version", "iterative"), [("0.8.5", True), ("0.10.0", True), ("0.7.4", False)])
+def test_pgvector_index_asks_for_iterative_scans_only_where_pgvector_has_them(version: str, iterative: bool) -> None:
+    from memory import pgvector
+
+    class Conn:
+        def exec_driver_sql(self, sql: str) -> Any:
+            return type("Result", (), {"scalar": lambda _: version})()
+
+    index = pgvector.PgVectorIndex(lambda: None, "default", dim=4)  # type: ignore[arg-type,return-value]
+    settings = index._search_settings(Conn())  # type: ignore[arg-type]
+    assert ("iterative_scan" in settings) is iterative and "ef_search" in settings
 
 
 def test_a_big_tied_group_yields_its_oldest_members(open_store: Open) -> None:
