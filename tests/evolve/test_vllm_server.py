@@ -24,7 +24,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     from connectors.smollm2 import smollm2_path
 
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    with serve(smollm2_path(), max_model_len=1024, log_path=log, extra=["--enforce-eager"]) as running:  # quick start
+    # float32 as LocalChat (greedy answers agree), eager: a quick start
+    with serve(smollm2_path(), max_model_len=1024, dtype="float32", log_path=log, extra=["--enforce-eager"]) as running:
         yield running
     assert running.process.poll() is not None  # stopped with the module
 
