@@ -24,6 +24,8 @@ from connectors import ConfigError, Message
 from evolve.agent import Team, turn_messages
 from evolve.tasks import Task, check
 
+LOCAL_PROVIDERS = ("local/", "vllm/")  # backends whose weights live here and serve LoRA adapters
+
 
 def plateaued(curve: Sequence[float], *, patience: int, min_gain: float = 0.0) -> bool:
     """True when the best of the last ``patience`` rounds beats the best before them by ``min_gain`` or less.
@@ -39,15 +41,16 @@ def plateaued(curve: Sequence[float], *, patience: int, min_gain: float = 0.0) -
 
 
 def weights_blocker(team: Team) -> str | None:
-    """Why the team's weights cannot be trained here, or None when every agent runs on a local model."""
+    """Why the team's weights cannot be trained here, or None when every agent runs on a local model
+    (``local/…`` in transformers, or ``vllm/…`` in an in-process vLLM engine that serves the adapters)."""
     agents = [team.agents[n] for n in team.order]
-    remote = [f"{a.name} ({a.model.name})" for a in agents if not a.model.name.startswith("local/")]
+    remote = [f"{a.name} ({a.model.name})" for a in agents if not a.model.name.startswith(LOCAL_PROVIDERS)]
     if not remote:
         return None
     return (
         f"weight updates need local models, and {', '.join(remote)} "
         f"{'runs' if len(remote) == 1 else 'run'} on an API; memory and prompt evolution keep working "
-        "without them (drop allow_weight_updates, or give the agents a 'local/…' model)"
+        "without them (drop allow_weight_updates, or give the agents a 'local/…' or 'vllm/…' model)"
     )
 
 

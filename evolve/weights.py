@@ -11,7 +11,7 @@
 4. only a gain above ``min_gain`` is kept: every agent's adapter becomes a new version in the
    ``AdapterRegistry`` (so it rolls back like a prompt) with the before/after figures as metrics.
 
-``attach_adapters`` makes each agent's model serve its HEAD adapter (``LocalChat.load_adapter`` under a
+``attach_adapters`` makes each agent's model serve its HEAD adapter (``load_adapter`` of ``LocalChat`` or ``VLLMChat`` under a
 versioned name, then ``adapter=`` on every call); an agent rolled back to the base serves the base.
 
 Example:
@@ -220,11 +220,16 @@ def attach_adapters(team: Team, registry: AdapterRegistry) -> dict[str, str | No
 
 
 def _local_chat(team: Team, name: str) -> Any:
+    """The agent's local backend: ``LocalChat`` (transformers) or ``VLLMChat`` (one ``LoRARequest`` per adapter);
+    both load adapters by name and know their base folder."""
     from connectors.local_chat import LocalChat
+    from connectors.vllm_chat import VLLMChat
 
     backend = team.agents[name].model.backend
-    if not isinstance(backend, LocalChat):
-        raise ConfigError(f"agent {name!r} runs on {type(backend).__name__}; weight updates need a LocalChat model")
+    if not isinstance(backend, (LocalChat, VLLMChat)):
+        raise ConfigError(
+            f"agent {name!r} runs on {type(backend).__name__}; weight updates need a local model (LocalChat or VLLMChat)"
+        )
     return backend
 
 

@@ -15,7 +15,9 @@ import pytest
 from connectors import ChatClient, ConfigError, evolve_home, load_chat, make_engine
 from evolve import Agent, Evolver, Task, Team
 from evolve.adapter_versions import AdapterRegistry
+from evolve.escalation import weights_blocker
 from evolve.weights import WeightUpdates, attach_adapters, base_folder, train_adapters
+from tests.connectors.test_vllm_chat import fake_vllm  # noqa: F401  (a stand-in vllm module, a fixture)
 
 TASKS = [
     Task(id=f"t{i}", prompt=p, answer="star")
@@ -127,3 +129,25 @@ def test_agents_on_different_local_models_are_refused(tiny_local_model: Path, tm
 def test_bad_settings_fail_when_made_not_at_the_first_plateau(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         WeightUpdates(**overrides)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("fake_vllm")
+def test_a_team_on_vllm_may_update_weights_and_serves_each_agent_its_head_adapter(
+    tiny_local_model: Path, tmp_path: Path
+) -> None:
+    chat = load_chat(f"vllm/{tiny_local_model}", enable_lora=True)
+    team = Team([Agent("solver", chat, system="Reply with one word .", params={"max_tokens": 1})])
+    assert weights_blocker(team) is None and base_folder(team) == tiny_local_model
+    registry = AdapterRegistry(make_engine(f"sqlite:///{tmp_path / 'r.db'}"), "stars", root=tmp_path / "adapters")
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "adapter_config.json").write_text("{}")
+    (trained / "adapter_model.safetensors").write_bytes(b"weights")
+    head = registry.commit("solver", trained)
+
+    assert attach_adapters(team, registry) == {"solver": head.id}
+    team.act(["say star"], queries=["say star"])
+    lora = chat.backend._llm.calls[-1][2]  # vLLM was asked for the head adapter's folder
+    assert Path(lora.lora_path) == Path(head.path).resolve()
+    registry.rollback("solver", "base")
+    assert attach_adapters(team, registry) == {"solver": None} and "adapter" not in team.agents["solver"].params
