@@ -51,6 +51,27 @@ def check_text(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
 
 
+def check_texts(values: object, name: str, *, single: str) -> list[str]:
+    """A sequence of non-empty strings (a lone string is refused: ``single`` says what to do instead)."""
+    if isinstance(values, str):
+        raise ConfigError(f"{name} must be a sequence of strings, got a single string ({single})")
+    out = list(values)  # type: ignore[call-overload]
+    for i, text in enumerate(out):
+        check_text(f"{name}[{i}]", text)
+    return out
+
+
+def check_rows(rows: object) -> list[tuple[str, str]]:
+    """``add_many``'s rows: (intent, experience) pairs of non-empty strings."""
+    out = list(rows)  # type: ignore[call-overload]
+    for i, row in enumerate(out):
+        if not isinstance(row, (tuple, list)) or len(row) != 2:
+            raise ConfigError(f"add_many: rows[{i}] must be an (intent, experience) pair, got {row!r}")
+        check_text(f"rows[{i}] intent", row[0])
+        check_text(f"rows[{i}] experience", row[1])
+    return [(r[0], r[1]) for r in out]
+
+
 def check_namespace(namespace: object) -> str:
     if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAMESPACE:
         raise ConfigError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from sqlalchemy import Connection, func, insert, select
 
 from connectors.errors import ConfigError, StoreError
 from memory.config import RetrievalConfig
-from memory.records import MemoryItem, Recall, item_from_row
+from memory.mirror import NamespaceMirror
+from memory.records import ItemCache, MemoryItem, Recall, item_from_row
 from memory.retrieval import Plan, log_rows
 from memory.schema import feedback, intents, memory_items, recall_items, recalls
 from memory.statements import execute_many
@@ -177,4 +179,21 @@ def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
             "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
         }
         out["visits"].update(mean=float(visits.mean()), max=int(visits.max()))
+    return out
+
+
+def selected_items(
+    conn: Connection, mirror: NamespaceMirror, plans: list[Plan], texts: ItemCache
+) -> dict[str, MemoryItem]:
+    """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL."""
+    rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
+    ids = [str(i) for i in mirror.ids[rows]]
+    missing = texts.missing(ids)
+    if missing:
+        texts.put(fetch_items(conn, missing))
+    out: dict[str, MemoryItem] = {}
+    for item_id, row in zip(ids, rows, strict=True):
+        item = texts.get(item_id)
+        if item is not None:  # None: evicted by another process since the search
+            out[item_id] = replace(item, q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(item.meta))
     return out

@@ -34,7 +34,17 @@ from connectors.db import default_url
 from connectors.embedders import Embedder
 from connectors.errors import ConfigError, StoreError
 from memory import portable, report
-from memory.batch import NewItems, check_namespace, check_reward, check_text, insert_items, new_id, remove_items
+from memory.batch import (
+    NewItems,
+    check_namespace,
+    check_reward,
+    check_rows,
+    check_text,
+    check_texts,
+    insert_items,
+    new_id,
+    remove_items,
+)
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.database import Database, mirror_set, resolve_index
 from memory.learning import apply_updates, check_entries, plan_updates
@@ -153,12 +163,7 @@ class MemoryStore:
         one mapping for all rows or one per row. ``group=False`` skips intent grouping: every row
         becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison).
         """
-        rows = list(rows)
-        for i, row in enumerate(rows):
-            if not isinstance(row, (tuple, list)) or len(row) != 2:
-                raise ConfigError(f"add_many: rows[{i}] must be an (intent, experience) pair, got {row!r}")
-            check_text(f"rows[{i}] intent", row[0])
-            check_text(f"rows[{i}] experience", row[1])
+        rows = check_rows(rows)
         if not rows:
             return []
         intents_ = [r[0] for r in rows]
@@ -257,16 +262,10 @@ class MemoryStore:
                         done.append((mirror, insert_items(
                             conn, mirror, batch, threshold=cfg.group_threshold, group=group, capacity=cfg.capacity
                         )))  # fmt: skip
-            for mirror, d in done:
+            for _, d in done:
                 out.update((item.id, item) for item in d.items)
-                if self._mirrors.advance(d.generation):
-                    mirror.remove(d.evicted_rows)
-                    mirror.add_keys(d.key_ids, d.key_seqs, d.key_vecs)
-                    mirror.append(d.rows)
-                    self._mirrors.mark_dirty(mirror.namespace)
-                else:
-                    self._resync()
-                    break
+            if not self._mirrors.apply_inserts(done):
+                self._resync()
             return out
 
     def remove(self, memory_ids: Sequence[str]) -> int:
@@ -275,11 +274,7 @@ class MemoryStore:
         Other processes drop them when they next catch up, as they do for evicted memories; the
         recall log keeps its rows, so ``explain`` still shows what was recalled.
         """
-        if isinstance(memory_ids, str):
-            raise ConfigError("remove takes a sequence of memory ids, got a single string (wrap it in a list)")
-        ids = list(memory_ids)
-        for i, memory_id in enumerate(ids):
-            check_text(f"memory_ids[{i}]", memory_id)
+        ids = check_texts(memory_ids, "memory_ids", single="wrap it in a list")
         if not ids:
             return 0
         with self._lock:
@@ -287,14 +282,7 @@ class MemoryStore:
             with self._db.transaction() as conn:
                 self._mirrors.sync(conn, lock=True)
                 generation, removed = remove_items(conn, ids)
-            if generation is not None and self._mirrors.advance(generation):
-                for ns, seqs in removed.items():
-                    mirror = self._mirrors.loaded(ns)
-                    if mirror is not None:
-                        rows = mirror.rows_of_seqs(seqs)
-                        mirror.remove(rows[rows >= 0])
-                        self._mirrors.mark_dirty(ns)
-            elif generation is not None:
+            if generation is not None and not self._mirrors.apply_removal(generation, removed):
                 self._resync()
             return sum(len(seqs) for seqs in removed.values())
 
@@ -321,11 +309,7 @@ class MemoryStore:
         cfg = config if config is not None else self.config.retrieval
         if not isinstance(cfg, RetrievalConfig):
             raise ConfigError(f"retrieve: config must be a RetrievalConfig, got {type(cfg).__name__}")
-        if isinstance(queries, str):
-            raise ConfigError("retrieve_many takes a sequence of queries, got a single string (use retrieve)")
-        queries = list(queries)
-        for i, text in enumerate(queries):
-            check_text(f"queries[{i}]", text)
+        queries = check_texts(queries, "queries", single="use retrieve")
         namespace = check_namespace(namespace)
         if not queries:
             return []
@@ -343,7 +327,7 @@ class MemoryStore:
                 if self._mirrors.generation != seen:
                     mirror = self._mirrors.get(conn, namespace)
                     plans = self._plan(mirror, vecs, cfg)
-                found = self._selected_items(conn, mirror, plans)
+                found = report.selected_items(conn, mirror, plans, self._texts)
                 out = [
                     to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
                 ]
@@ -364,22 +348,6 @@ class MemoryStore:
         else:
             sims, ids = np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
         return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, self._rng) for i in range(len(vecs))]
-
-    def _selected_items(self, conn: Connection, mirror: NamespaceMirror, plans: list[Plan]) -> dict[str, MemoryItem]:
-        """The selected memories with the Q and visits that scored them; texts from the cache or SQL."""
-        rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
-        ids = [str(i) for i in mirror.ids[rows]]
-        missing = self._texts.missing(ids)
-        if missing:
-            self._texts.put(report.fetch_items(conn, missing))
-        out: dict[str, MemoryItem] = {}
-        for item_id, row in zip(ids, rows, strict=True):
-            item = self._texts.get(item_id)
-            if item is not None:  # None: evicted by another process since the search
-                out[item_id] = replace(
-                    item, q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(item.meta)
-                )
-        return out
 
     # -- learning ------------------------------------------------------------------------------
     def reinforce(self, recall: Recall | str, reward: float, *, feedback_id: str | None = None) -> int:

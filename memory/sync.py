@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import Connection, select
@@ -23,6 +23,9 @@ from memory.index import SearchIndex, VectorIndex
 from memory.mirror import NamespaceMirror, Rows
 from memory.schema import from_blobs, intents, memory_items, tombstones
 from memory.statements import read_generation
+
+if TYPE_CHECKING:
+    from memory.batch import Inserted
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,33 @@ class MirrorSet:
             pos = mirror.rows_of_seqs(np.array([r[1] for r in part], dtype=np.int64))
             ok = pos >= 0
             mirror.set_values(pos[ok], np.array([r[3] for r in part])[ok], np.array([r[4] for r in part])[ok])
+
+    def apply_inserts(self, done: Sequence[tuple[NamespaceMirror, Inserted]]) -> bool:
+        """Apply this process's committed inserts to its mirrors (evicted rows out, new keys and rows in).
+
+        False when another process wrote in between: then nothing more is applied and the caller syncs.
+        """
+        for mirror, d in done:
+            if not self.advance(d.generation):
+                return False
+            mirror.remove(d.evicted_rows)
+            mirror.add_keys(d.key_ids, d.key_seqs, d.key_vecs)
+            mirror.append(d.rows)
+            self.mark_dirty(mirror.namespace)
+        return True
+
+    def apply_removal(self, generation: int, removed: Mapping[str, np.ndarray]) -> bool:
+        """Drop this process's committed removals (sequence numbers per namespace) from its mirrors;
+        False when another process wrote in between (the caller syncs)."""
+        if not self.advance(generation):
+            return False
+        for ns, seqs in removed.items():
+            mirror = self._mirrors.get(ns)
+            if mirror is not None:
+                rows = mirror.rows_of_seqs(seqs)
+                mirror.remove(rows[rows >= 0])
+                self.mark_dirty(ns)
+        return True
 
     def mark_dirty(self, namespace: str) -> None:
         self._dirty.add(namespace)
