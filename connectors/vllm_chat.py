@@ -64,6 +64,17 @@ def import_vllm(what: str = "the vllm/ chat provider") -> Any:
     return vllm
 
 
+def shutdown_vllm(llm: Any) -> None:
+    """Stop a ``vllm.LLM``'s engine processes and free their memory (None, or an engine already down: nothing)."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    shutdown = getattr(core, "shutdown", None)
+    if shutdown is not None:
+        try:
+            shutdown()
+        except Exception as e:  # already down, or a vLLM without this method
+            log.debug("vLLM engine shutdown: %s", e)
+
+
 class VLLMChat:
     """A local Hugging Face model on an in-process vLLM engine, behind the ``ChatModel`` seam.
 
@@ -200,13 +211,7 @@ class VLLMChat:
         with self._lock:
             llm, self._llm = self._llm, None
             self._lora_ids.clear()
-        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        shutdown = getattr(core, "shutdown", None)
-        if shutdown is not None:
-            try:
-                shutdown()
-            except Exception as e:  # already down, or a vLLM without this method
-                log.debug("vLLM engine shutdown: %s", e)
+        shutdown_vllm(llm)
 
     def _ensure_loaded(self) -> None:
         if self._llm is not None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
-from connectors.vllm_chat import SEED_RANGE, import_vllm
+from connectors.vllm_chat import SEED_RANGE, import_vllm, shutdown_vllm
 
 if TYPE_CHECKING:
     import torch
@@ -193,13 +193,7 @@ class VLLMEngine:
     def close(self) -> None:
         """Shut the vLLM engine down (its processes and memory) and delete the adapter folders when the
         engine made its own workdir. The engine cannot generate afterwards."""
-        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
-        shutdown = getattr(core, "shutdown", None)
-        if shutdown is not None:
-            try:
-                shutdown()
-            except Exception as e:  # already down, or a vLLM without this method
-                log.debug("vLLM engine shutdown: %s", e)
+        shutdown_vllm(self.llm)
         if self._cleanup is not None:
             self._cleanup()
 
