@@ -57,11 +57,6 @@ class TestMemoryRetrieverStandard(RetrieversIntegrationTests):
         return QUERY
 
 
-# The suite's one async check is unmarked; pytest-asyncio's strict mode runs it when marked here (the
-# mark lands on the suite's own function object, so the suite's no-override check still holds).
-pytest.mark.asyncio(RetrieversIntegrationTests.test_ainvoke_returns_documents)
-
-
 def test_documents_carry_the_recall_and_each_memorys_numbers(store: MemoryStore) -> None:
     store.add_many(SORTING + OTHER)
     docs = MemoryRetriever(store=store, k=3).invoke(QUERY)
