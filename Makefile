@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-gpu test-vllm bench chromium clean
+.PHONY: demo test test-gpu test-vllm bench reliability chromium clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -61,6 +61,11 @@ test-vllm: $(VLLM_VENV)/.installed
 # Quick profile (about 20 minutes on 2 CPU cores); `make bench FULL=1` runs everything. See bench/__main__.py.
 bench: $(STAMP)
 	$(BIN)/python -m bench --profile $(if $(FULL),full,quick)
+
+# Crash trials, concurrency and serve load, model faults, bad input, tenant security, backups: every figure
+# into bench/results/RELIABILITY.md (`make reliability FULL=1` for the larger runs). See bench/reliability.py.
+reliability: $(STAMP)
+	$(BIN)/python -m bench.reliability $(if $(FULL),--full,)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
