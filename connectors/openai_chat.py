@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # Local servers (vLLM, Ollama, llama.cpp) accept any key; the SDK insists on one.
 LOCAL_PLACEHOLDER_KEY = "sk-no-key-needed"
+# Far above any chat answer (16k tokens with logprobs is a few MB); only a runaway server reaches it.
+MAX_RESPONSE_BYTES = 16 << 20
 KEY_HINT = "check the API key (OPENAI_API_KEY or api_key=)"
 
 
@@ -109,8 +111,11 @@ class OpenAIChat:
         base_url: the endpoint (default: the SDK's, i.e. ``$OPENAI_BASE_URL`` or OpenAI).
         api_key: default ``$OPENAI_API_KEY``; a local server needs none.
         timeout: seconds per request.
-        client: a ready ``openai.OpenAI`` (then ``base_url``, ``api_key`` and ``timeout`` are unused).
+        client: a ready ``openai.OpenAI`` (then ``base_url``, ``api_key``, ``timeout`` and
+            ``max_response_bytes`` are unused).
         prices: USD per 1M input and per 1M output tokens, for cost accounting.
+        max_response_bytes: the largest answer body read; a server that sends more (one that ignores
+            ``max_tokens``) fails the call with a ``ConnectorError`` instead of filling memory.
 
     Example:
         >>> chat = OpenAIChat("qwen2.5", base_url="http://localhost:8000/v1")   # doctest: +SKIP
@@ -127,6 +132,7 @@ class OpenAIChat:
         timeout: float = 60.0,
         client: Any = None,
         prices: tuple[float, float] | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         if not model:
             raise ConfigError("OpenAIChat needs a model name, got an empty string")
@@ -136,10 +142,12 @@ class OpenAIChat:
             )
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if max_response_bytes <= 0:
+            raise ConfigError(f"max_response_bytes must be > 0, got {max_response_bytes!r}")
         self.model = model
         self.name = f"openai/{model}"
         self.prices = (float(prices[0]), float(prices[1])) if prices is not None else None
-        self._client = client if client is not None else _make_client(base_url, api_key, timeout)
+        self._client = client if client is not None else _make_client(base_url, api_key, timeout, max_response_bytes)
 
     def complete(
         self,
@@ -155,6 +163,8 @@ class OpenAIChat:
         """One answer. ``extra`` goes to the server as is (``logprobs=True``, ``response_format=…``)."""
         import openai
 
+        from connectors.capped_http import ResponseTooLarge, cause_of
+
         sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
         request = {k: v for k, v in sampling.items() if v is not None}
         request.update(extra)
@@ -162,8 +172,15 @@ class OpenAIChat:
             response = self._client.chat.completions.create(
                 model=self.model, messages=[m.to_dict() for m in messages], **request
             )
-        except openai.APIError as e:
+        except (openai.APIError, ResponseTooLarge) as e:  # too large: raised as is or wrapped, by where it is read
+            too_large = cause_of(e, ResponseTooLarge)
+            if too_large is not None:
+                message = f"{self.name}: {too_large}; lower max_tokens or raise max_response_bytes"
+                raise ConnectorError(message, retryable=False) from e
             raise translate_error(e, self.name) from e
+        except ValueError as e:  # a 200 whose body is not a whole JSON completion (cut short by a proxy)
+            message = f"{self.name}: expected a JSON chat completion, got a body that does not parse ({e})"
+            raise ConnectorError(message, retryable=True) from e
         return self._completion(response)
 
     def _completion(self, response: Any) -> Completion:
@@ -183,7 +200,7 @@ class OpenAIChat:
         return Completion(content, self.name, usage, logprobs, choice.finish_reason)
 
 
-def _make_client(base_url: str | None, api_key: str | None, timeout: float) -> Any:
+def _make_client(base_url: str | None, api_key: str | None, timeout: float, max_bytes: int) -> Any:
     try:
         import openai
     except ImportError as e:  # a core dependency; only a broken install lands here
@@ -197,4 +214,11 @@ def _make_client(base_url: str | None, api_key: str | None, timeout: float) -> A
                 "(a server on localhost or a private network needs none)"
             )
         key = LOCAL_PLACEHOLDER_KEY
-    return openai.OpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0)
+    import httpx2
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    from connectors.capped_http import CappedTransport
+
+    transport = CappedTransport(httpx2.HTTPTransport(limits=DEFAULT_CONNECTION_LIMITS), max_bytes=max_bytes)
+    http = openai.DefaultHttpxClient(transport=transport, timeout=timeout)
+    return openai.OpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http)
