@@ -153,6 +153,11 @@ class ChatClient:
     ``seed`` (when given) is offset by ``sample_index`` so that several samples of one prompt differ
     and each lands on its own cache line.
 
+    A retryable failure is retried up to ``retries`` times, after an exponential backoff with jitter
+    (``backoff`` · 2^attempt, at most ``max_backoff``) or the provider's ``Retry-After`` when longer. A
+    ``Retry-After`` over ``max_retry_after`` seconds is not slept through: the ``RateLimited`` goes to the
+    caller at once (a loop should mark that attempt failed, not stall for an hour).
+
     Example:
         >>> from connectors.fakes import ScriptedChat
         >>> chat = ChatClient(ScriptedChat(["hi"]))
@@ -168,6 +173,7 @@ class ChatClient:
         retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
+        max_retry_after: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if retries < 0:
@@ -178,6 +184,7 @@ class ChatClient:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
         self._sleep = sleep
         self._lock = threading.Lock()
         self.usage_by_caller: dict[str, Usage] = defaultdict(Usage)
@@ -237,6 +244,8 @@ class ChatClient:
                     raise
                 delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
                 if isinstance(e, RateLimited) and e.retry_after is not None:
+                    if e.retry_after > self.max_retry_after:
+                        raise
                     delay = max(delay, e.retry_after)
                 log.warning("%s: %s; retry %d/%d in %.1fs", self.name, e, attempt + 1, self.retries, delay)
                 self._sleep(delay)
