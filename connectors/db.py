@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 
 from connectors.errors import ConfigError
+from connectors.redact import redact, redact_url
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -37,16 +38,19 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
     """
     url = url or default_url()
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"database URL must look like 'sqlite:///path.db' or 'postgresql+psycopg://…', got {url!r}")
+        raise ConfigError(
+            f"database URL must look like 'sqlite:///path.db' or 'postgresql+psycopg://…', got {redact_url(url)!r}"
+        )
     if url.startswith("sqlite"):
         return _sqlite_engine(url, **kwargs)
     try:
         return create_engine(url, pool_pre_ping=True, **kwargs)
     except ImportError as e:  # the driver is imported here, not when the module is
         extra = " (pip install 'evolve[pg]')" if url.startswith("postgresql") else ""
-        raise ConfigError(f"the database driver for {url!r} is not installed{extra}: {e}") from e
+        raise ConfigError(f"the database driver for {redact_url(url)!r} is not installed{extra}: {redact(e)}") from None
     except Exception as e:
-        raise ConfigError(f"cannot create a database engine for {url!r}: {e}") from e
+        # from None: SQLAlchemy's own message may quote the URL with its password
+        raise ConfigError(f"cannot create a database engine for {redact_url(url)!r}: {redact(e)}") from None
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.quoting import neutralise_tokens
 from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,20 @@ def render_prompt(tokenizer: Any, messages: Sequence[Message]) -> str:
     MARFT trains on prompts rendered by this same function, so an adapter sees at inference exactly
     the prompt format it was trained on.
     """
-    dicts = [m.to_dict() for m in messages]
+    specials = special_token_texts(tokenizer)
+    dicts = [{**m.to_dict(), "content": neutralise_tokens(m.content, specials)} for m in messages]
     if tokenizer.chat_template:
         return str(tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False))
     return "".join(f"{m['role']}: {m['content']}\n" for m in dicts) + "assistant:"
+
+
+def special_token_texts(tokenizer: Any) -> list[str]:
+    """The texts a tokenizer turns into control tokens (``<|im_start|>``, ``</s>``, added tokens): message
+    text holding one is neutralised by ``render_prompt``, so a stored payload cannot open a system turn."""
+    texts = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    texts.update(str(getattr(t, "content", t)) for t in decoder.values())
+    return sorted(texts)
 
 
 class LocalChat:

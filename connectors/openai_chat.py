@@ -20,11 +20,12 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
+from connectors.redact import redact
 from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -81,21 +82,26 @@ def price_of(usage: Usage, prices: tuple[float, float] | None) -> float:
     return (usage.prompt_tokens * prices[0] + usage.completion_tokens * prices[1]) / 1_000_000
 
 
-def translate_error(error: Exception, name: str) -> ConnectorError:
-    """Our error for one of the SDK's, shaped by how the caller recovers. Never includes the API key."""
+def translate_error(error: Exception, name: str, secrets: Sequence[str | None] = ()) -> ConnectorError:
+    """Our error for one of the SDK's, shaped by how the caller recovers. Never includes the API key:
+    a 401/403 drops the server's text, and any other text has ``secrets`` (the key) and URL passwords masked."""
+    return _translate(error, name, lambda text: redact(text, secrets))
+
+
+def _translate(error: Exception, name: str, clean: Callable[[object], str]) -> ConnectorError:
     import openai
 
     if isinstance(error, openai.APITimeoutError):
-        return ProviderTimeout(f"{name}: the server did not answer in time ({error})")
+        return ProviderTimeout(f"{name}: the server did not answer in time ({clean(error)})")
     if isinstance(error, openai.APIConnectionError):
-        return ConnectorError(f"{name}: cannot reach the server ({error})", retryable=True)
+        return ConnectorError(f"{name}: cannot reach the server ({clean(error)})", retryable=True)
     if not isinstance(error, openai.APIStatusError):
-        return ConnectorError(f"{name}: unexpected response from the server: {error}", retryable=False)
+        return ConnectorError(f"{name}: unexpected response from the server: {clean(error)}", retryable=False)
     status = error.status_code
     if status in (401, 403):
         # The server's message is dropped on purpose: some servers echo (part of) the key back.
         return ConnectorError(f"{name}: the server refused the request (HTTP {status}); {KEY_HINT}", retryable=False)
-    detail = f"{name}: HTTP {status}: {error.message}"
+    detail = f"{name}: HTTP {status}: {clean(error.message)}"
     if status == 429:
         return RateLimited(detail, retry_after=parse_retry_after(error.response.headers))
     if status == 408:
@@ -177,7 +183,7 @@ class OpenAIChat:
             if too_large is not None:
                 message = f"{self.name}: {too_large}; lower max_tokens or raise max_response_bytes"
                 raise ConnectorError(message, retryable=False) from e
-            raise translate_error(e, self.name) from e
+            raise translate_error(e, self.name, [getattr(self._client, "api_key", None)]) from e
         except ValueError as e:  # a 200 whose body is not a whole JSON completion (cut short by a proxy)
             message = f"{self.name}: expected a JSON chat completion, got a body that does not parse ({e})"
             raise ConnectorError(message, retryable=True) from e

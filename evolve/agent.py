@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connectors import ChatClient, ConfigError, ConnectorError, Message
+from connectors.quoting import quote
 from evolve.episode import Step
 from memory import MemoryStore, Recall, RetrievalConfig
 
@@ -87,8 +88,7 @@ def render_experiences(recall: Recall | None) -> str:
         return ""
     blocks = []
     for item in reversed(recall.items):
-        body = item.experience.replace("</experience>", "</ experience>")
-        blocks.append(f"<experience>\n{body}\n</experience>")
+        blocks.append(quote(item.experience, "experience"))  # a stored payload cannot close its block
     return EXPERIENCE_INTRO + "\n" + "\n".join(blocks)
 
 
@@ -106,7 +106,7 @@ def turn_messages(system: str, observation: str, recall: Recall | None, upstream
     if experiences:
         parts.append(experiences)
     for name, output in upstream.items():
-        parts.append(f"<output of {name}>\n{output}\n</output of {name}>")
+        parts.append(quote(output, f"output of {name}"))
     parts.append(f"Task: {observation}" if parts else observation)
     return [Message("system", system), Message("user", "\n\n".join(parts))]
 

@@ -24,6 +24,7 @@ from sqlalchemy.pool import StaticPool
 
 from connectors.db import make_engine, sqlite_path
 from connectors.errors import ConfigError
+from connectors.redact import redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind
 from memory.sync import MirrorSet
 
@@ -82,7 +83,7 @@ def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
     if kind in SERVER_INDEX_KINDS and not postgres:
         raise ConfigError(
             f"MemoryConfig.index={kind!r} needs a PostgreSQL database with pgvector (postgresql+psycopg://…), "
-            f"got {db.url!r}; use 'auto', 'flat', 'hnsw' or 'ivf' here"
+            f"got {redact_url(db.url)!r}; use 'auto', 'flat', 'hnsw' or 'ivf' here"
         )
     return kind
 

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, select
 
 from connectors.embedders import Embedder, normalise_rows
 from connectors.errors import ConfigError, StoreError
+from connectors.redact import redact_url
 from memory.batch import NewItems, check_namespace, check_reward, check_text
 from memory.schema import from_blobs, intents, memory_items, read_state, record_embedder
 
@@ -35,7 +36,7 @@ def check_embedder(conn: Connection, name: str, dim: int, url: str) -> None:
         record_embedder(conn, name, dim)
     elif st.embedder != name or st.dim != dim:
         raise StoreError(
-            f"the memory store at {url} was built with embedder {st.embedder!r} (dim {st.dim}), "
+            f"the memory store at {redact_url(url)} was built with embedder {st.embedder!r} (dim {st.dim}), "
             f"but was opened with {name!r} (dim {dim}); open it with the same embedder, "
             "or export it and import into a new store"
         )

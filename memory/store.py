@@ -33,6 +33,7 @@ from connectors.chat import ChatModel
 from connectors.db import default_url
 from connectors.embedders import Embedder
 from connectors.errors import ConfigError, StoreError
+from connectors.redact import redact_url
 from memory import portable, report
 from memory.batch import (
     NewItems,
@@ -468,13 +469,13 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return (
-            f"MemoryStore({self.url!r}, embedder={getattr(self.embedder, 'name', '?')!r}, index={self.config.index!r})"
+            f"MemoryStore({redact_url(self.url)!r}, embedder={getattr(self.embedder, 'name', '?')!r}, index={self.config.index!r})"
         )
 
     # -- helpers -------------------------------------------------------------------------------
     def _ensure_open(self) -> None:
         if self._closed:
-            raise StoreError(f"this MemoryStore ({self.url}) is closed")
+            raise StoreError(f"this MemoryStore ({redact_url(self.url)}) is closed")
 
     def _read(self, query: Callable[[Connection], T]) -> T:
         """``query`` in one transaction, under the lock, on an open store."""
