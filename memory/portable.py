@@ -27,6 +27,7 @@ from memory.schema import from_blobs, intents, memory_items, read_state, record_
 FORMAT = "evolve.memory"
 VERSION = 1
 EXPORT_BATCH = 1000
+UNIT_TOLERANCE = 1e-6  # |norm - 1| below this counts as unit length (float32 rounding)
 
 
 def check_embedder(conn: Connection, name: str, dim: int, url: str) -> None:
@@ -49,7 +50,14 @@ def check_embeddings(vecs: Any, n: int, dim: int, *, source: str = "embeddings")
         raise ConfigError(f"{source}: expected shape ({n}, {dim}), got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ConfigError(f"{source}: embeddings contain NaN or infinite values")
-    return normalise_rows(arr)
+    # Rows already of unit length are kept bit for bit: normalising them again moves some by one ulp,
+    # and an export -> import round trip must give back exactly the stored vectors.
+    norms = np.linalg.norm(arr.astype(np.float64), axis=1)
+    off = np.abs(norms - 1.0) > UNIT_TOLERANCE
+    if off.any():
+        arr = arr.copy()
+        arr[off] = normalise_rows(arr[off])
+    return arr
 
 
 def check_feedback_id(value: object) -> str:

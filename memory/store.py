@@ -419,7 +419,12 @@ class MemoryStore:
         return self._read(lambda conn: portable.export_jsonl(conn, Path(path), namespace, self.embedder, self.dim))
 
     def import_(self, path: str | Path) -> int:
-        """Read an ``export`` file; memories whose id exists are skipped. Returns how many were added."""
+        """Read an ``export`` file; memories whose id exists are skipped. Returns how many were added.
+
+        With the exporting store's embedder the stored vectors are reused bit for bit and not regrouped
+        (each memory keeps exactly the vector it had; retrieval ranks memories, so it is unchanged);
+        with another embedder the intents are embedded again and grouped like new writes.
+        """
         header, groups = portable.read_jsonl(Path(path))
         reuse = portable.same_embedder(header, self.embedder, self.dim)
         added = 0
@@ -428,7 +433,7 @@ class MemoryStore:
             records = [r for r in records if r.id not in known]
             if records:
                 batch = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
-                added += len(self._insert({check_namespace(namespace): batch}))
+                added += len(self._insert({check_namespace(namespace): batch}, group=not reuse))
         return added
 
     # -- lifecycle -----------------------------------------------------------------------------
