@@ -12,8 +12,9 @@ Any app that speaks the OpenAI API talks to an evolved team by changing its base
 
 A bearer key maps to a tenant; each tenant has its own memories, prompts and responses. Errors use
 OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 401 for a missing or wrong key, 400
-for a malformed body, 404 for a response id the tenant does not own, 502 when the team's model fails,
-500 (logged, with a generic message) for anything else — never a traceback.
+for a malformed body, 404 for a response id the tenant does not own, 429 (with ``Retry-After`` when the
+provider gave one) when the team's model is rate limited, 504 when it timed out, 502 when it failed
+otherwise, 500 (logged, with a generic message) for anything else — never a traceback.
 
 Streaming is honest about what a team is: the team answers as a whole (its agents run in turn, and
 ``Deployment.answer`` returns the final text), so a streamed reply starts once the answer exists and
@@ -41,15 +42,16 @@ import dataclasses
 import hmac
 import json
 import logging
+import math
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from apps.serve_cli import INSTALL_HINT
-from connectors import ConfigError, ConnectorError, EvolveError, Message
+from connectors import ConfigError, ConnectorError, EvolveError, Message, ProviderTimeout, RateLimited
 from evolve.serving import Answer, Deployment, UnknownResponse
 from evolve.spec import check_tenant
 
@@ -145,6 +147,7 @@ class ApiError(Exception):
                  param: str | None = None) -> None:  # fmt: skip
         super().__init__(message)
         self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+        self.headers: dict[str, str] = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -254,7 +257,17 @@ def check_keys(keys: Mapping[str, str]) -> dict[str, str]:
         if not isinstance(key, str) or not key or len(key) > 512 or any(c.isspace() for c in key):
             raise ConfigError(f"API key #{i + 1} (tenant {tenant!r:.80}) must be 1-512 characters without spaces")
         check_tenant(tenant)
+    check_distinct(keys.values())
     return dict(keys)
+
+
+def check_distinct(tenants: Iterable[str]) -> None:
+    """Refuse tenants that differ only in case: a case-insensitive database collation would merge them."""
+    seen: dict[str, str] = {}
+    for tenant in tenants:
+        other = seen.setdefault(tenant.casefold(), tenant)
+        if other != tenant:
+            raise ConfigError(f"tenants {other!r} and {tenant!r} differ only in case; give them distinct names")
 
 
 def tenant_for(authorization: str | None, keys: Sequence[tuple[bytes, str]]) -> str | None:
@@ -290,9 +303,23 @@ def as_api_error(e: Exception, method: str = "", path: str = "") -> ApiError:
     if isinstance(e, ConfigError):
         return ApiError(400, str(e))
     if isinstance(e, ConnectorError):
-        return ApiError(502, f"the team's model failed: {e}", kind="server_error", code="upstream_error")
+        return upstream_error(e)
     log.error("request failed: %s: %s", type(e).__name__, e)  # uvicorn logs the traceback of non-Evolve errors
     return ApiError(500, "internal server error (see the server's log)", kind="server_error", code="internal_error")
+
+
+def upstream_error(e: ConnectorError) -> ApiError:
+    """The team's model failed: 429 when rate limited (passing on Retry-After), 504 on a timeout, else 502."""
+    if isinstance(e, RateLimited):
+        error = ApiError(429, f"the team's model is rate limited: {e}", kind="rate_limit_error", code="rate_limited")
+        if e.retry_after is not None:
+            error.headers["Retry-After"] = str(max(1, math.ceil(e.retry_after)))
+        return error
+    if isinstance(e, ProviderTimeout):
+        return ApiError(
+            504, f"the team's model did not answer in time: {e}", kind="server_error", code="upstream_timeout"
+        )
+    return ApiError(502, f"the team's model failed: {e}", kind="server_error", code="upstream_error")
 
 
 def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
@@ -316,8 +343,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
 
     async def on_error(request: Request, e: Exception) -> JSONResponse:
         error = as_api_error(e, request.method, request.url.path)
-        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers or None)
 
     for kind in (ApiError, EvolveError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, on_error)

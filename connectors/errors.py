@@ -54,3 +54,17 @@ class ParseError(EvolveError):
 
 class StoreError(EvolveError):
     """The store refused an operation (unknown id, bad value, conflicting state); nothing was changed."""
+
+
+def same_kind(cause: ConnectorError | None, message: str) -> ConnectorError:
+    """A ``ConnectorError`` saying ``message`` that recovers like ``cause``: a ``RateLimited`` keeps its
+    ``retry_after``, a ``ProviderTimeout`` stays one, any other keeps ``retryable``; the cause is chained."""
+    error: ConnectorError
+    if isinstance(cause, RateLimited):
+        error = RateLimited(message, retry_after=cause.retry_after)
+    elif isinstance(cause, ProviderTimeout):
+        error = ProviderTimeout(message)
+    else:
+        error = ConnectorError(message, retryable=cause.retryable if cause is not None else None)
+    error.__cause__ = cause
+    return error

@@ -74,11 +74,16 @@ class Agent:
 
 @dataclass(frozen=True)
 class TeamAct:
-    """What a team did for one observation: the steps in order and the final answer, or the error."""
+    """What a team did for one observation: the steps in order and the final answer, or the error.
+
+    ``cause`` is the model's error behind ``error`` (a ``RateLimited`` keeps its ``retry_after``), so a
+    server can answer 429 or 504 rather than a generic failure.
+    """
 
     steps: tuple[Step, ...]
     answer: str
     error: str | None = None
+    cause: ConnectorError | None = field(default=None, compare=False)
 
 
 def render_experiences(recall: Recall | None) -> str:
@@ -200,6 +205,7 @@ class Team:
         outputs: list[dict[str, str]] = [{} for _ in range(n)]
         steps: list[list[Step]] = [[] for _ in range(n)]
         errors: list[str | None] = [None] * n
+        causes: list[ConnectorError | None] = [None] * n
         for name in self.order:
             agent = self.agents[name]
             live = [i for i in range(n) if errors[i] is None]
@@ -211,14 +217,14 @@ class Team:
             call_params = {**agent.params, **(params or {})}
             generated = self._generate(agent, prompts, call_params, sample_index)
             for j, (i, result) in enumerate(zip(live, generated, strict=True)):
-                if isinstance(result, str):
-                    errors[i] = f"{name}: {result}"
+                if isinstance(result, ConnectorError):
+                    errors[i], causes[i] = f"{name}: {result}", result
                     continue
                 outputs[i][name] = result.text
                 recall = recalls[j]
                 rid = recall.id if recall is not None else None
                 steps[i].append(Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn))
-        return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i]) for i in range(n)]
+        return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
 
     def _recall(self, agent: Agent, queries: list[str]) -> list[Recall | None]:
         if agent.memory is None or not queries:
@@ -228,20 +234,20 @@ class Team:
     def _generate(
         self, agent: Agent, prompts: list[list[Message]], params: Mapping[str, Any], sample_index: int
     ) -> list[Any]:
-        """Completions in prompt order; a failed prompt yields its error message instead."""
+        """Completions in prompt order; a failed prompt yields its ``ConnectorError`` instead."""
         if not prompts:
             return []
         if hasattr(agent.model.backend, "complete_batch"):
             try:
                 return list(agent.model.complete_batch(prompts, caller=agent.name, sample_index=sample_index, **params))
             except ConnectorError as e:
-                return [str(e)] * len(prompts)
+                return [e] * len(prompts)
 
         def one(p: list[Message]) -> Any:
             try:
                 return agent.model.complete(p, caller=agent.name, sample_index=sample_index, **params)
             except ConnectorError as e:
-                return str(e)
+                return e
 
         if len(prompts) == 1 or self.workers == 1:
             return [one(p) for p in prompts]

@@ -40,7 +40,8 @@ from typing import Any
 from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from connectors import ChatClient, ConfigError, ConnectorError, Embedder, Message, StoreError, Usage, make_engine
+from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Usage, make_engine
+from connectors.errors import same_kind
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
 from evolve.episode import Step, condense
@@ -188,7 +189,7 @@ class Deployment:
             [observation], queries=[query], params={k: v for k, v in (params or {}).items() if v is not None}
         )[0]
         if act.error is not None:
-            raise ConnectorError(f"the team could not answer: {act.error}")
+            raise same_kind(act.cause, f"the team could not answer: {act.error}")
         usage = sum((s.usage for s in act.steps), Usage())
         answer = Answer(
             id=f"chatcmpl-{secrets.token_hex(12)}",
