@@ -302,12 +302,14 @@ METRICS = ("success_rate", "mean_reward", "memory_size", "q_mean", "tokens")
 
 
 def learning_tab(deployment: Deployment, tenant: str | None) -> None:
-    curves = list_runs(deployment.engine)
+    run = deployment.run_name(tenant)
+    every = list_runs(deployment.engine)  # a tenant sees its own run only
+    curves = {n: every[n] for n in data.visible_runs(list(every), run, tenant=tenant is not None)}
     if not curves:
         st.info("No rounds recorded yet: `evolve run SPEC` or `evolve job SPEC --once` records them here.")
         return
     names = list(curves)
-    chosen = st.multiselect("Runs", names, default=data.default_runs(names, deployment.run_name(tenant)), key="runs")
+    chosen = st.multiselect("Runs", names, default=data.default_runs(names, run), key="runs")
     metric = st.selectbox("Metric", METRICS, key="metric")
     frame = pd.DataFrame(data.curve_rows({n: curves[n] for n in chosen}, metric=metric))
     if not frame.empty:

@@ -217,6 +217,12 @@ def default_runs(names: Sequence[str], current: str) -> list[str]:
     return [current] if current in names else list(names)
 
 
+def visible_runs(names: Sequence[str], current: str, *, tenant: bool) -> list[str]:
+    """The runs the learning tab may show: a tenant sees its own run only (other tenants' runs, even
+    their names, are not its business); the operator (no tenant) sees every run in the database."""
+    return ([current] if current in names else []) if tenant else list(names)
+
+
 def _num(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -235,5 +241,6 @@ __all__ = [
     "round_rows",
     "version_label",
     "version_rows",
+    "visible_runs",
     "why_rows",
 ]
