@@ -52,7 +52,7 @@ from connectors import ConfigError
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN or inf in a spec is a typo
 
 
 class RunSection(_Strict):
@@ -89,12 +89,12 @@ class EnvironmentSection(_Strict):
 class MemorySection(_Strict):
     enabled: bool = True
     mode: Literal["q", "similarity"] = "q"
-    k1: int = 10
-    k2: int = 5
-    delta: float = 0.0
-    lam: float = 0.5
-    alpha: float = 0.3
-    epsilon: float = 0.0
+    k1: int = Field(10, ge=1)
+    k2: int = Field(5, ge=1)
+    delta: float = Field(0.0, ge=-1.0, le=1.0)
+    lam: float = Field(0.5, ge=0.0, le=1.0)
+    alpha: float = Field(0.3, ge=0.0, le=1.0)
+    epsilon: float = Field(0.0, ge=0.0, le=1.0)
     writer: Literal["cheap", "llm"] = "cheap"
 
 
@@ -188,6 +188,8 @@ def load_spec(path: str | Path) -> RunSpec:
         raw: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); expected a TOML file") from None
     try:
         spec = RunSpec.model_validate(raw)
     except ValidationError as e:

@@ -26,6 +26,9 @@ from memory.scoring import assign_groups
 from memory.statements import execute_many
 
 MAX_NAMESPACE = 200
+MAX_ID = 64  # the id columns are VARCHAR(64)
+MAX_TEXT = 1_000_000
+"""The most characters in one intent, experience or query; a larger text is refused, not stored."""
 INTENT_INSERT = insert(intents)
 ITEM_INSERT = insert(memory_items)
 
@@ -46,16 +49,51 @@ def new_ids(n: int) -> list[str]:
     return [prefix + raw[i : i + 20] for i in range(0, 20 * n, 20)]
 
 
-def check_text(name: str, value: object) -> None:
+def check_chars(name: str, value: str) -> str:
+    """``value`` unchanged when every database can store it: no NUL and no lone surrogate.
+
+    PostgreSQL refuses NUL in text and JSON, and a lone surrogate (``"\\ud800"``) has no UTF-8
+    encoding, so both are refused on every backend (a store behaves the same on SQLite and PostgreSQL).
+    """
+    if "\x00" in value:
+        raise ConfigError(f"{name} must not contain NUL characters (\\x00), got {value!r:.120}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"{name} must be valid Unicode text, got a lone surrogate {value[e.start]!r} at position {e.start}"
+        ) from None
+    return value
+
+
+def check_text(name: str, value: object, *, limit: int = MAX_TEXT) -> None:
+    """A non-empty string of at most ``limit`` characters that every backend can store (``check_chars``)."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r:.120}")
+    if len(value) > limit:
+        raise ConfigError(f"{name} must be at most {limit:,} characters, got {len(value):,}")
+    check_chars(name, value)
+
+
+def check_id(name: str, value: object) -> str:
+    """A memory or recall id: a non-empty string of at most ``MAX_ID`` characters."""
+    check_text(name, value, limit=MAX_ID)
+    return value  # type: ignore[return-value]  # checked above
+
+
+def as_list(values: object, name: str) -> list[Any]:
+    """``values`` as a list; anything not iterable (None, a number) is a ``ConfigError``."""
+    try:
+        return list(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise ConfigError(f"{name} must be a sequence, got {type(values).__name__}") from None
 
 
 def check_texts(values: object, name: str, *, single: str) -> list[str]:
     """A sequence of non-empty strings (a lone string is refused: ``single`` says what to do instead)."""
     if isinstance(values, str):
         raise ConfigError(f"{name} must be a sequence of strings, got a single string ({single})")
-    out = list(values)  # type: ignore[call-overload]
+    out = as_list(values, name)
     for i, text in enumerate(out):
         check_text(f"{name}[{i}]", text)
     return out
@@ -63,10 +101,10 @@ def check_texts(values: object, name: str, *, single: str) -> list[str]:
 
 def check_rows(rows: object) -> list[tuple[str, str]]:
     """``add_many``'s rows: (intent, experience) pairs of non-empty strings."""
-    out = list(rows)  # type: ignore[call-overload]
+    out = as_list(rows, "add_many: rows")
     for i, row in enumerate(out):
         if not isinstance(row, (tuple, list)) or len(row) != 2:
-            raise ConfigError(f"add_many: rows[{i}] must be an (intent, experience) pair, got {row!r}")
+            raise ConfigError(f"add_many: rows[{i}] must be an (intent, experience) pair, got {row!r:.120}")
         check_text(f"rows[{i}] intent", row[0])
         check_text(f"rows[{i}] experience", row[1])
     return [(r[0], r[1]) for r in out]
@@ -75,16 +113,26 @@ def check_rows(rows: object) -> list[tuple[str, str]]:
 def check_namespace(namespace: object) -> str:
     if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAMESPACE:
         raise ConfigError(
-            f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r}"
+            f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r:.120}"
         )
-    return namespace
+    return check_chars("namespace", namespace)
+
+
+def check_success(value: object, where: str) -> bool | None:
+    """A success flag: True, False or None (unknown); ``"no"`` or 1 are refused, not read as truthy."""
+    if value is not None and not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{where} must be True, False or None, got {value!r:.80} ({type(value).__name__})")
+    return None if value is None else bool(value)
 
 
 def check_reward(value: object, where: str) -> float:
     """A finite float (bools count as 1.0 / 0.0); anything else is a ``ConfigError``."""
     if not isinstance(value, (Real, np.number)) or isinstance(value, complex):
         raise ConfigError(f"{where}: reward must be a finite real number, got {value!r} ({type(value).__name__})")
-    number = float(value)  # type: ignore[arg-type]
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        raise ConfigError(f"{where}: reward must be finite, got an integer with {len(str(value))} digits") from None
     if not math.isfinite(number):
         raise ConfigError(f"{where}: reward must be finite, got {number!r}")
     return number
@@ -97,10 +145,24 @@ def _check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where} must be a mapping, got {type(meta).__name__}")
     out = dict(meta)
     try:
-        json.dumps(out)
+        json.dumps(out, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where} must be JSON-serialisable: {e}") from e
+        raise ConfigError(f"{where} must be JSON-serialisable without NaN or infinity: {e}") from e
+    _check_json_text(out, where)
     return out
+
+
+def _check_json_text(value: object, where: str) -> None:
+    """Every key and string inside a JSON value passes ``check_chars`` (PostgreSQL's JSON refuses NUL)."""
+    if isinstance(value, str):
+        check_chars(where, value)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            check_chars(f"{where} key", str(k))
+            _check_json_text(v, f"{where}[{k!r:.40}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_json_text(v, f"{where}[{i}]")
 
 
 @dataclass
@@ -149,7 +211,7 @@ class NewItems:
             vecs=vecs,
             q=np.broadcast_to(np.asarray(q, dtype=np.float64), (n,)).copy(),
             visits=np.zeros(n, dtype=np.int64) if visits is None else np.asarray(visits, dtype=np.int64),
-            success=[None if s is None else bool(s) for s in success],
+            success=[check_success(s, "success") for s in success],
             created=created_,
             updated=created_.copy() if updated is None else np.asarray(updated, dtype=np.float64),
             metas=metas,

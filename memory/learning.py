@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, insert, update
 
 from connectors.errors import ConfigError
 from memory import report
-from memory.batch import check_reward, new_ids
+from memory.batch import as_list, check_id, check_reward, new_ids
 from memory.portable import check_feedback_id
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items
@@ -43,9 +43,13 @@ FEEDBACK_INSERT = insert(feedback)
 def check_entries(items: Sequence[Sequence[Any]]) -> list[Entry]:
     """Validate ``(recall, reward[, feedback_id])`` tuples before anything is written."""
     out: list[Entry] = []
-    for i, entry in enumerate(items):
+    for i, entry in enumerate(as_list(items, "reinforce_many: items")):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
-            raise ConfigError(f"feedback[{i}] must be (recall, reward) or (recall, reward, feedback_id), got {entry!r}")
+            raise ConfigError(
+                f"feedback[{i}] must be (recall, reward) or (recall, reward, feedback_id), got {entry!r:.120}"
+            )
+        if isinstance(entry[0], str):
+            check_id(f"feedback[{i}] recall id", entry[0])
         fid = entry[2] if len(entry) == 3 else None
         out.append(
             (entry[0], check_reward(entry[1], f"feedback[{i}]"), None if fid is None else check_feedback_id(fid))

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, select
 from connectors.embedders import Embedder, normalise_rows
 from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact_url
-from memory.batch import NewItems, check_namespace, check_reward, check_text
+from memory.batch import NewItems, check_chars, check_id, check_namespace, check_reward, check_text
 from memory.schema import from_blobs, intents, memory_items, read_state, record_embedder
 
 FORMAT = "evolve.memory"
@@ -45,7 +45,12 @@ def check_embedder(conn: Connection, name: str, dim: int, url: str) -> None:
 
 def check_embeddings(vecs: Any, n: int, dim: int, *, source: str = "embeddings") -> np.ndarray:
     """An (n, dim) finite float32 matrix with unit rows (zero rows stay zero)."""
-    arr = np.asarray(vecs, dtype=np.float32)
+    try:
+        arr = np.asarray(vecs, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"{source}: expected an ({n}, {dim}) array of numbers, got {type(vecs).__name__} ({e})"
+        ) from None
     if arr.shape != (n, dim):
         raise ConfigError(f"{source}: expected shape ({n}, {dim}), got {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -62,8 +67,8 @@ def check_embeddings(vecs: Any, n: int, dim: int, *, source: str = "embeddings")
 
 def check_feedback_id(value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > 128:
-        raise ConfigError(f"feedback_id must be a non-empty string of at most 128 characters, got {value!r}")
-    return value
+        raise ConfigError(f"feedback_id must be a non-empty string of at most 128 characters, got {value!r:.120}")
+    return check_chars("feedback_id", value)
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,11 @@ def read_jsonl(path: Path) -> tuple[dict[str, Any], dict[str, list[Record]]]:
     """Parse an export file: its header, and its records grouped by namespace (file order kept)."""
     if not path.exists():
         raise ConfigError(f"import: {path} does not exist")
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"import: {path} is not UTF-8 text (byte {e.start}: {e.reason}); expected JSONL") from None
+    lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise ConfigError(f"import: {path} is empty; expected a header line then one memory per line")
     header = _parse(lines[0], path, 1)
@@ -181,7 +190,8 @@ def _parse(line: str, path: Path, n: int) -> dict[str, Any]:
 
 def _record(d: dict[str, Any], header: dict[str, Any], where: str) -> Record:
     try:
-        for name in ("id", "intent", "experience"):
+        check_id(f"{where} id", d["id"])
+        for name in ("intent", "experience"):
             check_text(f"{where} {name}", d[name])
         embedding = None
         if d.get("embedding") and header.get("dim"):

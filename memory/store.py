@@ -37,6 +37,7 @@ from connectors.redact import redact_url
 from memory import portable, report
 from memory.batch import (
     NewItems,
+    check_id,
     check_namespace,
     check_reward,
     check_rows,
@@ -133,7 +134,7 @@ class MemoryStore:
         check_text("intent", intent)
         check_text("experience", experience)
         if id is not None:
-            check_text("id", id)
+            check_id("id", id)
             existing = self._find(id)
             if existing is not None:
                 return existing
@@ -296,6 +297,7 @@ class MemoryStore:
         With ``record=True`` the recall and every candidate's numbers are logged, so ``reinforce`` can
         take its id and ``explain`` can show why each memory was (not) chosen.
         """
+        check_text("query", query)
         return self.retrieve_many([query], namespace=namespace, config=config, record=record)[0]
 
     def retrieve_many(
@@ -384,7 +386,7 @@ class MemoryStore:
     # -- reading -------------------------------------------------------------------------------
     def get(self, memory_id: str) -> MemoryItem:
         """One memory by id (``StoreError`` when unknown)."""
-        found = self._find(memory_id)
+        found = self._find(check_id("memory_id", memory_id))
         if found is None:
             raise StoreError(f"unknown memory id {memory_id!r}")
         return found
@@ -403,15 +405,18 @@ class MemoryStore:
 
     def items(self, namespace: str | None = None) -> list[MemoryItem]:
         """Every memory (of one namespace, or all), oldest first."""
+        namespace = None if namespace is None else check_namespace(namespace)
         return self._read(lambda conn: report.all_items(conn, namespace))
 
     def explain(self, recall_id: str) -> dict[str, Any]:
         """The logged recall: query, config, every candidate's sim, Q, z-scores, score, whether it was
         selected or filtered by δ, and the feedback applied to it since."""
+        check_id("recall_id", recall_id)
         return self._read(lambda conn: report.explain(conn, recall_id))
 
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
+        namespace = None if namespace is None else check_namespace(namespace)
         return self._read(lambda conn: report.stats(conn, namespace))
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:

@@ -23,7 +23,7 @@ from connectors.chat import ChatModel
 from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
-from memory.batch import check_namespace, check_text
+from memory.batch import check_chars, check_id, check_namespace, check_success, check_text
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def compose_experience(
 def check_write_entries(entries: object) -> list[WriteEntry]:
     """``write_many``'s input as a list, every entry checked before any model is called."""
     if isinstance(entries, (str, WriteEntry)) or not isinstance(entries, Sequence):
-        raise ConfigError(f"write_many takes a sequence of WriteEntry, got {type(entries).__name__}")
+        raise ConfigError(f"write_many: entries must be a sequence of WriteEntry, got {type(entries).__name__}")
     out = list(entries)
     for i, e in enumerate(out):
         if not isinstance(e, WriteEntry):
@@ -152,10 +152,12 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
         check_text(f"entries[{i}].intent", e.intent)
         for name in ("trajectory", "feedback"):
             if not isinstance(getattr(e, name), str):
-                raise ConfigError(f"entries[{i}].{name} must be a string, got {getattr(e, name)!r}")
+                raise ConfigError(f"entries[{i}].{name} must be a string, got {getattr(e, name)!r:.120}")
+            check_chars(f"entries[{i}].{name}", getattr(e, name))
         check_namespace(e.namespace)
+        check_success(e.success, f"entries[{i}].success")
         if e.id is not None:
-            check_text(f"entries[{i}].id", e.id)
+            check_id(f"entries[{i}].id", e.id)
         if e.provenance is not None and not isinstance(e.provenance, Mapping):
             raise ConfigError(f"entries[{i}].provenance must be a mapping, got {type(e.provenance).__name__}")
     return out
