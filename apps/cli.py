@@ -92,6 +92,8 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_memory(args: argparse.Namespace) -> None:
     from memory import MemoryStore
 
+    if args.action in ("backup", "restore"):
+        return memory_backup(args)
     with MemoryStore(args.db, embedder=load_embedder(args.embedder)) as store:
         if args.action == "stats":
             print(json.dumps(store.stats(args.namespace), indent=2, default=str))
@@ -103,6 +105,21 @@ def cmd_memory(args: argparse.Namespace) -> None:
             print(f"exported {store.export(args.path, namespace=args.namespace)} items to {args.path}")
         elif args.action == "import":
             print(f"imported {store.import_(args.path)} items from {args.path}")
+
+
+def memory_backup(args: argparse.Namespace) -> None:
+    """``evolve memory backup|restore FILE``: the whole database (memories, prompts, runs, jobs), no embedder needed."""
+    from connectors.db import default_url
+    from connectors.redact import redact_url as redact
+    from memory.backup import backup, restore
+
+    url = args.db or default_url()
+    if args.action == "backup":
+        info = backup(url, args.path, pg_bin=args.pg_bin)
+        print(f"backed up {redact(url)} to {info.path} in {info.seconds:.2f} s: {info.summary()}")
+    else:
+        info = restore(args.path, url, force=args.force, pg_bin=args.pg_bin)
+        print(f"restored {info.path} into {redact(url)} in {info.seconds:.2f} s: {info.summary()}")
 
 
 def cmd_prompts(args: argparse.Namespace) -> None:
@@ -219,13 +236,15 @@ def parser() -> argparse.ArgumentParser:
     add_job_parsers(sub)
     add_playground_parser(sub)
 
-    m = sub.add_parser("memory", help="inspect, export and import memories")
-    m.add_argument("action", choices=["stats", "show", "export", "import"])
-    m.add_argument("path", nargs="?", type=Path, help="JSONL file for export/import")
+    m = sub.add_parser("memory", help="inspect, export and import memories; back up and restore the database")
+    m.add_argument("action", choices=["stats", "show", "export", "import", "backup", "restore"])
+    m.add_argument("path", nargs="?", type=Path, help="JSONL file for export/import; backup file for backup/restore")
     m.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
     m.add_argument("--namespace", default=None)
     m.add_argument("--embedder", default="minilm", help="the embedder the store was built with")
     m.add_argument("--limit", type=int, default=20)
+    m.add_argument("--force", action="store_true", help="restore: replace a database that is not empty")
+    m.add_argument("--pg-bin", default=None, help="backup/restore: folder of pg_dump/pg_restore (default: PATH)")
     m.set_defaults(func=cmd_memory)
     return p
 
@@ -235,8 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    if getattr(args, "action", None) in ("export", "import") and args.path is None:
-        print(f"evolve memory {args.action}: a JSONL path is required", file=sys.stderr)
+    if args.command == "memory" and args.action in ("export", "import", "backup", "restore") and args.path is None:
+        kind = "a JSONL" if args.action in ("export", "import") else "a backup file"
+        print(f"evolve memory {args.action}: {kind} path is required", file=sys.stderr)
         return 2
     try:
         args.func(args)

@@ -27,12 +27,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from connectors.db import default_url, make_engine, sqlite_path
+from connectors.db import default_url, sqlite_path
 from connectors.errors import ConfigError, StoreError
+from connectors.redact import redact_url
 from memory import backup_pg
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,8 @@ def _sqlite_check(path: Path, *, where: str) -> dict[str, int]:
         raise StoreError(f"{where} is not a readable SQLite database: {e}") from e
     if result != ["ok"]:
         raise StoreError(f"{where} failed SQLite's integrity_check: {'; '.join(result[:5])}")
-    engine = make_engine(f"sqlite:///{path}", poolclass=NullPool)
+    # A plain engine: connectors.db's would switch the file to WAL, and a backup stays one self-contained file.
+    engine = create_engine(f"sqlite:///{path}", poolclass=NullPool)
     try:
         with engine.connect() as conn:
             return _checked_counts(conn, where)
@@ -205,7 +207,9 @@ def _sqlite_file(url: str, *, must_exist: bool) -> Path:
 
 def _is_sqlite(url: str) -> bool:
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"database URL must look like 'sqlite:///path.db' or 'postgresql+psycopg://…', got {url!r}")
+        raise ConfigError(
+            f"database URL must look like 'sqlite:///path.db' or 'postgresql+psycopg://…', got {redact_url(url)!r}"
+        )
     return make_url(url).get_backend_name() == "sqlite"
 
 

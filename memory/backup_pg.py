@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from connectors.db import make_engine
 from connectors.errors import ConfigError, StoreError
+from connectors.redact import redact_url
 
 MAGIC = b"PGDMP"
 REQUIRED = ("memory_items", "memory_intents", "memory_state")
@@ -146,4 +147,4 @@ def _libpq_url(url: str) -> str:
 
 
 def _safe(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
+    return redact_url(url)
