@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol
@@ -43,6 +44,11 @@ IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at lea
 IVF_SEED = 1234
 PARALLEL_QUERIES = 20  # batches at least this large use FAISS's BLAS path and all OpenMP threads
 _warned_missing = False
+
+
+# Held while an index is written: without it two stores of one process saving the same namespace at
+# once shared one temporary file, and one rename failed (FileNotFoundError) or published a torn file.
+_SAVING = threading.Lock()
 
 
 def load_faiss() -> ModuleType | None:
@@ -285,14 +291,15 @@ class VectorIndex:
         if self._faiss is None:
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        self._faiss.write_index(self.raw, str(tmp))
-        os.replace(tmp, path)
-        meta = {"generation": generation, "kind": self.kind, "dim": self.dim, "count": len(self)}
-        sidecar = meta_path(path)
-        tmp_meta = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
-        tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
-        os.replace(tmp_meta, sidecar)
+        with _SAVING:  # the temporary names are per process: two stores of one process take turns
+            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+            self._faiss.write_index(self.raw, str(tmp))
+            os.replace(tmp, path)
+            meta = {"generation": generation, "kind": self.kind, "dim": self.dim, "count": len(self)}
+            sidecar = meta_path(path)
+            tmp_meta = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
+            tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
+            os.replace(tmp_meta, sidecar)
         return True
 
     @classmethod

@@ -5,12 +5,14 @@ The workload and its check live in ``bench.reliability_load`` (the benchmark rep
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from bench.reliability_load import LOCKED, SHARED, Check, Log, mixed_workload, open_store, reward_of, sequential_q
 from bench.reliability_load import check as check_log
+from memory.store import MemoryStore
 
 PROCESSES, THREADS, ROUNDS = 3, 4, 12
 
@@ -59,3 +61,33 @@ def test_the_check_sees_a_lost_update_and_an_extra_one(tmp_path: Path) -> None:
     del log.feedback["f1"], log.feedback["f2"]  # applied but not accounted for: an extra update
     assert len(check_log(url, log).mismatches) == 2
     assert reward_of(SHARED) == 1.0 and -1.0 <= reward_of("ns-p0t1") <= 1.0
+
+
+def test_two_stores_of_one_process_saving_their_indexes_at_once_both_succeed(tmp_path: Path) -> None:
+    """Index files are written under per-process temporary names: two stores of one process saving the
+    same namespace at once once shared the name, and one rename failed with FileNotFoundError."""
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    stores, errors = [open_store(url), open_store(url)], list[str]()
+    start = threading.Barrier(2)
+
+    def save(store: MemoryStore, tag: str) -> None:
+        start.wait()
+        for i in range(60):
+            try:
+                store.add(f"{tag} job {i}", "lesson")
+                store.retrieve("job", record=False)  # loads the mirror, so the add marks its index dirty
+                store.save_index()
+            except Exception as e:
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=save, args=(s, t)) for s, t in zip(stores, "ab", strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        s.close()
+    assert errors == []
+    with open_store(url) as again:
+        assert again.index_status() in ("loaded", "caught_up")  # the saved file is usable
+        assert len(again.items()) == 120
