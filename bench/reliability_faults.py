@@ -34,7 +34,7 @@ TIMEOUT = 0.3  # the client's timeout; the "slow" fault answers after TIMEOUT + 
 RETRIES = 1
 CAP = 1 << 20  # max_response_bytes; the "enormous" fault sends twice that
 REPLIES = faults(retry_after=0.05, slow=TIMEOUT + 0.2, enormous=2 * CAP)
-RATES = dict.fromkeys(FAULT_KINDS, 0.04)  # 8 kinds x 4%: about a third of the requests fault
+RATE = 0.05  # per fault kind: 8 kinds x 5%, so about 40% of the requests fault
 JUNK = "Sure! Here are my thoughts {{ on the prompt, without any tags"
 
 
@@ -95,9 +95,12 @@ class FaultRound:
     calls_bound: int  # (retries + 1) x the model calls the episodes made
 
 
-def evolver_under_faults(folder: Path, *, seed: int = 0, n_tasks: int = 12, rounds: int = 2) -> FaultRound:
-    """``rounds`` Evolver rounds over ``n_tasks`` while ``FaultMix(seed)`` injects faults."""
-    server = FakeOpenAIServer(responder=FaultMix(copying, RATES, seed=seed, replies=REPLIES))
+def evolver_under_faults(
+    folder: Path, *, seed: int = 0, n_tasks: int = 12, rounds: int = 2, rate: float = RATE
+) -> FaultRound:
+    """``rounds`` Evolver rounds over ``n_tasks`` while ``FaultMix(seed)`` injects each fault at ``rate``."""
+    mix = FaultMix(copying, dict.fromkeys(FAULT_KINDS, rate), seed=seed, replies=REPLIES)
+    server = FakeOpenAIServer(responder=mix)
     server.start()
     store = MemoryStore(f"sqlite:///{folder / f'faults-{seed}.db'}", embedder=HashEmbedder())
     view = MemoryView(store, config=RetrievalConfig(k1=5, k2=1, delta=0.95))
@@ -186,7 +189,7 @@ def run(quick: bool = True) -> dict[str, Any]:
     ]
     notes = (
         f"Real openai SDK against a fault server on 127.0.0.1; client retries={RETRIES}, timeout={TIMEOUT}s, "
-        f"max_response_bytes={CAP}. Seeded fault mix at {RATES[FAULT_KINDS[0]]:.0%} per kind over "
+        f"max_response_bytes={CAP}. Seeded fault mix at {RATE:.0%} per kind over "
         f"{len(rounds)} seeds x 2 rounds. The junk critic's step: {junk.note!r}."
     )
     return {"title": "Faults from models", "rows": rows, "notes": notes}
