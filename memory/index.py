@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -300,6 +301,7 @@ class VectorIndex:
             tmp_meta = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
             tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
             os.replace(tmp_meta, sidecar)
+        remove_stale_temps(path)
         return True
 
     @classmethod
@@ -314,7 +316,10 @@ class VectorIndex:
         except Exception as e:  # a torn or corrupt file of any kind: the caller rebuilds
             log.warning("memory index %s is unreadable (%s); it will be rebuilt", path, e)
             return None
-        if meta.get("dim") != dim or meta.get("kind") != kind or raw.d != dim or raw.ntotal != meta.get("count"):
+        # No check of the sidecar's count: a process killed between the two renames of ``save`` leaves
+        # a newer index beside an older sidecar; the caller reconciles the ids with SQL anyway (and
+        # catches this one up) instead of rebuilding the whole index.
+        if meta.get("dim") != dim or meta.get("kind") != kind or raw.d != dim:
             log.warning("memory index %s does not match its sidecar or this store; it will be rebuilt", path)
             return None
         if isinstance(raw, faiss.IndexIVF):
@@ -341,6 +346,32 @@ def _ivf_list(ivf: Any, lst: int) -> tuple[np.ndarray, np.ndarray]:
     ids = faiss.rev_swig_ptr(ivf.invlists.get_ids(lst), size).copy()
     codes = faiss.rev_swig_ptr(ivf.invlists.get_codes(lst), size * ivf.code_size).copy()
     return ids.astype(np.int64), codes.view(np.float32).reshape(size, ivf.d)
+
+
+def remove_stale_temps(path: Path) -> int:
+    """Delete the temporary files of ``path`` (and its sidecar) left by processes killed mid-save.
+
+    A temporary file carries its writer's pid; one whose process is gone is litter (a live writer's
+    is left alone). Returns how many were removed.
+    """
+    removed = 0
+    for name in (path.name, meta_path(path).name):
+        for tmp in path.parent.glob(f"{glob.escape(name)}.*.tmp"):
+            pid = tmp.name[len(name) + 1 : -len(".tmp")]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def meta_path(path: Path) -> Path:

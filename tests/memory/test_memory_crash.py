@@ -1,0 +1,117 @@
+"""SIGKILL at random moments of memory writes, reinforcements and index saves (``bench/reliability_crash.py``).
+
+The harness is the benchmark's: workers forked from a preloaded server loop store calls on one
+database and acknowledge each call in a log; each is killed after a seeded random delay; after each
+kill the database, the log and a reopened store are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, update
+
+from bench.reliability_crash import FAILURES, check, run_trials
+from connectors import HashEmbedder
+from memory import MemoryStore
+from memory.index import VectorIndex, meta_path
+from memory.schema import feedback, memory_items
+from memory.sync import index_file
+
+
+def assert_nothing_lost(result: dict, *, trials: int) -> None:
+    totals = result["totals"]
+    failures = {key: totals.get(key, 0) for key in FAILURES.values()}
+    assert failures == dict.fromkeys(FAILURES.values(), 0), result
+    assert result["trials"] == trials
+    assert totals["acknowledged_writes"] > 10 * trials and totals["acknowledged_feedback"] > trials, result
+    assert totals["resent_feedback"] > 0, "no feedback id was sent twice: idempotency went unchecked"
+
+
+def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_feedback_twice(tmp_path: Path) -> None:
+    result = run_trials(f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=50, seed=8)
+    assert_nothing_lost(result, trials=50)
+    landed = result["landed"]
+    inside_calls = sum(v for k, v in landed.items() if k in ("inside add", "inside add_many", "inside write_many"))
+    assert inside_calls >= 5 and landed.get("inside reinforce", 0) >= 5, landed
+    assert landed.get("inside save", 0) >= 2, landed
+    assert set(result["index_states"]) <= {"loaded", "caught_up", "rebuilt", "built"}
+    assert result["index_states"].get("caught_up", 0) > 0, "reopening never caught a stale index up"
+    assert result["totals"]["leftover_temp_files"] <= 1  # the last kill's, at most: the next save sweeps it
+
+
+@pytest.mark.postgres
+def test_sigkill_on_postgresql_loses_nothing_acknowledged(pg_url: str, tmp_path: Path) -> None:
+    result = run_trials(pg_url, tmp_path, trials=10, seed=3, delays=(0.2, 2.0))
+    assert_nothing_lost(result, trials=10)
+    assert set(result["index_states"]) == {"database"}
+
+
+def test_the_checks_catch_lost_writes_lost_feedback_extra_visits_and_double_application(tmp_path: Path) -> None:
+    """The checker is not vacuous: damage a healthy store the way a broken store would and it says so."""
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with MemoryStore(url, embedder=HashEmbedder(32)) as store:
+        ids = store.add_many([("open the door", "push"), ("close the gate", "pull")])
+        (recall,) = store.retrieve_many(["open the door"])
+        store.reinforce_many([(recall.id, 1.0, "fb-1")])
+    acks = tmp_path / "acks.jsonl"
+    acks.write_text(json.dumps({"ids": ids, "feedback": [[recall.id, 1.0, "fb-1"]], "resent_updated": 0}) + "\n")
+    healthy = check(url, acks, tmp_path / "scratch")
+    assert {k: healthy[k] for k in FAILURES.values() if k in healthy} == dict.fromkeys(
+        [k for k in FAILURES.values() if k in healthy], 0
+    )
+
+    with MemoryStore(url, embedder=HashEmbedder(32)) as store, store.engine.begin() as conn:
+        conn.execute(update(memory_items).where(memory_items.c.id == recall.items[0].id).values(visits=2))
+        conn.execute(delete(memory_items).where(memory_items.c.id == ids[1]))
+        conn.execute(delete(feedback))
+    with acks.open("a") as f:
+        f.write(json.dumps({"resent_updated": 1}) + "\n" + '{"ids": ["torn')  # a torn last line is no ack
+    broken = check(url, acks, tmp_path / "scratch")
+    assert (broken["writes_lost"], broken["feedback_lost"], broken["feedback_applied_twice"]) == (1, 1, 1)
+    assert broken["visit_mismatches"] == 1
+
+
+def test_an_index_saved_without_its_sidecar_is_caught_up_not_rebuilt(tmp_path: Path) -> None:
+    """A kill between the two renames of a save leaves a newer index beside an older sidecar."""
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with MemoryStore(url, embedder=HashEmbedder(32)) as store:
+        store.add_many([(f"task {i}", "did it") for i in range(5)])
+    path = index_file(tmp_path / "memory.db.faiss", "default")
+    old_sidecar = meta_path(path).read_text()
+    with MemoryStore(url, embedder=HashEmbedder(32)) as store:
+        store.add_many([(f"chore {i}", "did it") for i in range(3)])
+    meta_path(path).write_text(old_sidecar)  # the second save's sidecar never landed
+    with MemoryStore(url, embedder=HashEmbedder(32)) as store:
+        assert store.index_status() == "loaded"  # the ids agree with SQL: nothing to rebuild
+        assert len(store.items()) == 8
+    loaded = VectorIndex.load(path, dim=32, kind="flat")
+    assert loaded is not None and len(loaded[0]) == 8
+
+
+def test_a_save_sweeps_temporary_files_of_killed_savers_but_not_of_live_ones(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with MemoryStore(url, embedder=HashEmbedder(32)) as store:
+        store.add("open the door", "push")
+    path = index_file(tmp_path / "memory.db.faiss", "default")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        litter = [path.with_name(f"{path.name}.{dead.stdout.strip()}.tmp"), meta_path(path).with_name(
+            f"{meta_path(path).name}.{dead.stdout.strip()}.tmp"
+        )]  # fmt: skip
+        busy = path.with_name(f"{path.name}.{live.pid}.tmp")
+        for p in [*litter, busy]:
+            p.write_bytes(b"half an index")
+        with MemoryStore(url, embedder=HashEmbedder(32)) as store:
+            store.add("close the gate", "pull")
+        assert not any(p.exists() for p in litter) and busy.exists()
+    finally:
+        live.kill()
+        live.wait()
+    assert os.path.exists(path)
