@@ -7,6 +7,8 @@ server never reaches a log file, an HTTP error body or a bug report.
 Example:
     >>> redact_url("postgresql+psycopg://evolve:hunter2@db.internal:5432/runs")
     'postgresql+psycopg://evolve:***@db.internal:5432/runs'
+    >>> redact_url("evolve:hunter2@db.internal/runs")
+    'evolve:***@db.internal/runs'
     >>> redact("refused key sk-live-123456 at https://u:p@example.com", ["sk-live-123456"])
     'refused key *** at https://u:***@example.com'
 """
@@ -20,6 +22,8 @@ MASK = "***"
 
 # scheme://user:password@  — the password is anything up to the last '@' before the host.
 _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)(?P<pw>[^\s'\"]*)(?P<at>@)")
+# user:password@host with no scheme (a URL typed without its "postgresql://").
+_BARE_PASSWORD = re.compile(r"^(?P<head>\s*[^\s:/@'\"]+:)(?P<pw>[^\s@'\"]+)(?P<at>@)")
 # Authorization: Bearer <token> (as an HTTP header or inside a message).
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)(?P<token>[A-Za-z0-9._~+/=-]{4,})")
 # Secrets shorter than this are not searched for: masking every "a" would garble messages and hide nothing.
@@ -31,7 +35,11 @@ def redact_url(url: object) -> str:
 
     Works on plain strings and on SQLAlchemy ``URL`` objects (whose ``str`` already hides it).
     """
-    return _URL_PASSWORD.sub(lambda m: f"{m['head']}{MASK}{m['at']}" if m["pw"] else m.group(), str(url))
+    def mask(m: re.Match[str]) -> str:
+        return f"{m['head']}{MASK}{m['at']}" if m["pw"] else m.group()
+
+    text = str(url)
+    return _URL_PASSWORD.sub(mask, text) if "://" in text else _BARE_PASSWORD.sub(mask, text)
 
 
 def redact(text: object, secrets: Iterable[str | None] = ()) -> str:
