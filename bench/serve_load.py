@@ -217,8 +217,10 @@ def summarise(requests: list[Request], seconds: float, visits: int) -> dict[str,
     ms = np.array([r.ms for r in requests]) if requests else np.zeros(1)
     first = [r for r in requests if r.kind == "feedback"]
     repeats = [r for r in requests if r.kind == "repeat"]
-    once = all(r.applied is True for r in first) and all(r.applied is False for r in repeats)
     reinforced = sum(r.reinforced for r in first)
+    # First sends not applied, repeats applied again, and a store whose visits disagree with the receipts.
+    not_once = sum(r.applied is not True for r in first) + sum(r.applied is not False for r in repeats)
+    not_once += (reinforced != visits) + abs(len(first) - len(repeats))
     return {
         "requests": len(requests),
         "chat": sum(r.kind in ("chat", "stream") for r in requests),
@@ -226,7 +228,8 @@ def summarise(requests: list[Request], seconds: float, visits: int) -> dict[str,
         "feedback": len(first) + len(repeats),
         "errors": sum(r.status != 200 for r in requests),
         "unanswered": sum(r.status == 0 for r in requests),
-        "feedback_applied_once": bool(once and reinforced == visits and len(first) == len(repeats)),
+        "feedback_applied_once": not_once == 0,
+        "feedback_not_once": not_once,
         "items_reinforced": reinforced,
         "store_visits": visits,
         **{f"p{p}_ms": round(float(np.percentile(ms, p)), 1) for p in (50, 90, 99)},
