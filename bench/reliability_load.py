@@ -238,10 +238,10 @@ def run(quick: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         rows = memory_rows("SQLite", f"sqlite:///{Path(tmp) / 'shared.db'}", 3, 4, rounds)
         clients, requests = (8, 25) if quick else (16, 100)
-        report = serve_load.run_load(Path(tmp) / "serve", clients=clients, per_client=requests)
+        report = serve_load.run_load(Path(tmp) / "serve", clients=clients, per_client=requests, servers=2)
     s = report["summary"]
     rows += [
-        ["serve: clients × requests each", f"{clients} × {requests}"],
+        ["serve: processes on one SQLite file, clients × requests each", f"2, {clients} × {requests}"],
         [
             "serve: requests (chat, streamed, feedback)",
             f"{s['requests']} ({s['chat']}, {s['streamed']}, {s['feedback']})",
@@ -254,7 +254,7 @@ def run(quick: bool = True) -> dict[str, Any]:
     notes = (
         "Mixed workload: spawned processes × threads on one SQLite file, every thread adding (own and shared "
         "namespace), recalling (logged) and reinforcing its own and any worker's recalls; Q and visits compared "
-        "with the sequential TD result. Serve: `evolve serve` as a subprocess on 127.0.0.1 with a scripted model "
+        "with the sequential TD result. Serve: two `evolve serve` subprocesses on 127.0.0.1 (feedback sent to the one that did not answer) with a scripted model "
         "and the SQLite store; latencies include the client. Reproduce: python -m bench.reliability_load."
     )
     return {"title": "Concurrency and load", "rows": rows, "notes": notes}

@@ -165,10 +165,11 @@ def _feedback(http: httpx.Client, response_id: str, score: float) -> dict[str, A
     return body
 
 
-def client(url: str, key: str, number: int, count: int, start: threading.Barrier, log: list[Request]) -> None:
-    """``count`` chat requests (every 4th streamed), a feedback (and its repeat) after every 3rd."""
-    sdk = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=60)
-    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+def client(urls: list[str], key: str, number: int, count: int, start: threading.Barrier, log: list[Request]) -> None:
+    """``count`` chat requests (every 4th streamed) to ``urls[0]``, a feedback (and its repeat) after every
+    3rd to ``urls[-1]`` (with several servers: another process than the one that answered)."""
+    sdk = openai.OpenAI(base_url=urls[0], api_key=key, max_retries=0, timeout=60)
+    http = httpx.Client(base_url=urls[-1], headers={"Authorization": f"Bearer {key}"}, timeout=60)
     start.wait()
     for i in range(count):
         stream = i % 4 == 1
@@ -183,13 +184,17 @@ def client(url: str, key: str, number: int, count: int, start: threading.Barrier
     sdk.close()
 
 
-def drive(url: str, clients: int, per_client: int) -> tuple[list[Request], float]:
-    """All clients at once; every request's record and the wall seconds."""
+def drive(urls: list[str], clients: int, per_client: int) -> tuple[list[Request], float]:
+    """All clients at once, spread over the servers (each tenant's clients over all of them); every
+    request's record and the wall seconds."""
     logs: list[list[Request]] = [[] for _ in range(clients)]
-    keys = list(KEYS)
+    keys, n = list(KEYS), len(urls)
     start = threading.Barrier(clients + 1)
     threads = [
-        threading.Thread(target=client, args=(url, keys[c % len(keys)], c, per_client, start, logs[c]))
+        threading.Thread(
+            target=client,
+            args=([urls[c % n], urls[(c + 1) % n]], keys[(c // n) % len(keys)], c, per_client, start, logs[c]),
+        )
         for c in range(clients)
     ]
     for t in threads:
@@ -239,19 +244,26 @@ def summarise(requests: list[Request], seconds: float, visits: int) -> dict[str,
     }
 
 
-def run_load(folder: Path, *, clients: int = 8, per_client: int = 25) -> dict[str, Any]:
-    """Seed, start ``evolve serve``, drive the clients, stop it, check the store; the full report."""
+def run_load(folder: Path, *, clients: int = 8, per_client: int = 25, servers: int = 1) -> dict[str, Any]:
+    """Seed, start ``servers`` ``evolve serve`` processes on one store, drive the clients, stop them,
+    check the store; the full report."""
     spec = write_spec(folder)
     seed(spec)
-    proc, url = start_server(spec)
+    procs: list[subprocess.Popen[str]] = []
+    urls: list[str] = []
     try:
-        requests, seconds = drive(url, clients, per_client)
+        for _ in range(servers):
+            proc, url = start_server(spec)
+            procs.append(proc)
+            urls.append(url)
+        requests, seconds = drive(urls, clients, per_client)
     finally:
-        exit_code = stop_server(proc)
+        exit_codes = [stop_server(proc) for proc in procs]
     summary = summarise(requests, seconds, visits_total(spec))
-    summary["server_exit_code"] = exit_code
+    summary["server_exit_codes"] = exit_codes  # 143: SIGTERM, a graceful stop (the index is saved)
     failures = [asdict(r) for r in requests if r.status != 200][:20]
-    config = {"clients": clients, "requests_per_client": per_client, "model": "fake/scripted", "store": "SQLite"}
+    config = {"clients": clients, "requests_per_client": per_client, "servers": servers, "model": "fake/scripted"}
+    config["store"] = "SQLite, one file for every server"
     return {"config": config, "summary": summary, "failures": failures, "machine": machine()}
 
 
@@ -261,8 +273,10 @@ def markdown(report: dict[str, Any]) -> str:
         "# evolve serve under load",
         "",
         f"{c['clients']} concurrent clients × {c['requests_per_client']} chat requests each (every 4th streamed, "
-        "a feedback and its repeat after every 3rd), `evolve serve` on 127.0.0.1 with a scripted model and the "
-        "SQLite store; client-side latency. Reproduce: `python -m bench.serve_load`.",
+        f"a feedback and its repeat after every 3rd), {c['servers']} `evolve serve` process(es) on 127.0.0.1 with "
+        "a scripted model and one SQLite store (with several, feedback goes to another process than the answer); "
+        f"client-side latency. Reproduce: `python -m bench.serve_load --clients {c['clients']} "
+        f"--requests {c['requests_per_client']} --servers {c['servers']}`.",
         "",
         "| figure | value |",
         "|---|---|",
@@ -275,9 +289,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=25, help="chat requests per client")
+    parser.add_argument("--servers", type=int, default=1, help="evolve serve processes sharing the store")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        report = run_load(Path(tmp), clients=args.clients, per_client=args.requests)
+        report = run_load(Path(tmp), clients=args.clients, per_client=args.requests, servers=args.servers)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "serve_load.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (RESULTS / "serve_load.md").write_text(markdown(report), encoding="utf-8")

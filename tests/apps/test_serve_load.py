@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.serve_load import Request, run_load, summarise
 
 CLIENTS, PER_CLIENT = 8, 25
 
 
-def test_every_request_under_load_is_answered_and_every_feedback_applies_once(tmp_path: Path) -> None:
-    report = run_load(tmp_path, clients=CLIENTS, per_client=PER_CLIENT)
+@pytest.mark.parametrize("servers", [1, 2])
+def test_every_request_under_load_is_answered_and_every_feedback_applies_once(tmp_path: Path, servers: int) -> None:
+    """One server, or two processes on one SQLite file with feedback sent to the one that did not answer."""
+    report = run_load(tmp_path, clients=CLIENTS, per_client=PER_CLIENT, servers=servers)
     s = report["summary"]
     feedbacks = CLIENTS * len(range(0, PER_CLIENT, 3))  # one after every third answer, each sent twice
     assert (s["chat"], s["feedback"]) == (CLIENTS * PER_CLIENT, 2 * feedbacks)
@@ -22,8 +26,9 @@ def test_every_request_under_load_is_answered_and_every_feedback_applies_once(tm
     assert s["feedback_applied_once"] and s["feedback_not_once"] == 0
     assert s["store_visits"] == s["items_reinforced"] == 2 * feedbacks  # k2 = 2
     assert s["p50_ms"] <= s["p90_ms"] <= s["p99_ms"] <= s["max_ms"] and s["throughput_rps"] > 0
+    assert s["server_exit_codes"] == [143] * servers  # SIGTERM: a graceful stop
     print(
-        f"\n{CLIENTS} clients x {PER_CLIENT}: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, {s['throughput_rps']} req/s"
+        f"\n{servers} server(s), {CLIENTS} clients x {PER_CLIENT}: p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, {s['throughput_rps']} req/s"
     )
 
 
