@@ -89,7 +89,7 @@ def finish(command: str, spec: Path, rounds: int = ROUNDS) -> int:
     try:
         for _ in range(4 * rounds):
             history = job_history(engine)
-            started = max([rounds, *(j.round for j in history)])  # a killed job's round is finished too
+            started = max([rounds, *(j.round or 0 for j in history)])  # a killed job's round is finished too
             if (finished := sum(j.status == "done" for j in history)) >= started:
                 return finished
             done = evolve("job", str(spec), "--once", "--quiet", "--lease-ttl", "1")
