@@ -138,15 +138,8 @@ class MemoryStore:
             existing = self._find(id)
             if existing is not None:
                 return existing
-        batch = NewItems.build(
-            [intent],
-            [experience],
-            self._embed([intent]),
-            q=self._q0(q),
-            success=[success],
-            meta=meta,
-            ids=None if id is None else [id],
-        )
+        vecs, ids = self._embed([intent]), None if id is None else [id]
+        batch = NewItems.build([intent], [experience], vecs, q=self._q0(q), success=[success], meta=meta, ids=ids)
         stored = self._insert({check_namespace(namespace): batch}, skip_existing=id is not None)
         return stored[batch.ids[0]]
 
@@ -169,9 +162,8 @@ class MemoryStore:
         if not rows:
             return []
         intents_ = [r[0] for r in rows]
-        vecs = (
-            self._embed(intents_) if embeddings is None else portable.check_embeddings(embeddings, len(rows), self.dim)
-        )
+        given = embeddings is not None
+        vecs = portable.check_embeddings(embeddings, len(rows), self.dim) if given else self._embed(intents_)
         batch = NewItems.build(
             intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
         )
@@ -478,9 +470,8 @@ class MemoryStore:
         self.close()
 
     def __repr__(self) -> str:
-        return (
-            f"MemoryStore({redact_url(self.url)!r}, embedder={getattr(self.embedder, 'name', '?')!r}, index={self.config.index!r})"
-        )
+        name = getattr(self.embedder, "name", "?")
+        return f"MemoryStore({redact_url(self.url)!r}, embedder={name!r}, index={self.config.index!r})"
 
     # -- helpers -------------------------------------------------------------------------------
     def _ensure_open(self) -> None:
