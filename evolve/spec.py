@@ -56,7 +56,9 @@ class _Strict(BaseModel):
 
 
 class RunSection(_Strict):
-    name: str = "default"
+    # No "@" or "/": a tenant's run is "<run>@<tenant>" and an agent's namespace "<run>/<agent>", so a run
+    # named "codes@alice" would be tenant alice's run of "codes".
+    name: str = Field("default", pattern=r"^[^@/]+$", max_length=120)
     rounds: int = Field(5, ge=1)
     database: str | None = None
     batch_size: int = Field(16, ge=1)

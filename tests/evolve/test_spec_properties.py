@@ -27,6 +27,8 @@ def test_generated_spec_files_load_or_name_the_field() -> None:
         (b"[memory]\nk1 = 0\n", "memory.k1"),
         (b"[memory]\nlam = 2.5\n", "memory.lam"),
         (b'[run]\nrounds = "five"\n', "run.rounds"),
+        (b'[run]\nname = "codes@alice"\n', "run.name"),  # would be tenant alice's run of "codes"
+        (b'[run]\nname = "codes/solver"\n', "run.name"),
     ],
 )
 def test_bad_spec_files_are_config_errors(tmp_path: Path, raw: bytes, expected: str) -> None:

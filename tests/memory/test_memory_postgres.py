@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, select, text
 
-from connectors.embedders import HashEmbedder, normalise_rows
+from connectors.embedders import HashEmbedder
 from memory import pgvector
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.pgvector import PgVectorIndex
+from memory.portable import check_embeddings
 from memory.schema import intents
 from memory.store import MemoryStore
 
@@ -83,7 +84,8 @@ def test_vectors_read_back_bit_for_bit(open_pg: Open) -> None:
     store.add_many([(f"task {i}", f"exp {i}") for i in range(20)], embeddings=vecs, group=False)
     with store.engine.connect() as conn:
         stored = conn.execute(select(intents.c.embedding).order_by(intents.c.seq)).scalars().all()
-    assert np.array_equal(np.frombuffer(b"".join(stored), dtype="<f4").reshape(20, DIM), normalise_rows(vecs))
+    kept = check_embeddings(vecs, 20, DIM)  # unit rows as given, others normalised: what the store keeps
+    assert np.array_equal(np.frombuffer(b"".join(stored), dtype="<f4").reshape(20, DIM), kept)
 
 
 def test_phase_a_is_answered_through_the_hnsw_index_and_finds_the_true_neighbours(open_pg: Open) -> None:
