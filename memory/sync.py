@@ -177,6 +177,7 @@ class MirrorSet:
         rows = conn.execute(
             select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)
         ).all()
+        self._add_missing_keys(conn, mirror, rows)
         mirror.append(self._rows(mirror, rows, vectors=False), index=False)
         self._attach_index(mirror)
         return mirror
@@ -281,8 +282,24 @@ class MirrorSet:
             fetched.extend(conn.execute(select(*ITEM_COLUMNS).where(memory_items.c.seq.in_(part))).all())
         for ns in {row[2] for row in fetched}:
             mirror = self._mirrors[ns]
-            mirror.append(self._rows(mirror, sorted((r for r in fetched if r[2] == ns), key=lambda r: r[0])))
+            part = sorted((r for r in fetched if r[2] == ns), key=lambda r: r[0])
+            self._add_missing_keys(conn, mirror, part)
+            mirror.append(self._rows(mirror, part))
             self._dirty.add(ns)
+
+    def _add_missing_keys(self, conn: Connection, mirror: NamespaceMirror, rows: Sequence[Any]) -> None:
+        """Load the intent keys of ``ITEM_COLUMNS`` rows that the mirror lacks.
+
+        On PostgreSQL (READ COMMITTED) each statement sees what was committed when it started, so an
+        item read after the keys were read may belong to a key committed in between.
+        """
+        missing = sorted({str(r[6]) for r in rows} - mirror.key_pos.keys())
+        for part in chunks(missing):
+            keys = conn.execute(
+                select(intents.c.id, intents.c.seq, intents.c.embedding).where(intents.c.id.in_(part))
+            ).all()
+            for key_id, seq, blob in keys:
+                mirror.add_keys(np.array([key_id], dtype=object), np.array([seq]), from_blobs([blob], self.dim))
 
 
 def reconcile(mirror: NamespaceMirror, index: VectorIndex, *, spot_checks: int = 8) -> int | None:
