@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, update
 
-from bench.reliability_crash import FAILURES, check, run_trials
+from bench.reliability_crash import FAILURES, check
 from connectors import HashEmbedder
 from memory import MemoryStore
 from memory.index import VectorIndex, meta_path
@@ -33,8 +33,24 @@ def assert_nothing_lost(result: dict, *, trials: int) -> None:
     assert totals["resent_feedback"] > 0, "no feedback id was sent twice: idempotency went unchecked"
 
 
+def trials_in_a_fresh_process(url: str, folder: Path, **options: object) -> dict:
+    """``run_trials`` in its own interpreter: the trials then cost what they cost alone (about 25 s for
+    50 on 2 cores), not what they cost inside a pytest process that has run a thousand other tests
+    (five times more, measured, for reasons that are not the store's)."""
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from bench.reliability_crash import run_trials\n"
+        f"print(json.dumps(run_trials({url!r}, Path({str(folder)!r}), **{options!r})))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_feedback_twice(tmp_path: Path) -> None:
-    result = run_trials(f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=50, seed=8)
+    result = trials_in_a_fresh_process(f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=50, seed=8)
     assert_nothing_lost(result, trials=50)
     landed = result["landed"]
     inside_calls = sum(v for k, v in landed.items() if k in ("inside add", "inside add_many", "inside write_many"))
@@ -47,7 +63,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_fe
 
 @pytest.mark.postgres
 def test_sigkill_on_postgresql_loses_nothing_acknowledged(pg_url: str, tmp_path: Path) -> None:
-    result = run_trials(pg_url, tmp_path, trials=10, seed=3, delays=(0.2, 2.0))
+    result = trials_in_a_fresh_process(pg_url, tmp_path, trials=10, seed=3, delays=(0.2, 2.0))
     assert_nothing_lost(result, trials=10)
     assert set(result["index_states"]) == {"database"}
 
