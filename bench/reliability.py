@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +51,17 @@ MUST_BE_ZERO = (
 )
 
 
-def run_part(part: str, quick: bool) -> dict[str, Any]:
-    """One part in a fresh interpreter; its dict plus seconds and exit status."""
+def run_part(part: str, quick: bool, pg_url: str | None = None) -> dict[str, Any]:
+    """One part in a fresh interpreter; its dict plus seconds and exit status. A part whose ``run`` takes
+    ``pg_url`` gets a fresh database on the server at ``pg_url`` (when one is given)."""
     code = (
-        "import json, sys\n"
+        "import inspect, json, sys\n"
         f"from bench.reliability_{part} import run\n"
-        f"out = run(quick={quick})\n"
+        "kw = {}\n"
+        f"if {pg_url!r} and 'pg_url' in inspect.signature(run).parameters:\n"
+        "    from tests.postgres import create_database\n"
+        f"    kw['pg_url'] = create_database({pg_url!r}, 'reliability_{part}')\n"
+        f"out = run(quick={quick}, **kw)\n"
         f"print({MARK!r} + json.dumps(out, default=str), flush=True)\n"
     )
     t0 = time.perf_counter()
@@ -66,6 +74,22 @@ def run_part(part: str, quick: bool) -> dict[str, Any]:
     out = json.loads(lines[-1][len(MARK) :])
     out["seconds"] = seconds
     return out
+
+
+@contextmanager
+def postgres(wanted: bool) -> Iterator[str | None]:
+    """The PostgreSQL + pgvector test server (``tests/postgres.py``) for the parts that measure it."""
+    if not wanted:
+        yield None
+        return
+    from tests.postgres import start_postgres, stop_postgres
+
+    folder = Path(tempfile.mkdtemp(prefix="evolve-reliability-pg-"))
+    try:
+        yield start_postgres(folder / "data")
+    finally:
+        stop_postgres(folder / "data")
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def broken(rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -121,14 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.reliability", description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the larger runs (more trials, requests, examples)")
     parser.add_argument("--only", nargs="+", choices=PARTS, metavar="PART", help=f"run only these of {PARTS}")
+    parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL figures (no test server)")
     args = parser.parse_args(argv)
     quick = not args.full
     start = time.perf_counter()
     parts: dict[str, dict[str, Any]] = {}
-    for name in args.only or PARTS:
-        print(f"=== reliability: {name} ===", flush=True)
-        parts[name] = run_part(name, quick)
-        print(json.dumps(parts[name], indent=1, default=str), flush=True)
+    with postgres(not args.no_pg) as pg_url:
+        for name in args.only or PARTS:
+            print(f"=== reliability: {name} ===", flush=True)
+            parts[name] = run_part(name, quick, pg_url)
+            print(json.dumps(parts[name], indent=1, default=str), flush=True)
     total = time.perf_counter() - start
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "RELIABILITY.md").write_text(render(parts, quick, total), encoding="utf-8")

@@ -220,6 +220,7 @@ def run_trials(
     Returns totals: failures of each kind (all must be 0), where the kills landed, index states seen.
     """
     rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
     ack_path = folder / "acks.jsonl"
