@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from connectors.quoting import quote
 from optimizers.types import NodeCall
 
 CRITIC_SYSTEM = (
@@ -225,6 +226,12 @@ def system_component(component: str) -> str:
 def shown(text: str, empty: str = EMPTY_TEXT) -> str:
     """A text as the critic sees it: in full, or a marker when it is empty."""
     return text if text.strip() else empty
+
+
+def feedback_block(text: str) -> str:
+    """The environment's feedback as quoted data: it may carry a user's comment (``evolve serve``
+    feedback), which must not speak to the critic from outside its block."""
+    return quote(shown(text), "feedback")
 
 
 def render_list(items: Iterable[str]) -> str:

@@ -227,7 +227,7 @@ class TextualGradientOptimizer:
                 calls=P.render_calls(trace.calls),
                 final=P.shown(trace.output),
                 score=f"{trace.score:.2f}",
-                feedback=P.shown(trace.feedback),
+                feedback=P.feedback_block(trace.feedback),
             )
             text = critic.ask(prompt, component=",".join(targets), parse=parse_critique, reserve_calls=reserve)
             return [Gradient(c, text, (trace.example_id,)) for c in targets] if text else []
@@ -247,7 +247,7 @@ class TextualGradientOptimizer:
                     output=P.shown(call.output),
                     final=P.shown(trace.output),
                     score=f"{trace.score:.2f}",
-                    feedback=P.shown(trace.feedback),
+                    feedback=P.feedback_block(trace.feedback),
                     downstream=P.render_list(downstream),
                 )
                 text = critic.ask(prompt, component=component, parse=parse_critique, reserve_calls=reserve)

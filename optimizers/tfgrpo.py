@@ -215,7 +215,7 @@ class TrainingFreeGRPO:
                 calls=P.render_calls(trace.calls),
                 output=P.shown(trace.output),
                 score=f"{trace.score:.2f}",
-                feedback=P.shown(trace.feedback),
+                feedback=P.feedback_block(trace.feedback),
             )
             summary = critic.ask(prompt, component=component, parse=parse_summary)
             if summary is not None:
