@@ -10,11 +10,12 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fake_vllm import install_fake_vllm
 
 pytest.importorskip("transformers")
 
@@ -29,18 +30,6 @@ PROMPTS = [
     [Message("system", "answer briefly"), Message("user", "what is the capital of france?")],
     [Message("user", "hello")],
 ]
-
-
-@dataclass(frozen=True)
-class FakeLoRARequest:
-    lora_name: str
-    lora_int_id: int
-    lora_path: str
-
-
-class FakeSamplingParams:
-    def __init__(self, **options: Any) -> None:
-        self.__dict__.update(options)
 
 
 class FakeLLM:
@@ -76,14 +65,7 @@ class FakeLLM:
 
 @pytest.fixture
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
-    vllm = types.ModuleType("vllm")
-    vllm.LLM = FakeLLM  # type: ignore[attr-defined]
-    vllm.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
-    request = types.ModuleType("vllm.lora.request")
-    request.LoRARequest = FakeLoRARequest  # type: ignore[attr-defined]
-    modules = {"vllm": vllm, "vllm.lora": types.ModuleType("vllm.lora"), "vllm.lora.request": request}
-    for name, module in modules.items():
-        monkeypatch.setitem(sys.modules, name, module)
+    install_fake_vllm(monkeypatch, FakeLLM)
 
 
 def adapter_folder(root: Path, name: str) -> Path:

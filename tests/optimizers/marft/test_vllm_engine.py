@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.fake_vllm import FakeLoRARequest, install_fake_vllm
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
@@ -26,18 +28,6 @@ from optimizers.marft.tiny import EOS_ID, tiny_policies  # noqa: E402
 from optimizers.marft.toys import RelayTask  # noqa: E402
 
 SMALL = dict(batch_size=4, minibatches=2, epochs=1, checkpoint_every=1)
-
-
-@dataclass
-class FakeLoRARequest:
-    lora_name: str
-    lora_int_id: int
-    lora_path: str
-
-
-class FakeSamplingParams:
-    def __init__(self, **options: Any) -> None:
-        self.__dict__.update(options)
 
 
 class FakeLLM:
@@ -63,14 +53,7 @@ class FakeLLM:
 
 @pytest.fixture
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
-    vllm = types.ModuleType("vllm")
-    vllm.LLM = FakeLLM  # type: ignore[attr-defined]
-    vllm.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
-    request = types.ModuleType("vllm.lora.request")
-    request.LoRARequest = FakeLoRARequest  # type: ignore[attr-defined]
-    modules = {"vllm": vllm, "vllm.lora": types.ModuleType("vllm.lora"), "vllm.lora.request": request}
-    for name, module in modules.items():
-        monkeypatch.setitem(sys.modules, name, module)
+    install_fake_vllm(monkeypatch, FakeLLM)
 
 
 def relay(seed: int = 0) -> tuple[AgentPolicies, RelayTask]:
