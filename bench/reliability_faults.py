@@ -68,16 +68,13 @@ def fault_classes() -> dict[str, dict[str, Any]]:
     """Per fault kind: what one ``complete`` returned or raised, and how many requests it took."""
     out: dict[str, dict[str, Any]] = {}
     for kind in FAULT_KINDS:
-        server = FakeOpenAIServer()
-        server.start()
-        server.script(REPLIES[kind], Reply(200, chat_body("1234")))
-        try:
-            text = chat(server).complete("hi", max_tokens=8).text
-            outcome = f"answered {text!r}"
-        except ConnectorError as e:
-            outcome = f"{type(e).__name__} (retryable={e.retryable})"
-        finally:
-            server.stop()
+        with FakeOpenAIServer() as server:
+            server.script(REPLIES[kind], Reply(200, chat_body("1234")))
+            try:
+                text = chat(server).complete("hi", max_tokens=8).text
+                outcome = f"answered {text!r}"
+            except ConnectorError as e:
+                outcome = f"{type(e).__name__} (retryable={e.retryable})"
         out[kind] = {"outcome": outcome, "requests": len(server.requests)}
     return out
 

@@ -111,6 +111,13 @@ class FakeOpenAIServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def __enter__(self) -> FakeOpenAIServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 

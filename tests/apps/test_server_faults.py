@@ -16,12 +16,8 @@ USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeOpenAIServer]:
-    s = FakeOpenAIServer()
-    s.start()
-    try:
+    with FakeOpenAIServer() as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,8 @@ from tests.fake_openai import FakeOpenAIServer
 
 @pytest.fixture
 def openai_server() -> Iterator[FakeOpenAIServer]:
-    server = FakeOpenAIServer()
-    server.start()
-    try:
+    with FakeOpenAIServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 CHAT_TEMPLATE = (

@@ -33,12 +33,8 @@ OK = Reply(200, chat_body("1234"))
 
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:
-    s = FakeOpenAIServer()
-    s.start()
-    try:
+    with FakeOpenAIServer() as s:
         yield s
-    finally:
-        s.stop()
 
 
 def client(server: FakeOpenAIServer, retries: int, **kwargs: object) -> ChatClient:
