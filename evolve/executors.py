@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -74,6 +74,37 @@ class _Attempt:
         return True
 
 
+def play(
+    team: Team,
+    tasks: Sequence[Task],
+    env_factory: Callable[[], Environment],
+    max_turns: int,
+    *,
+    queries: Sequence[str] | None = None,
+    sample_index: int = 0,
+    params: Mapping[str, Any] | None = None,
+) -> list[_Attempt]:
+    """One attempt per task, the team acting on all of them together, turn by turn, until each is done,
+    failed or out of turns. ``queries`` (one per task; default: the observations) drive recall."""
+    attempts = []
+    for t in tasks:
+        env = env_factory()
+        attempts.append(_Attempt(env, env.reset(t)))
+    active = list(range(len(tasks)))
+    for turn in range(max_turns):
+        if not active:
+            break
+        acts = team.act(
+            [attempts[i].observation for i in active],
+            queries=None if queries is None else [queries[i] for i in active],
+            turn=turn,
+            sample_index=sample_index,
+            params=params,
+        )
+        active = [i for i, act in zip(active, acts, strict=True) if attempts[i].take(act)]
+    return attempts
+
+
 @dataclass(frozen=True)
 class Rollout:
     """One episode per task, the team acting on all of them together, turn by turn.
@@ -105,18 +136,7 @@ class Rollout:
     max_turns: int = 1
 
     def __call__(self, tasks: Sequence[Task]) -> list[Episode]:
-        attempts = []
-        for t in tasks:
-            env = self.env_factory()
-            attempts.append(_Attempt(env, env.reset(t)))
-        active = list(range(len(tasks)))
-        for turn in range(self.max_turns):
-            if not active:
-                break
-            acts = self.team.act(
-                [attempts[i].observation for i in active], queries=[tasks[i].prompt for i in active], turn=turn
-            )
-            active = [i for i, act in zip(active, acts, strict=True) if attempts[i].take(act)]
+        attempts = play(self.team, tasks, self.env_factory, self.max_turns, queries=[t.prompt for t in tasks])
         return [self._episode(t, a) for t, a in zip(tasks, attempts, strict=True)]
 
     def _episode(self, task: Task, a: _Attempt) -> Episode:

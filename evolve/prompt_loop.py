@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors import ConfigError, Environment, EvolveError, Usage
+from connectors import ConfigError, Environment, Usage
 from evolve.agent import Team
+from evolve.executors import play
 from evolve.prompt_graph import PromptGraph
 from evolve.tasks import Task
 from optimizers.types import Candidate, Evaluate, NodeCall, PromptOptimizer, Trace
@@ -54,17 +55,6 @@ def make_evaluate(
     return evaluate
 
 
-@dataclass
-class _Play:
-    """One episode in progress inside ``_run``: the calls so far and where it ended."""
-
-    calls: list[NodeCall]
-    usage: Usage
-    output: str = ""
-    score: float = 0.0
-    feedback: str = ""
-
-
 def _run(
     team: Team,
     tasks: Sequence[Task],
@@ -73,44 +63,26 @@ def _run(
     params: Mapping[str, Any],
     max_turns: int,
 ) -> list[Trace]:
-    envs = [env_factory() for _ in tasks]
-    observations = [env.reset(t) for env, t in zip(envs, tasks, strict=True)]
-    plays = [_Play([], Usage()) for _ in tasks]
-    active = list(range(len(tasks)))
-    for turn in range(max_turns):
-        acts = team.act([observations[i] for i in active], sample_index=sample, params=params, turn=turn)
-        still = []
-        for i, act in zip(active, acts, strict=True):
-            play = plays[i]
-            play.calls += [
+    """One trace per task: what each agent was asked and said, and how the episode scored (0 on an error)."""
+    attempts = play(team, tasks, env_factory, max_turns, sample_index=sample, params=params)
+    return [
+        Trace(
+            task.id,
+            tuple(
                 NodeCall(
                     s.agent,
                     (f"{s.agent}.system", f"{s.agent}.library"),
                     s.messages[-1].content if s.messages else "",
                     s.output,
                 )
-                for s in act.steps
-            ]
-            play.usage = sum((s.usage for s in act.steps), play.usage)
-            play.output = act.answer
-            if act.error is not None:
-                play.score, play.feedback = 0.0, f"error: {act.error}"
-                continue
-            try:
-                obs = envs[i].step(act.answer)
-            except EvolveError as e:
-                play.score, play.feedback = 0.0, f"environment error: {e}"
-                continue
-            play.score, play.feedback = float(obs.reward), obs.text
-            if not obs.done:
-                observations[i] = obs.text
-                still.append(i)
-        active = still
-        if not active:
-            break
-    return [
-        Trace(task.id, tuple(p.calls), p.output, p.score, p.feedback, p.usage)
-        for task, p in zip(tasks, plays, strict=True)
+                for s in a.steps
+            ),
+            a.answer,
+            0.0 if a.error is not None else a.reward,
+            a.feedback,
+            sum((s.usage for s in a.steps), Usage()),
+        )
+        for task, a in zip(tasks, attempts, strict=True)
     ]
 
 
