@@ -2,11 +2,13 @@
 
 A file store keeps one connection for its whole life (the store serialises every use under its lock),
 which saves a pool checkout and reset per call and lets the connection carry a bigger page cache;
-server databases (PostgreSQL) and in-memory SQLite check a connection out per transaction.
+server databases (PostgreSQL) and in-memory SQLite check a connection out per transaction. Every
+transaction turns storage faults (disk full, read-only, locked) into ``StoreError``; a read
+transaction (``write=False``) takes no write lock on SQLite.
 
 Example:
     >>> db = Database("sqlite://")
-    >>> with db.transaction() as conn:
+    >>> with db.transaction(write=False) as conn:
     ...     conn.exec_driver_sql("SELECT 1").scalar_one()
     1
     >>> db.close()
@@ -14,36 +16,47 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from connectors.db import make_engine, sqlite_path
+from connectors.db import Durability, make_engine, opened_read_only, sqlite_path, storage_faults
 from connectors.errors import ConfigError
-from connectors.redact import redact_url
+from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind
 from memory.sync import MirrorSet
+
+log = logging.getLogger(__name__)
 
 SQLITE_CACHE_KIB = 65536
 
 
 class Database:
-    """An engine plus, once ``keep_connection`` is called on a SQLite file, its one kept connection."""
+    """An engine plus, once ``keep_connection`` is called on a SQLite file, its one kept connection.
 
-    def __init__(self, url: str) -> None:
+    ``read_only`` is true when the SQLite file is opened read-only (``mode=ro`` in the URL, or a file
+    that cannot be written): reads work, a write raises ``StoreError`` naming read-only.
+    """
+
+    def __init__(self, url: str, *, durability: Durability = "normal") -> None:
         self.url = url
-        self.engine = engine_for(url)
+        self.engine = engine_for(url, durability=durability)
+        self.read_only = opened_read_only(self.engine)
+        self._reads = self.engine.execution_options(sqlite_begin="DEFERRED")
         self._conn: Connection | None = None
 
     def keep_connection(self) -> None:
         """Hold one connection for a SQLite file (no-op for other databases)."""
         if not (self.url.startswith("sqlite") and sqlite_path(self.url) is not None):
             return
-        self._conn = self.engine.connect()
+        with storage_faults(self.url):
+            self._conn = self.engine.connect()
         raw = self._conn.connection.dbapi_connection
         assert raw is not None
         # A bigger page cache for this connection: inserts land in the id index at random places.
@@ -51,27 +64,40 @@ class Database:
         raw.execute("PRAGMA wal_autocheckpoint=10000")  # type: ignore[attr-defined]
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        """One transaction (the caller serialises use of the kept connection)."""
-        if self._conn is None:
-            with self.engine.begin() as conn:
-                yield conn
-        else:
-            with self._conn.begin():
-                yield self._conn
+    def transaction(self, *, write: bool = True) -> Iterator[Connection]:
+        """One transaction (the caller serialises use of the kept connection).
+
+        A write begins ``IMMEDIATE`` on SQLite (the write lock up front, waiting up to the busy
+        timeout); a read (``write=False``) begins ``DEFERRED``: it takes no lock, so another process's
+        long write does not hold it up, and it sees the last commit. Elsewhere both are plain
+        transactions. A storage fault raised inside is a ``StoreError`` naming its cause.
+        """
+        with storage_faults(self.url):
+            if self._conn is None:
+                with (self.engine if write else self._reads).begin() as conn:
+                    yield conn
+            else:
+                self._conn.execution_options(sqlite_begin="IMMEDIATE" if write else "DEFERRED")  # in place
+                with self._conn.begin():
+                    yield self._conn
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        self.engine.dispose()
+        """Release the kept connection and the pool; a connection that fails to close is logged, not raised."""
+        conn, self._conn = self._conn, None
+        try:
+            if conn is not None:
+                conn.close()
+        except DBAPIError as e:
+            log.warning("memory database %s: closing its connection failed: %s", redact_url(self.url), redact(e.orig))
+        finally:
+            self.engine.dispose()
 
 
-def engine_for(url: str) -> Engine:
+def engine_for(url: str, *, durability: Durability = "normal") -> Engine:
     if url.startswith("sqlite") and sqlite_path(url) is None:
         # One shared connection, or every thread would see its own empty in-memory database.
-        return make_engine(url, poolclass=StaticPool)
-    return make_engine(url)
+        return make_engine(url, durability=durability, poolclass=StaticPool)
+    return make_engine(url, durability=durability)
 
 
 def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
@@ -89,14 +115,15 @@ def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
 
 
 def mirror_set(db: Database, *, dim: int, kind: str, index_path: str | Path | None) -> MirrorSet:
-    """The store's mirrors: with an in-process index (saved beside a SQLite file), or with one the
-    database serves (``"pgvector"``)."""
+    """The store's mirrors: with an in-process index (saved beside a SQLite file unless the database is
+    read-only), or with one the database serves (``"pgvector"``)."""
     served = None
     if kind == "pgvector":
         from memory.pgvector import PgVectorIndex
 
         served = partial(PgVectorIndex, db.transaction, dim=dim)
-    return MirrorSet(dim=dim, kind=kind, index_dir=index_dir(db.url, index_path), served_index=served)
+    folder = index_dir(db.url, index_path)
+    return MirrorSet(dim=dim, kind=kind, index_dir=folder, served_index=served, read_only=db.read_only)
 
 
 def index_dir(url: str, index_path: str | Path | None) -> Path | None:

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import json
 import logging
@@ -29,7 +31,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from connectors.errors import ConfigError
+from connectors.errors import ConfigError, StoreError
 from memory.config import INDEX_KINDS
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,14 @@ IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at lea
 IVF_SEED = 1234
 PARALLEL_QUERIES = 20  # batches at least this large use FAISS's BLAS path and all OpenMP threads
 _warned_missing = False
+FILE_FAULTS = {  # errno -> what a failed index write tells the caller
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk full",
+    errno.EROFS: "read-only",
+    errno.EACCES: "read-only",
+    errno.EPERM: "read-only",
+    errno.EIO: "I/O error",
+}
 
 
 # Held while an index is written: without it two stores of one process saving the same namespace at
@@ -287,22 +297,39 @@ class VectorIndex:
         """Write the index and a JSON sidecar with the generation it reflects; atomic per file.
 
         The NumPy fallback is not saved (rebuilding it from the mirror is a copy). Returns whether
-        anything was written.
+        anything was written. A failed write (faiss raises ``RuntimeError``, the file system
+        ``OSError``) is a ``StoreError`` naming its cause; no temporary file is left behind.
         """
         if self._faiss is None:
             return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _SAVING:  # the temporary names are per process: two stores of one process take turns
-            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with _SAVING:  # the temporary names are per process: two stores of one process take turns
+                self._write(path, generation)
+            remove_stale_temps(path)
+        except (OSError, RuntimeError) as e:
+            raise StoreError(
+                f"{file_fault(e)}: cannot save the vector index {str(path)!r} ({e}). The memories are safe in "
+                "the database and the index is rebuilt from it on open; free space or make the folder "
+                "writable, or pass index_path= to save it elsewhere"
+            ) from e
+        return True
+
+    def _write(self, path: Path, generation: int) -> None:
+        assert self._faiss is not None
+        sidecar = meta_path(path)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp_meta = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
+        try:
             self._faiss.write_index(self.raw, str(tmp))
             os.replace(tmp, path)
             meta = {"generation": generation, "kind": self.kind, "dim": self.dim, "count": len(self)}
-            sidecar = meta_path(path)
-            tmp_meta = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
             tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
             os.replace(tmp_meta, sidecar)
-        remove_stale_temps(path)
-        return True
+        finally:  # a write cut short (a full disk) leaves a torn temporary file: remove it
+            for leftover in (tmp, tmp_meta):
+                with contextlib.suppress(OSError):
+                    leftover.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: Path, *, dim: int, kind: str) -> tuple[VectorIndex, int] | None:
@@ -346,6 +373,15 @@ def _ivf_list(ivf: Any, lst: int) -> tuple[np.ndarray, np.ndarray]:
     ids = faiss.rev_swig_ptr(ivf.invlists.get_ids(lst), size).copy()
     codes = faiss.rev_swig_ptr(ivf.invlists.get_codes(lst), size * ivf.code_size).copy()
     return ids.astype(np.int64), codes.view(np.float32).reshape(size, ivf.d)
+
+
+def file_fault(error: BaseException) -> str:
+    """What a failed file write reports: ``"disk full"``, ``"read-only"``, ``"I/O error"`` or ``"write
+    error"``; from an ``OSError``'s errno, or the system's text that faiss quotes in its ``RuntimeError``."""
+    if isinstance(error, OSError) and error.errno in FILE_FAULTS:
+        return FILE_FAULTS[error.errno]
+    text = str(error)
+    return next((cause for code, cause in FILE_FAULTS.items() if os.strerror(code) in text), "write error")
 
 
 def remove_stale_temps(path: Path) -> int:

@@ -38,10 +38,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.types import TypeEngine
 
+from connectors.db import opened_read_only, storage_error, storage_fault
 from connectors.errors import StoreError
+from connectors.redact import redact, redact_url
 
 log = logging.getLogger(__name__)
 metadata = MetaData()
@@ -170,26 +172,55 @@ def create_schema(engine: Engine, *, dim: int | None = None, vector_index: bool 
     """Create the tables and the state row if they are missing (safe when several processes race).
 
     On PostgreSQL the pgvector extension is created first, the vector column gets dimension ``dim``
-    and, with ``vector_index``, its HNSW index (``memory.pgvector``).
+    and, with ``vector_index``, its HNSW index (``memory.pgvector``). A database that cannot be
+    written (read-only media, a read-only server) is used as it is when it holds a memory store: reads
+    work and writes raise ``StoreError`` naming read-only. Other storage faults (disk full, locked)
+    are a ``StoreError`` naming them.
     """
-    postgres = engine.dialect.name == "postgresql"
     for attempt in range(3):
         try:
-            with engine.begin() as conn:
-                if postgres:
-                    from memory import pgvector
-
-                    pgvector.before_tables(conn)
-                metadata.create_all(conn, checkfirst=True)
-                if conn.execute(select(state.c.id)).first() is None:
-                    conn.execute(insert(state).values(id=1, generation=0, next_seq=1))
-                upgrade(conn)
-                if postgres:
-                    pgvector.after_tables(conn, dim, hnsw=vector_index)
+            _create(engine, dim, vector_index)
             return
-        except (OperationalError, IntegrityError, ProgrammingError) as e:  # another process created them first
-            if attempt == 2:
-                raise StoreError(f"cannot create the memory tables in {engine.url!r}: {e}") from e
+        except DBAPIError as e:
+            fault = storage_fault(e)
+            if fault == "read-only" or (fault is not None and opened_read_only(engine)):
+                _check_readable(engine, e)
+                return
+            error = storage_error(e, engine.url)
+            if error is not None:
+                raise error from e
+            if not isinstance(e, (OperationalError, IntegrityError, ProgrammingError)) or attempt == 2:
+                raise StoreError(f"cannot create the memory tables in {redact_url(engine.url)!r}: {e}") from e
+            # else another process created them first: look again
+
+
+def _create(engine: Engine, dim: int | None, vector_index: bool) -> None:
+    postgres = engine.dialect.name == "postgresql"
+    with engine.begin() as conn:
+        if postgres:
+            from memory import pgvector
+
+            pgvector.before_tables(conn)
+        metadata.create_all(conn, checkfirst=True)
+        if conn.execute(select(state.c.id)).first() is None:
+            conn.execute(insert(state).values(id=1, generation=0, next_seq=1))
+        upgrade(conn)
+        if postgres:
+            pgvector.after_tables(conn, dim, hnsw=vector_index)
+
+
+def _check_readable(engine: Engine, error: DBAPIError) -> None:
+    """A database that cannot be written: fine for reads when it already holds a memory store."""
+    url = redact_url(engine.url)
+    try:
+        with engine.execution_options(sqlite_begin="DEFERRED").begin() as conn:
+            read_state(conn)
+    except (DBAPIError, StoreError) as e:
+        raise StoreError(
+            f"read-only: the database {url!r} cannot be written and holds no memory store to read "
+            f"({redact(getattr(e, 'orig', e))}). Open it writable once to create the tables, or check the path"
+        ) from error
+    log.info("memory database %s cannot be written: opened for reading (%s)", url, redact(error.orig))
 
 
 def upgrade(conn: Connection) -> None:

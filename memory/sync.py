@@ -68,10 +68,12 @@ class MirrorSet:
         kind: str,
         index_dir: Path | None,
         served_index: Callable[[str], SearchIndex] | None = None,
+        read_only: bool = False,
     ) -> None:
         self.dim = dim
         self.kind = kind
         self.index_dir = index_dir if served_index is None else None
+        self.read_only = read_only  # a read-only database: saved indexes are loaded, never written
         self._served_index = served_index
         self.generation = -1  # unknown until the first sync
         self.index_state: dict[str, str] = {}
@@ -153,14 +155,20 @@ class MirrorSet:
         self._dirty.add(namespace)
 
     def save(self) -> int:
-        """Write the changed indexes beside the database; returns how many files were written."""
+        """Write the changed indexes beside the database; returns how many files were written.
+
+        A failed write raises ``StoreError`` naming its cause (disk full, read-only); the namespaces
+        not yet written stay marked, so a later ``save`` tries them again.
+        """
+        if self.index_dir is None or self.read_only:
+            self._dirty.clear()
+            return 0
         written = 0
-        if self.index_dir is not None:
-            for ns in sorted(self._dirty):
-                mirror = self._mirrors.get(ns)
-                if mirror is not None and mirror.index.save(index_file(self.index_dir, ns), self.generation):
-                    written += 1
-        self._dirty.clear()
+        for ns in sorted(self._dirty):
+            mirror = self._mirrors.get(ns)
+            if mirror is not None and mirror.index.save(index_file(self.index_dir, ns), self.generation):
+                written += 1
+            self._dirty.discard(ns)
         return written
 
     # -- loading -------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
-"""make_engine: SQLite pragmas, in-memory databases, bad URLs, and where Evolve keeps its files."""
+"""make_engine: SQLite pragmas, durability, read transactions, in-memory databases, bad URLs, where
+Evolve keeps its files, and storage faults as ``StoreError``."""
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from connectors import ConfigError, evolve_home, make_engine
-from connectors.db import BUSY_TIMEOUT_MS, default_url, sqlite_path
+import connectors.db
+from connectors import ConfigError, StoreError, evolve_home, make_engine
+from connectors.db import BUSY_TIMEOUT_MS, default_url, read_only_url, sqlite_path, storage_fault, storage_faults
 
 
 def pragma(engine: object, name: str) -> object:
@@ -83,3 +86,95 @@ def test_default_database_lives_in_evolve_home(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "home").is_dir()
     monkeypatch.delenv("EVOLVE_HOME")
     assert evolve_home() == Path.home() / ".evolve"
+
+
+def test_sqlite_path_reads_the_uri_form_and_ignores_the_query(tmp_path: Path) -> None:
+    path = tmp_path / "a b.db"
+    assert sqlite_path(f"sqlite:///{path}?timeout=5") == path
+    assert sqlite_path(f"sqlite:///file:{path}?mode=ro&uri=true") == path
+    assert sqlite_path(read_only_url(path, immutable=True)) == path  # percent-encoded
+    assert sqlite_path("sqlite:///file:mem?mode=memory&uri=true") is None
+
+
+@pytest.mark.parametrize(("durability", "level"), [("normal", 1), ("full", 2)])
+def test_durability_sets_sqlite_synchronous(tmp_path: Path, durability: str, level: int) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'd.db'}", durability=durability)  # type: ignore[arg-type]
+    assert pragma(engine, "synchronous") == level
+
+
+def test_an_unknown_durability_is_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"durability must be one of \('normal', 'full'\), got 'off'"):
+        make_engine("sqlite://", durability="off")  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("durability", "setting"), [("normal", "off"), ("full", "on")])
+def test_full_durability_turns_synchronous_commit_on_for_postgres(pg_url: str, durability: str, setting: str) -> None:
+    engine = make_engine(pg_url, durability=durability)  # type: ignore[arg-type]
+    try:  # the test server runs with synchronous_commit=off; "normal" leaves the server's setting
+        for _ in range(2):  # and a pooled connection handed out again keeps it
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == setting
+    finally:
+        engine.dispose()
+
+
+def test_a_deferred_read_does_not_wait_for_a_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connectors.db, "BUSY_TIMEOUT_MS", 100)
+    url = f"sqlite:///{tmp_path / 'lock.db'}"
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (v INTEGER)"))
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+    writer = sqlite3.connect(tmp_path / "lock.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO t VALUES (2)")
+    try:
+        with engine.execution_options(sqlite_begin="DEFERRED").begin() as conn:
+            assert conn.execute(text("SELECT v FROM t")).scalars().all() == [1]  # the last commit
+        with pytest.raises(StoreError, match="locked"), storage_faults(url):
+            with engine.begin() as conn:  # a write transaction waits for the lock, then gives up
+                pass
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    with pytest.raises(ConfigError, match="sqlite_begin"):
+        with engine.execution_options(sqlite_begin="EXCLUSIVE-ish").begin():
+            pass
+
+
+def _db_error(**attrs: object) -> DBAPIError:
+    orig = type("DriverError", (Exception,), attrs)("driver says no")
+    return OperationalError("SELECT 1", {}, orig)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "cause"),
+    [
+        ({"sqlite_errorcode": 13}, "disk full"),
+        ({"sqlite_errorcode": 8 | (1 << 8)}, "read-only"),  # SQLITE_READONLY_RECOVERY: an extended code
+        ({"sqlite_errorcode": 5}, "locked"),
+        ({"sqlite_errorcode": 6}, "locked"),
+        ({"sqlite_errorcode": 1}, None),  # SQLITE_ERROR: a bad statement is not a storage fault
+        ({"sqlstate": "53100"}, "disk full"),
+        ({"sqlstate": "25006"}, "read-only"),
+        ({"sqlstate": "55P03"}, "locked"),
+        ({"pgcode": "53100"}, "disk full"),  # psycopg2 names it pgcode
+        ({"sqlstate": "23505"}, None),  # a unique violation
+        ({}, None),
+    ],
+)
+def test_storage_fault_reads_sqlite_codes_and_postgres_sqlstates(attrs: dict[str, object], cause: str | None) -> None:
+    assert storage_fault(_db_error(**attrs)) == cause
+
+
+def test_storage_faults_name_the_cause_and_the_database_without_its_password() -> None:
+    url = "postgresql+psycopg://evolve:hunter2@db.internal/runs"
+    with pytest.raises(StoreError) as info, storage_faults(url):
+        raise _db_error(sqlstate="53100")
+    message = str(info.value)
+    assert message.startswith("disk full: the database 'postgresql+psycopg://evolve:***@db.internal/runs'")
+    assert "hunter2" not in message and "driver says no" in message
+    assert isinstance(info.value.__cause__, DBAPIError)
+    with pytest.raises(DBAPIError), storage_faults(url):  # not a storage fault: unchanged
+        raise _db_error(sqlstate="23505")
