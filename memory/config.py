@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from connectors.db import DURABILITY_LEVELS, Durability
 from connectors.errors import ConfigError
 
 CreditMode = Literal["uniform", "score"]
@@ -102,6 +103,12 @@ class MemoryConfig:
             ``"auto"``: ``"pgvector"`` on PostgreSQL, ``"flat"`` elsewhere. Approximate kinds also
             group intents through the index instead of comparing each new intent with every key.
         capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.
+        durability: what a committed write survives. ``"normal"``: an application or process crash
+            loses nothing; a power loss or OS crash may lose the last transactions, never corrupts
+            (SQLite ``synchronous=NORMAL`` under WAL; PostgreSQL keeps the server's
+            ``synchronous_commit``). ``"full"``: a committed transaction survives a power loss (SQLite
+            ``synchronous=FULL``, PostgreSQL ``synchronous_commit=on`` for the store's sessions), at the
+            cost of a disk flush per commit (``bench/reliability_storage.py``).
 
     Example:
         >>> MemoryConfig(alpha=0.5, capacity=1000).capacity
@@ -115,6 +122,7 @@ class MemoryConfig:
     credit: CreditMode = "uniform"
     index: IndexKind = "auto"
     capacity: int | None = None
+    durability: Durability = "normal"
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
@@ -131,6 +139,8 @@ class MemoryConfig:
             raise ConfigError(f"{owner}.index must be one of {INDEX_CHOICES}, got {self.index!r}")
         if self.capacity is not None:
             _check_int(owner, "capacity", self.capacity, 1)
+        if self.durability not in DURABILITY_LEVELS:
+            raise ConfigError(f"{owner}.durability must be one of {DURABILITY_LEVELS}, got {self.durability!r}")
 
 
 def similarity_only(cfg: MemoryConfig | None = None) -> MemoryConfig:
