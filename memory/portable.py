@@ -48,6 +48,8 @@ VERSION = 1
 EXPORT_BATCH = 1000
 IMPORT_BATCH = 2000
 """Records per insert during an import: bounds its memory whatever the file's size."""
+KEEP_BYTES = 32 * 2**20
+"""An import file up to this size keeps its checked records for the write; a larger one is read twice."""
 MAX_VISITS = 2**31 - 1  # the visits column is a 32-bit INTEGER on PostgreSQL
 FIELDS = ("id", "namespace", "intent", "experience", "q", "visits", "success", "created_at", "updated_at")
 ESCAPES = (("\x85", "\\u0085"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
@@ -111,6 +113,13 @@ class Record:
     updated_at: float
     meta: dict[str, Any]
     embedding: np.ndarray | None
+
+
+def as_path(value: object, what: str) -> Path:
+    """``value`` as a ``Path``: a ``str`` or ``os.PathLike`` naming a file."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{what}: path must be a str or Path naming a file, got {type(value).__name__}")
+    return Path(value)
 
 
 # -- export ---------------------------------------------------------------------------------------
@@ -179,17 +188,20 @@ def _line(row: RowMapping) -> str:
 # -- import ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Checked:
-    """An export file whose every record passed the checks: its header, and each id's (namespace, line)."""
+    """An export file whose every record passed the checks: its header, each id's (namespace, line), and
+    the records themselves when the file is small (``KEEP_BYTES``)."""
 
     path: Path
     header: dict[str, Any]
     ids: dict[str, tuple[str, int]]
     stamp: tuple[int, int, int]
+    kept: list[Record] | None
 
 
 def check_file(path: Path) -> Checked:
-    """Read the whole file once, checking every record; only ids are kept, so memory stays bounded."""
+    """Read the whole file once, checking every record; a large file keeps only ids (bounded memory)."""
     stamp = _stamp(path)
+    kept: list[Record] | None = [] if stamp[0] <= KEEP_BYTES else None
     lines = _lines(path)
     header = _header(path, lines)
     ids: dict[str, tuple[str, int]] = {}
@@ -201,9 +213,11 @@ def check_file(path: Path) -> Checked:
                 f"import: {path}:{n}: id {record.id!r} already appears on line {first[1]}; expected each id once"
             )
         ids[record.id] = (record.namespace, n)
+        if kept is not None:
+            kept.append(record)
     if _stamp(path) != stamp:
         raise ConfigError(f"import: {path} changed while it was read; import it again once it is complete")
-    return Checked(path, header, ids, stamp)
+    return Checked(path, header, ids, stamp, kept)
 
 
 def already_stored(conn: Connection, checked: Checked) -> set[str]:
@@ -225,13 +239,8 @@ def already_stored(conn: Connection, checked: Checked) -> set[str]:
 
 def records(checked: Checked, skip: set[str]) -> Iterator[tuple[str, list[Record]]]:
     """The checked file's records again, in file order, as runs of one namespace of at most ``IMPORT_BATCH``."""
-    if _stamp(checked.path) != checked.stamp:
-        raise ConfigError(f"import: {checked.path} changed since it was checked; import it again")
-    lines = _lines(checked.path)
-    next(lines)  # the header
     run: list[Record] = []
-    for n, value in lines:
-        record = _record(value, checked.header, checked.path, n)
+    for record in _reread(checked) if checked.kept is None else checked.kept:
         if record.id in skip:
             continue
         if run and (record.namespace != run[0].namespace or len(run) >= IMPORT_BATCH):
@@ -240,6 +249,16 @@ def records(checked: Checked, skip: set[str]) -> Iterator[tuple[str, list[Record
         run.append(record)
     if run:
         yield run[0].namespace, run
+
+
+def _reread(checked: Checked) -> Iterator[Record]:
+    """A large file's records read and checked again (it must not have changed since ``check_file``)."""
+    if _stamp(checked.path) != checked.stamp:
+        raise ConfigError(f"import: {checked.path} changed since it was checked; import it again")
+    lines = _lines(checked.path)
+    next(lines)  # the header
+    for n, value in lines:
+        yield _record(value, checked.header, checked.path, n)
 
 
 def same_embedder(header: dict[str, Any], embedder: Embedder, dim: int) -> bool:
@@ -322,7 +341,7 @@ def _header(path: Path, lines: Iterator[tuple[int, Any]]) -> dict[str, Any]:
 
 def _parse(line: str, path: Path, n: int) -> dict[str, Any]:
     try:
-        value = json.loads(line, object_pairs_hook=_object)
+        value = _DECODER.decode(line)
     except ValueError as e:  # JSONDecodeError, a repeated key, an integer of over 4300 digits
         raise ConfigError(f"import: {path}:{n} is not valid JSON ({e})") from None
     if not isinstance(value, dict):
@@ -337,6 +356,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         twice = next(k for i, k in enumerate(keys) if k in keys[:i])
         raise ValueError(f"an object has the key {twice!r} twice")
     return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
 
 
 def _record(d: dict[str, Any], header: dict[str, Any], path: Path, n: int) -> Record:

@@ -311,16 +311,19 @@ def test_an_embedding_without_a_dimension_in_the_header_is_refused(seeded: Memor
 def test_importing_a_folder_or_a_missing_file_is_a_config_error(seeded: MemoryStore, tmp_path: Path) -> None:
     refused(seeded, tmp_path, str(tmp_path), "is a directory")
     refused(seeded, tmp_path / "nope.jsonl", "nope.jsonl", "does not exist")
+    refused(seeded, None, "import: path must be a str or Path", "got NoneType")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("read_twice", [False, True], ids=["small file", "large file"])
 def test_an_import_that_stopped_half_way_resumes(
-    open_store: Open, fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    open_store: Open, fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_twice: bool
 ) -> None:
     source = open_store()
     fill_hostile(source)
     source.export(tmp_path / "m.jsonl")
     target = open_store(url=fresh_url)
     monkeypatch.setattr(portable, "IMPORT_BATCH", 2)
+    monkeypatch.setattr(portable, "KEEP_BYTES", 0 if read_twice else portable.KEEP_BYTES)
     real, calls = target._insert, itertools.count()
 
     def crash_on_third(*args: Any, **kwargs: Any) -> Any:
@@ -338,6 +341,22 @@ def test_an_import_that_stopped_half_way_resumes(
     assert stored_rows(target) == stored_rows(source)
 
 
+def test_a_large_file_changed_after_its_check_is_refused(
+    seeded: MemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "big.jsonl", header(), record("g1"), record("g2", "beta"))
+    monkeypatch.setattr(portable, "KEEP_BYTES", 0)  # too big to keep: read again to write
+    real = portable.already_stored
+
+    def then_append(conn: Any, checked: portable.Checked) -> set[str]:
+        with path.open("ab") as f:
+            f.write(json.dumps(record("b1", "beta", q="bad")).encode() + b"\n")
+        return real(conn, checked)
+
+    monkeypatch.setattr(portable, "already_stored", then_append)
+    refused(seeded, path, "big.jsonl changed since it was checked")
+
+
 # -- an export never leaves a temporary file ----------------------------------------------------
 def leftovers(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
@@ -353,6 +372,8 @@ def test_exporting_to_a_folder_or_under_a_file_fails_cleanly(store: MemoryStore,
         store.export(tmp_path / "file" / "m.jsonl")
     with pytest.raises(ConfigError, match="namespace"):
         store.export(tmp_path / "m.jsonl", namespace="")
+    with pytest.raises(ConfigError, match="export: path must be a str or Path naming a file, got int"):
+        store.export(5)  # type: ignore[arg-type]
     assert leftovers(tmp_path) == [] and not (tmp_path / "m.jsonl").exists()
     assert list((tmp_path / "folder").iterdir()) == [] and (tmp_path / "file").read_text() == "keep me"
 
