@@ -100,6 +100,22 @@ def test_a_read_only_uri_opens_for_reads_and_refuses_writes(
 
 
 @sqlite_only
+def test_a_read_catches_up_with_another_writer_without_writing(open_store: Opener, db_url: str) -> None:
+    """A read transaction that catches the mirror up only reads: on a read-only connection a write
+    would raise."""
+    writer = open_store()
+    ids = _filled(writer)
+    ro = open_store(url=f"sqlite:///file:{_db_file(db_url)}?mode=ro&uri=true")
+    ro.index_status()  # the namespace is loaded
+    new = writer.add("a brand new chore", "done")
+    writer.reinforce(writer.retrieve("chore number 7"), 1.0)
+    assert ro.index_status() == "built"  # a read transaction: catches up with both writes
+    mirror = ro._mirrors.loaded("default")
+    assert mirror is not None and len(mirror) == len(ids) + 1 and new.id in set(mirror.ids)
+    assert ro.get(new.id).intent == "a brand new chore"
+
+
+@sqlite_only
 @pytest.mark.parametrize("folder_writable", [True, False])
 def test_a_file_that_cannot_be_written_is_opened_read_only(
     open_store: Opener, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder_writable: bool
