@@ -26,6 +26,7 @@ from apps import playground_data as data
 from apps.playground_cli import script_args
 from connectors import EvolveError, Message, StoreError
 from evolve import PromptGraph, list_runs
+from evolve.build import agent_namespace
 from evolve.serving import Answer, Deployment
 from evolve.spec import check_tenant, load_spec
 from memory import MemoryItem, MemoryStore
@@ -93,11 +94,11 @@ def rate(deployment: Deployment, tenant: str | None, answer_id: str, score: floa
         state()["notes"][answer_id] = f"feedback failed: {e}"
 
 
-def current_items(store: MemoryStore, ids: list[str]) -> dict[str, MemoryItem]:
+def current_items(store: MemoryStore, ids: list[str], namespace: str) -> dict[str, MemoryItem]:
     out = {}
     for memory_id in ids:
         try:
-            out[memory_id] = store.get(memory_id)
+            out[memory_id] = store.get(memory_id, namespace=namespace)
         except StoreError:  # evicted since the recall
             continue
     return out
@@ -112,8 +113,10 @@ def why_these_memories(deployment: Deployment, answer: Answer) -> None:
     if not recalled:
         st.caption("No agent recalled memories for this answer.")
     for step in recalled:
-        explanation = store.explain(step.recall_id or "")
-        rows = data.why_rows(explanation, current_items(store, [c["id"] for c in explanation["candidates"]]))
+        namespace = step.recall_namespace or agent_namespace(answer.run, step.agent)
+        explanation = store.explain(step.recall_id or "", namespace=namespace)
+        candidates = [c["id"] for c in explanation["candidates"]]
+        rows = data.why_rows(explanation, current_items(store, candidates, namespace))
         st.markdown(f"**{step.agent}** recalled for _{explanation['query']}_")
         st.caption(data.recall_summary(explanation))
         if rows:

@@ -95,7 +95,7 @@ def _call(store: MemoryStore, op: str, ns: str, key: str, rng: random.Random, re
         return {"ids": [m.id for m in store.write_many(entries)]}
     queries = [f"{' '.join(rng.sample(WORDS, 4))}" for _ in range(n)]
     recalls = store.retrieve_many(queries, namespace=ns)
-    fresh = [(r.id, rng.choice((0.0, 1.0)), f"fb-{key}-{i}") for i, r in enumerate(recalls)]
+    fresh = [(r.id, rng.choice((0.0, 1.0)), f"fb-{key}-{i}", ns) for i, r in enumerate(recalls)]
     again = rng.sample(resend, min(len(resend), rng.randint(0, 3)))
     store.reinforce_many(fresh)
     resent_updated = store.reinforce_many(again) if again else 0
@@ -117,9 +117,9 @@ def read_acks(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line]
 
 
-def _acked_feedback(path: Path) -> list[tuple[str, float, str]]:
-    """``(recall id, reward, feedback id)`` of every acknowledged reinforcement, to send again."""
-    return [(r, w, f) for rec in read_acks(path) for r, w, f in rec.get("feedback", [])]
+def _acked_feedback(path: Path) -> list[tuple[str, float, str, str]]:
+    """``(recall id, reward, feedback id, namespace)`` of every acknowledged reinforcement, to send again."""
+    return [(r, w, f, ns) for rec in read_acks(path) for r, w, f, ns in rec.get("feedback", [])]
 
 
 # -- the checks: run in the parent after each kill -----------------------------------------------
@@ -128,7 +128,7 @@ def check(url: str, ack_path: Path, scratch: Path, *, samples: int = 40) -> dict
     acks = read_acks(ack_path)
     out: dict[str, Any] = {"integrity_failures": 0 if integrity_ok(url) else 1}
     acked_ids = {i for rec in acks for i in rec.get("ids", [])}
-    acked_fids = {f for rec in acks for _, _, f in rec.get("feedback", [])}
+    acked_fids = {fb[2] for rec in acks for fb in rec.get("feedback", [])}
     out["acknowledged_writes"], out["acknowledged_feedback"] = len(acked_ids), len(acked_fids)
     out["feedback_applied_twice"] = sum(rec.get("resent_updated", 0) for rec in acks)
     out["resent_feedback"] = sum(rec.get("resent", 0) for rec in acks)

@@ -238,15 +238,15 @@ def hostile_roundtrip(store: MemoryStore, text: str) -> str:
     except EvolveError:
         assert "\x00" in text, f"refused a storable text {text!r:.60}"
         return "refused"
-    got = store.get(ident)
+    got = store.get(ident, namespace=namespace)
     assert (got.id, got.namespace, got.intent, got.experience, got.meta[text]) == (ident, namespace, text, text, text)
     assert item.id == ident and any(i.id == ident for i in store.items(namespace))
     recall = store.retrieve(text, namespace=namespace, config=RetrievalConfig(delta=-1.0))
     assert [i.id for i in recall.items] == [ident]
-    assert store.reinforce(recall.id, 1.0, feedback_id=fid) == 1
-    assert store.reinforce(recall.id, 1.0, feedback_id=fid) == 0  # the same idempotency key
-    assert store.explain(recall.id)["query"] == text
-    assert store.remove([ident]) == 1
+    assert store.reinforce(recall.id, 1.0, feedback_id=fid, namespace=namespace) == 1
+    assert store.reinforce(recall.id, 1.0, feedback_id=fid, namespace=namespace) == 0  # the same idempotency key
+    assert store.explain(recall.id, namespace=namespace)["query"] == text
+    assert store.remove([ident], namespace=namespace) == 1
     assert sorted(inspect(store.engine).get_table_names()) == tables
     return "round-tripped"
 

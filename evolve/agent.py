@@ -222,8 +222,8 @@ class Team:
                     continue
                 outputs[i][name] = result.text
                 recall = recalls[j]
-                rid = recall.id if recall is not None else None
-                steps[i].append(Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn))
+                rid, ns = (recall.id, recall.namespace) if recall is not None else (None, None)
+                steps[i].append(Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns))
         return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
 
     def _recall(self, agent: Agent, queries: list[str]) -> list[Recall | None]:

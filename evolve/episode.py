@@ -11,7 +11,8 @@ from connectors import Message, Usage
 
 @dataclass(frozen=True)
 class Step:
-    """One agent call inside an episode: what it saw, what it said, which memories it recalled."""
+    """One agent call inside an episode: what it saw, what it said, which memories it recalled
+    (``recall_id``, made in the memory namespace ``recall_namespace``)."""
 
     agent: str
     messages: tuple[Message, ...]
@@ -19,6 +20,7 @@ class Step:
     usage: Usage = field(default_factory=Usage)
     recall_id: str | None = None
     turn: int = 0
+    recall_namespace: str | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from connectors import ChatClient, ConfigError, Environment
 from evolve.adapter_versions import AdapterRegistry
 from evolve.agent import Team
-from evolve.episode import Episode
+from evolve.episode import Episode, Step
 from evolve.escalation import plateaued, weights_blocker
 from evolve.executors import Executor, Rollout, make_executor
 from evolve.prompt_loop import PromptEvolution, PromptUpdate, make_evaluate
@@ -282,7 +282,7 @@ class Evolver:
             return
         episodes = list(episodes)
         feedback = [
-            (step.recall_id, self.memory_reward(e.reward), f"{e.id}:{step.recall_id}")
+            (step.recall_id, self.memory_reward(e.reward), f"{e.id}:{step.recall_id}", self._recall_namespace(step))
             for e in episodes
             if e.error is None
             for step in e.steps
@@ -306,6 +306,13 @@ class Evolver:
         ]
         if entries:
             self.memory.write_many(entries, llm=self.writer)  # one embedding call and one transaction
+
+    def _recall_namespace(self, step: Step) -> str | None:
+        """Where the step's recall was made (episodes recorded before steps kept it: the agent's namespace)."""
+        if step.recall_namespace is not None:
+            return step.recall_namespace
+        view = self.team.agents[step.agent].memory if step.agent in self.team.agents else None
+        return view.namespace if view is not None else None
 
     def _namespaces(self, episode: Episode) -> list[str]:
         """The memory namespaces of the agents that acted in ``episode``, in the team's order."""

@@ -175,13 +175,20 @@ class RunLog:
 
 
 def steps_to_json(steps: Sequence[Step]) -> str:
-    """What a row keeps of the steps: agent, output, recall id and turn (messages are not stored)."""
-    return json.dumps([{"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "turn": s.turn} for s in steps])
+    """What a row keeps of the steps: agent, output, recall id and namespace, and turn (messages are not stored)."""
+    return json.dumps([
+        {"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "namespace": s.recall_namespace, "turn": s.turn}
+        for s in steps
+    ])  # fmt: skip
 
 
 def steps_from_json(text: str) -> tuple[Step, ...]:
-    """The steps ``steps_to_json`` stored, without their messages."""
-    return tuple(Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"]) for s in json.loads(text))
+    """The steps ``steps_to_json`` stored, without their messages (rows written before the recall's
+    namespace was kept have none)."""
+    return tuple(
+        Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"], recall_namespace=s.get("namespace"))
+        for s in json.loads(text)
+    )
 
 
 def episode_from_row(row: dict[str, Any]) -> Episode:

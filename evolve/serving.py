@@ -43,7 +43,7 @@ from sqlalchemy.exc import IntegrityError
 from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Usage, make_engine
 from connectors.errors import same_kind
 from evolve.agent import Team
-from evolve.build import build_chat, build_store, build_team
+from evolve.build import agent_namespace, build_chat, build_store, build_team
 from evolve.episode import Step, condense
 from evolve.escalation import weights_blocker
 from evolve.evolver import Evolver, centred
@@ -250,11 +250,11 @@ class Deployment:
                 )
         except IntegrityError:
             return FeedbackReceipt(response_id, feedback_id, False, 0, reward)
-        reinforced = self._reinforce(feedback_id, steps_from_json(row[0]), reward)
+        reinforced = self._reinforce(run, feedback_id, steps_from_json(row[0]), reward)
         return FeedbackReceipt(response_id, feedback_id, True, reinforced, reward)
 
-    def _reinforce(self, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
-        reinforced = reinforce_recalls(self.store, feedback_id, steps, reward)
+    def _reinforce(self, run: str, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
+        reinforced = reinforce_recalls(self.store, run, feedback_id, steps, reward)
         with self.engine.begin() as conn:
             conn.execute(update(feedback_rows).where(feedback_rows.c.id == feedback_id).values(applied=1))
         return reinforced
@@ -307,11 +307,18 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     return "\n\n".join(parts), query
 
 
-def reinforce_recalls(store: MemoryStore | None, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
-    """Reinforce every recall the steps made, once per feedback id (a repeat updates nothing)."""
+def reinforce_recalls(
+    store: MemoryStore | None, run: str, feedback_id: str, steps: Sequence[Step], reward: float
+) -> int:
+    """Reinforce every recall the steps made, each in the namespace it was made in (responses recorded
+    before steps kept it: the agent's namespace in ``run``), once per feedback id (a repeat updates nothing)."""
     if store is None:
         return 0
-    items = [(s.recall_id, reward, f"{feedback_id}/{s.recall_id}") for s in steps if s.recall_id is not None]
+    items = [
+        (s.recall_id, reward, f"{feedback_id}/{s.recall_id}", s.recall_namespace or agent_namespace(run, s.agent))
+        for s in steps
+        if s.recall_id is not None
+    ]
     return store.reinforce_many(items) if items else 0
 
 
@@ -336,7 +343,7 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
         r = dict(row._mapping)
         steps = steps_from_json(r["steps"])
         if not r["applied"]:
-            reinforce_recalls(store, r["id"], steps, centred(r["score"]))
+            reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
         _write(store, team, r, steps, writer)
         with store.engine.begin() as conn:
             conn.execute(update(feedback_rows).where(feedback_rows.c.id == r["id"]).values(applied=1, learned=1))

@@ -12,6 +12,7 @@ Example:
 This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
 """
 
+from memory.batch import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, fit_id
 from memory.config import MemoryConfig, RetrievalConfig, similarity_only
 from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import (
@@ -28,6 +29,9 @@ from memory.store import MemoryStore
 from memory.writer import WriteEntry, Written, compose_experience
 
 __all__ = [
+    "MAX_FEEDBACK_ID",
+    "MAX_ID",
+    "MAX_NAMESPACE",
     "MemoryConfig",
     "MemoryItem",
     "MemoryStore",
@@ -40,6 +44,7 @@ __all__ = [
     "calibrate_threshold",
     "compose_experience",
     "credit_weights",
+    "fit_id",
     "phase_a",
     "select",
     "similarity_only",

@@ -6,6 +6,7 @@ once the transaction has committed (the mirror never runs ahead of SQL).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -27,6 +28,7 @@ from memory.statements import execute_many
 
 MAX_NAMESPACE = 200
 MAX_ID = 64  # the id columns are VARCHAR(64)
+MAX_FEEDBACK_ID = 128  # memory_feedback.id is VARCHAR(128)
 MAX_TEXT = 1_000_000
 """The most characters in one intent, experience or query; a larger text is refused, not stored."""
 INTENT_INSERT = insert(intents)
@@ -47,6 +49,24 @@ def new_ids(n: int) -> list[str]:
     prefix = f"{time.time_ns() // 1_000_000:012x}"
     raw = os.urandom(10 * n).hex()
     return [prefix + raw[i : i + 20] for i in range(0, 20 * n, 20)]
+
+
+def fit_id(text: str, limit: int = MAX_ID) -> str:
+    """``text`` when it has at most ``limit`` characters, else its head, ``~`` and 16 hex digits of its
+    SHA-256: ids and namespaces built from user-chosen names (runs, tenants, agents, tasks) always fit
+    their columns, stay readable, and two different texts never share a shortened form by accident.
+
+    Example:
+        >>> fit_id("short-run:1:task")
+        'short-run:1:task'
+        >>> long = fit_id("heldout-similarity-s7:3:escalation-alderney/heldout-similarity-s7/solver")
+        >>> len(long), long[:30]
+        (64, 'heldout-similarity-s7:3:escala')
+    """
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{text[: limit - len(digest) - 1]}~{digest}"
 
 
 def check_chars(name: str, value: str) -> str:
@@ -363,26 +383,23 @@ def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation:
         conn.execute(insert(tombstones), [{"seq": s, "namespace": namespace, "gen": generation} for s in dead])
 
 
-def remove_items(conn: Connection, ids: Sequence[str]) -> tuple[int | None, dict[str, np.ndarray]]:
-    """Delete the memories with these ids inside the caller's transaction (unknown ids are skipped).
+def remove_items(conn: Connection, ids: Sequence[str], namespace: str) -> tuple[int | None, dict[str, np.ndarray]]:
+    """Delete the memories of ``namespace`` with these ids inside the caller's transaction (ids unknown
+    there are skipped).
 
     Returns the generation the delete was stamped with (None when nothing matched) and the removed
     seqs per namespace, for the caller's mirrors once the transaction has committed.
     """
-    found: dict[str, list[int]] = {}
+    seqs: list[int] = []
     unique = list(dict.fromkeys(ids))
     for part in range(0, len(unique), 5000):
-        rows = conn.execute(
-            select(memory_items.c.seq, memory_items.c.namespace).where(
-                memory_items.c.id.in_(unique[part : part + 5000])
-            )
-        ).all()
-        for seq, ns in rows:
-            found.setdefault(ns, []).append(int(seq))
-    if not found:
+        query = select(memory_items.c.seq).where(
+            memory_items.c.id.in_(unique[part : part + 5000]), memory_items.c.namespace == namespace
+        )
+        seqs.extend(int(r[0]) for r in conn.execute(query))
+    if not seqs:
         return None, {}
     generation, _ = bump(conn)
-    out = {ns: np.array(sorted(seqs), dtype=np.int64) for ns, seqs in found.items()}
-    for ns, seqs in out.items():
-        delete_items(conn, ns, seqs, generation)
+    out = {namespace: np.array(sorted(seqs), dtype=np.int64)}
+    delete_items(conn, namespace, out[namespace], generation)
     return generation, out

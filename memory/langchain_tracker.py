@@ -143,7 +143,7 @@ class RecallTracker(BaseCallbackHandler):
         self.max_runs = max_runs
         self.records: list[RunFeedback] = []
         self._parents: OrderedDict[UUID, UUID | None] = OrderedDict()
-        self._recalls: dict[UUID, dict[str, None]] = {}  # insertion-ordered sets
+        self._recalls: dict[UUID, dict[str, str]] = {}  # recall id -> its namespace, in recall order
         self._lock = threading.Lock()
 
     # -- listening -----------------------------------------------------------------------------
@@ -170,13 +170,17 @@ class RecallTracker(BaseCallbackHandler):
     def on_retriever_end(
         self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        """Record the recall ids found in the documents' metadata under this run and its ancestors."""
-        found = [doc.metadata.get("recall_id") for doc in documents]
-        ids = [r for r in dict.fromkeys(found) if isinstance(r, str) and r]
+        """Record the recall ids (and their namespaces) found in the documents' metadata under this run
+        and its ancestors."""
+        found = {
+            doc.metadata["recall_id"]: str(doc.metadata.get("namespace") or "default")
+            for doc in documents
+            if isinstance(doc.metadata.get("recall_id"), str) and doc.metadata["recall_id"]
+        }
         with self._lock:
             self._start_locked(run_id, parent_run_id)
             for run in self._lineage(run_id):
-                self._recalls.setdefault(run, {}).update(dict.fromkeys(ids))
+                self._recalls.setdefault(run, {}).update(found)
 
     # -- reading and feedback ------------------------------------------------------------------
     def recall_ids(self, run_id: UUID | str) -> tuple[str, ...]:
@@ -226,7 +230,9 @@ class RecallTracker(BaseCallbackHandler):
             raise ConfigError(f"comment must be a string, got {type(comment).__name__}")
         fid = _check_text(feedback_id if feedback_id is not None else f"{run}:{key}", "feedback_id", MAX_FEEDBACK_ID)
         recalls = self.recall_ids(run)
-        entries = [(recall_id, reward, f"{fid}/{recall_id}") for recall_id in recalls]
+        with self._lock:
+            where = dict(self._recalls.get(run, {}))
+        entries = [(recall_id, reward, f"{fid}/{recall_id}", where[recall_id]) for recall_id in recalls]
         reinforced = self.store.reinforce_many(entries) if entries else 0
         record = RunFeedback(run, key, reward, value, comment, fid, recalls, reinforced, time.time())
         with self._lock:

@@ -17,7 +17,7 @@
   visible too: key = memory id, value = ``{"intent": ..., "experience": ...}``.
 - **search with a query** is a two-phase recall in every namespace under the prefix: ``limit + offset``
   memories by similarity and Q, scored as the store scores them, newest version per key. Each result is
-  a ``MemorySearchItem`` whose ``recall_id`` can be reinforced (``store.reinforce(recall_id, reward)``);
+  a ``MemorySearchItem`` whose recall can be reinforced (``adapter.reinforce(hit, reward)``);
   the recall covers every memory it selected, including any that ``offset`` or ``filter`` left out.
 - **search without a query** lists items (oldest first), filtered and paged; ``score`` is None.
 - **list namespaces** maps every store namespace back to its tuple (prefix/suffix, ``"*"``, max depth).
@@ -36,7 +36,7 @@ Example:
     >>> lg.get(("users", "alice"), "food").value
     {'content': 'Alice likes spicy noodles'}
     >>> hit = lg.search(("users",), query="what food does alice like")[0]
-    >>> hit.key, store.reinforce(hit.recall_id, 1.0)
+    >>> hit.key, lg.reinforce(hit, 1.0)
     ('food', 1)
     >>> store.close()
 """
@@ -96,21 +96,26 @@ __all__ = ["MemorySearchItem", "MemoryStoreAdapter"]
 class MemorySearchItem(SearchItem):
     """A LangGraph ``SearchItem`` that also names the memory behind it and the recall that chose it.
 
-    ``recall_id`` is None for a search without a query (a listing recalls nothing).
+    ``recall_id`` is None for a search without a query (a listing recalls nothing);
+    ``memory_namespace`` is the store namespace the memory and the recall belong to.
     """
 
-    __slots__ = ("memory_id", "q", "recall_id", "visits")
+    __slots__ = ("memory_id", "memory_namespace", "q", "recall_id", "visits")
 
     def __init__(self, item: Item, *, score: float | None, memory: MemoryItem, recall_id: str | None = None) -> None:
         super().__init__(item.namespace, item.key, item.value, item.created_at, item.updated_at, score)
         self.memory_id = memory.id
+        self.memory_namespace = memory.namespace
         self.q = memory.q
         self.visits = memory.visits
         self.recall_id = recall_id
 
     def dict(self) -> dict[str, Any]:
         out = super().dict()
-        out.update(memory_id=self.memory_id, q=self.q, visits=self.visits, recall_id=self.recall_id)
+        out.update(
+            memory_id=self.memory_id, memory_namespace=self.memory_namespace, q=self.q, visits=self.visits,
+            recall_id=self.recall_id,
+        )  # fmt: skip
         return out
 
 
@@ -186,6 +191,21 @@ class MemoryStoreAdapter(BaseStore):
         """``batch`` in a worker thread (the memory store is synchronous)."""
         return await asyncio.to_thread(self.batch, list(ops))
 
+    # -- learning ------------------------------------------------------------------------------
+    def reinforce(self, hit: SearchItem, reward: float, *, feedback_id: str | None = None) -> int:
+        """Reward the recall behind a search result (every memory that recall selected, in its own
+        namespace); returns how many memories were updated (0 for a repeated ``feedback_id``)."""
+        if not isinstance(hit, MemorySearchItem) or hit.recall_id is None:
+            raise ConfigError(
+                f"reinforce takes a result of search(..., query=...) from this adapter, got {type(hit).__name__}"
+                + (
+                    " without a recall (a search without a query recalls nothing)"
+                    if isinstance(hit, MemorySearchItem)
+                    else ""
+                )
+            )
+        return self.store.reinforce(hit.recall_id, reward, feedback_id=feedback_id, namespace=hit.memory_namespace)
+
     # -- operations ----------------------------------------------------------------------------
     def _get(self, op: GetOp) -> Item | None:
         found = self._versions(to_namespace(op.namespace), op.key)
@@ -196,19 +216,19 @@ class MemoryStoreAdapter(BaseStore):
         versions = self._versions(namespace, op.key)
         old = [v.memory.id for v in versions]
         if op.value is None:
-            self.store.remove(old)
+            self.store.remove(old, namespace=namespace)
             return
         value = check_value(op.value)
         intent, experience = self._texts(value, op.index)
         latest = versions[-1] if versions else None
         if latest is not None and _same(latest.memory, value, intent, experience):
-            self.store.remove(old[:-1])  # left by an interrupted earlier put, if any
+            self.store.remove(old[:-1], namespace=namespace)  # left by an interrupted earlier put, if any
             return
         created = latest.item.created_at.timestamp() if latest is not None else None
         meta = {META_KEY: {"key": op.key, "value": value, "created_at": created}}
         prefix = key_prefix(namespace, op.key)
         self.store.add(intent, experience, namespace=namespace, meta=meta, id=version_id(prefix))
-        self.store.remove(old)  # after the add: an interruption leaves two versions, never none
+        self.store.remove(old, namespace=namespace)  # after the add: an interruption leaves two versions, never none
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         if op.limit <= 0:

@@ -17,19 +17,20 @@ from sqlalchemy import Connection, bindparam, insert, update
 
 from connectors.errors import ConfigError
 from memory import report
-from memory.batch import as_list, check_id, check_reward, new_ids
+from memory.batch import as_list, check_id, check_namespace, check_reward, new_ids
 from memory.portable import check_feedback_id
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items
 from memory.scoring import credit_weights
 from memory.statements import execute_many
 
-Entry = tuple[Recall | str, float, str | None]
+Entry = tuple[Recall | str, float, str | None, str | None]
+"""``(recall, reward, feedback id, namespace)``: a recall id is looked up in that namespace."""
 
 # The TD rule computed by the database from the row's current Q (never from a value read first).
 Q_UPDATE = (
     update(memory_items)
-    .where(memory_items.c.id == bindparam("b_item"))
+    .where(memory_items.c.id == bindparam("b_item"), memory_items.c.namespace == bindparam("b_ns"))
     .values(
         q=memory_items.c.q + bindparam("b_rate") * (bindparam("b_reward") - memory_items.c.q),
         visits=memory_items.c.visits + 1,
@@ -41,19 +42,24 @@ FEEDBACK_INSERT = insert(feedback)
 
 
 def check_entries(items: Sequence[Sequence[Any]]) -> list[Entry]:
-    """Validate ``(recall, reward[, feedback_id])`` tuples before anything is written."""
+    """Validate ``(recall, reward[, feedback_id[, namespace]])`` tuples before anything is written."""
     out: list[Entry] = []
     for i, entry in enumerate(as_list(items, "reinforce_many: items")):
-        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3, 4):
             raise ConfigError(
-                f"feedback[{i}] must be (recall, reward) or (recall, reward, feedback_id), got {entry!r:.120}"
+                f"feedback[{i}] must be (recall, reward), (recall, reward, feedback_id) or "
+                f"(recall, reward, feedback_id, namespace), got {entry!r:.120}"
             )
         if isinstance(entry[0], str):
             check_id(f"feedback[{i}] recall id", entry[0])
-        fid = entry[2] if len(entry) == 3 else None
-        out.append(
-            (entry[0], check_reward(entry[1], f"feedback[{i}]"), None if fid is None else check_feedback_id(fid))
-        )
+        fid = entry[2] if len(entry) >= 3 else None
+        ns = entry[3] if len(entry) == 4 else None
+        out.append((
+            entry[0],
+            check_reward(entry[1], f"feedback[{i}]"),
+            None if fid is None else check_feedback_id(fid),
+            None if ns is None else check_namespace(ns),
+        ))  # fmt: skip
     return out
 
 
@@ -65,21 +71,28 @@ class Updates:
     feedback_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def plan_updates(conn: Connection, entries: list[Entry], *, alpha: float, credit: str) -> Updates:
-    """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied."""
+def plan_updates(
+    conn: Connection, entries: list[Entry], *, alpha: float, credit: str, namespace: str | None
+) -> Updates:
+    """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied.
+
+    Recall ids are looked up in the entry's namespace, else ``namespace``, else ``"default"``;
+    ``Recall`` objects in their own (``report.recall_targets``); every update is bound to the
+    recall's namespace as well.
+    """
     plan = Updates()
-    seen = report.feedback_applied(conn, [fid for _, _, fid in entries if fid is not None])
+    seen = report.feedback_applied(conn, [e[2] for e in entries if e[2] is not None])
     now = time.time()
     fresh = iter(new_ids(len(entries)))
-    for recall, reward, fid in entries:
+    for recall, reward, fid, entry_ns in entries:
         fid = fid if fid is not None else next(fresh)
         if fid in seen:
             continue
         seen.add(fid)
-        recall_id, item_ids, scores = report.recall_targets(conn, recall)
+        recall_id, ns, item_ids, scores = report.recall_targets(conn, recall, entry_ns or namespace)
         rates = np.minimum(1.0, alpha * credit_weights(scores, credit))
         for item_id, rate in zip(item_ids, rates, strict=True):
-            plan.params.append({"b_item": item_id, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
+            plan.params.append({"b_item": item_id, "b_ns": ns, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
         plan.feedback_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
     return plan
 

@@ -29,11 +29,14 @@ ITEM_FIELDS = [c for c in memory_items.c if c.name not in ("embedding", "updated
 HISTOGRAM_BINS = 10
 
 
-def fetch_items(conn: Connection, ids: Sequence[str]) -> list[MemoryItem]:
-    """The memories with these ids (unknown ids are left out), in the order asked."""
+def fetch_items(conn: Connection, ids: Sequence[str], namespace: str | None = None) -> list[MemoryItem]:
+    """The memories with these ids (of ``namespace`` when given; others are left out), in the order asked."""
     found: dict[str, MemoryItem] = {}
     for part in chunks(list(ids)):
-        for row in conn.execute(select(*ITEM_FIELDS).where(memory_items.c.id.in_(part))).mappings():
+        query = select(*ITEM_FIELDS).where(memory_items.c.id.in_(part))
+        if namespace is not None:
+            query = query.where(memory_items.c.namespace == namespace)
+        for row in conn.execute(query).mappings():
             found[row["id"]] = item_from_row(row)
     return [found[i] for i in ids if i in found]
 
@@ -69,23 +72,71 @@ def feedback_applied(conn: Connection, feedback_ids: Sequence[str]) -> set[str]:
     return out
 
 
-def recall_targets(conn: Connection, recall: Recall | str) -> tuple[str, list[str], np.ndarray]:
-    """The selected item ids (best first) and their selection scores, from a ``Recall`` or the log."""
+def recall_targets(
+    conn: Connection, recall: Recall | str, namespace: str | None
+) -> tuple[str, str, list[str], np.ndarray]:
+    """The recall's id and namespace, and its selected item ids (best first) with their selection
+    scores, checked to belong
+    to ``namespace``: a recall id is looked up in the log of that namespace (``None``: ``"default"``); a
+    ``Recall`` object must be its own namespace's (and ``namespace``'s when given) and match the log.
+
+    A ``Recall`` made with ``record=False`` has no log: its items must then all be memories of its
+    namespace (items removed since are skipped later, as for any recall).
+    """
     if isinstance(recall, Recall):
-        return recall.id, list(recall.ids), np.asarray(recall.scores, dtype=np.float64)
+        if namespace is not None and recall.namespace != namespace:
+            raise StoreError(
+                f"recall {recall.id!r} was made in namespace {recall.namespace!r}, not {namespace!r}; "
+                "a recall can only reinforce memories of the namespace it was made in"
+            )
+        logged = logged_recall(conn, recall.id, recall.namespace)
+        if logged is not None:
+            if tuple(logged[0]) != recall.ids:
+                raise StoreError(
+                    f"recall {recall.id!r} lists memories {list(recall.ids)!r:.200} but the log selected "
+                    f"{logged[0]!r:.200}; pass the Recall that retrieve returned, or its id"
+                )
+            return recall.id, recall.namespace, logged[0], logged[1]
+        foreign = foreign_ids(conn, recall.ids, recall.namespace)
+        if foreign:
+            raise StoreError(
+                f"recall {recall.id!r} (namespace {recall.namespace!r}) lists memories outside its namespace: "
+                f"{sorted(foreign)!r:.200}"
+            )
+        return recall.id, recall.namespace, list(recall.ids), np.asarray(recall.scores, dtype=np.float64)
     if not isinstance(recall, str):
         raise ConfigError(f"reinforce takes a Recall or a recall id (str), got {type(recall).__name__}")
-    if conn.execute(select(recalls.c.id).where(recalls.c.id == recall)).first() is None:
+    ns = namespace if namespace is not None else "default"
+    logged = logged_recall(conn, recall, ns)
+    if logged is None:
         raise StoreError(
-            f"unknown recall id {recall!r}: no recall with this id was logged "
-            "(recalls made with record=False must be passed as Recall objects)"
+            f"unknown recall id {recall!r} in namespace {ns!r}: no recall with this id was logged there "
+            "(pass namespace= for another namespace; recalls made with record=False must be passed as Recall objects)"
         )
+    return recall, ns, logged[0], logged[1]
+
+
+def logged_recall(conn: Connection, recall_id: str, namespace: str) -> tuple[list[str], np.ndarray] | None:
+    """The logged selection of a recall of ``namespace`` (ids best first, scores), or None when the
+    log has no recall with this id in this namespace."""
+    head = conn.execute(select(recalls.c.id).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
+    if head.first() is None:
+        return None
     rows = conn.execute(
         select(recall_items.c.item_id, recall_items.c.score)
-        .where(recall_items.c.recall_id == recall, recall_items.c.rank.is_not(None))
+        .where(recall_items.c.recall_id == recall_id, recall_items.c.rank.is_not(None))
         .order_by(recall_items.c.rank)
     ).all()
-    return recall, [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
+    return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
+
+
+def foreign_ids(conn: Connection, ids: Sequence[str], namespace: str) -> set[str]:
+    """Which of these ids belong to memories of another namespace (unknown ids are not foreign)."""
+    out: set[str] = set()
+    for part in chunks(list(dict.fromkeys(ids))):
+        query = select(memory_items.c.id).where(memory_items.c.id.in_(part), memory_items.c.namespace != namespace)
+        out.update(r[0] for r in conn.execute(query))
+    return out
 
 
 def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, generation: int) -> dict[str, Any]:
@@ -114,11 +165,18 @@ def log_recalls(
     )
 
 
-def explain(conn: Connection, recall_id: str) -> dict[str, Any]:
-    """Everything logged about one recall, candidates in similarity order."""
-    head = conn.execute(select(recalls).where(recalls.c.id == recall_id)).mappings().first()
+def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
+    """Everything logged about one recall of ``namespace``, candidates in similarity order."""
+    head = (
+        conn.execute(select(recalls).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
+        .mappings()
+        .first()
+    )
     if head is None:
-        raise StoreError(f"unknown recall id {recall_id!r}: nothing was logged under it (was record=False?)")
+        raise StoreError(
+            f"unknown recall id {recall_id!r} in namespace {namespace!r}: nothing was logged under it there "
+            "(was record=False, or was it made in another namespace?)"
+        )
     candidates = [
         {
             "id": r["item_id"],
@@ -185,15 +243,28 @@ def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
 def selected_items(
     conn: Connection, mirror: NamespaceMirror, plans: list[Plan], texts: ItemCache
 ) -> dict[str, MemoryItem]:
-    """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL."""
+    """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL.
+
+    Items read from SQL are used as read, then offered to the cache: the cache is bounded, so reading
+    them back from it would lose those it evicted at once (any batch larger than the cache).
+    A selected memory SQL no longer holds is left out (the caller re-plans).
+    """
     rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
     ids = [str(i) for i in mirror.ids[rows]]
-    missing = texts.missing(ids)
+    base: dict[str, MemoryItem] = {}
+    for item_id in ids:
+        cached = texts.get(item_id)
+        if cached is not None:
+            base[item_id] = cached
+    missing = [i for i in ids if i not in base]
     if missing:
-        texts.put(fetch_items(conn, missing))
-    out: dict[str, MemoryItem] = {}
-    for item_id, row in zip(ids, rows, strict=True):
-        item = texts.get(item_id)
-        if item is not None:  # None: evicted by another process since the search
-            out[item_id] = replace(item, q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(item.meta))
-    return out
+        fetched = fetch_items(conn, missing, mirror.namespace)
+        base.update((item.id, item) for item in fetched)
+        texts.put(fetched)
+    return {
+        item_id: replace(
+            base[item_id], q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(base[item_id].meta)
+        )
+        for item_id, row in zip(ids, rows, strict=True)
+        if item_id in base
+    }

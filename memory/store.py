@@ -60,6 +60,7 @@ __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
 
 
 class MemoryStore:
@@ -98,7 +99,7 @@ class MemoryStore:
         if not isinstance(self.config, MemoryConfig):
             raise ConfigError(f"MemoryStore config must be a MemoryConfig, got {type(self.config).__name__}")
         self.url, self.embedder, self.dim = url or default_url(), embedder, int(embedder.dim)
-        self._db = Database(self.url)
+        self._db = Database(self.url, durability=self.config.durability)
         try:
             self.config = replace(self.config, index=resolve_index(self.config.index, self._db))
             create_schema(self._db.engine, dim=self.dim, vector_index=self.config.index == "pgvector")
@@ -111,7 +112,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._rng = np.random.default_rng(seed)
         self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
-        self._texts = ItemCache()
+        self._texts = ItemCache(self.config.item_cache)
         self._closed = False
 
     # -- writing -------------------------------------------------------------------------------
@@ -128,19 +129,21 @@ class MemoryStore:
     ) -> MemoryItem:
         """Store one experience for ``intent``; it starts at ``q`` (default ``config.q_init``).
 
-        With an ``id`` the call is idempotent: when that id is already stored, the stored item is
-        returned and nothing is written (a resumed run re-writing an attempt adds no duplicate).
+        With an ``id`` the call is idempotent: when that id is already stored in ``namespace``, the
+        stored item is returned and nothing is written (a resumed run re-writing an attempt adds no
+        duplicate). Ids are unique across the store: an id taken in another namespace is a ``StoreError``.
         """
         check_text("intent", intent)
         check_text("experience", experience)
+        namespace = check_namespace(namespace)
         if id is not None:
             check_id("id", id)
-            existing = self._find(id)
+            existing = self._find(id, None)
             if existing is not None:
-                return existing
+                return self._same_namespace(existing, namespace)
         vecs, ids = self._embed([intent]), None if id is None else [id]
         batch = NewItems.build([intent], [experience], vecs, q=self._q0(q), success=[success], meta=meta, ids=ids)
-        stored = self._insert({check_namespace(namespace): batch}, skip_existing=id is not None)
+        stored = self._insert({namespace: batch}, skip_existing=id is not None)
         return stored[batch.ids[0]]
 
     def add_many(
@@ -195,17 +198,26 @@ class MemoryStore:
     def write_many(self, entries: Sequence[WriteEntry], *, llm: ChatModel | None = None) -> list[MemoryItem]:
         """``write`` for many attempts: one embedding call, one transaction, one index update per namespace.
 
-        Returns one memory per entry, in order. An entry whose ``id`` is already stored gets the stored
-        memory back (and costs no model call); entries repeating an id within the batch are written
-        once and all get that memory. Every entry is checked before anything is written.
+        Returns one memory per entry, in order. An entry whose ``id`` is already stored in its namespace
+        gets the stored memory back (and costs no model call); entries repeating an id within the batch
+        are written once and all get that memory. Every entry is checked before anything is written,
+        and an id taken in another namespace is a ``StoreError``.
         """
         entries = check_write_entries(entries)
         ids = [e.id if e.id is not None else new_id() for e in entries]
         first: dict[str, int] = {}
         for i, item_id in enumerate(ids):
             first.setdefault(item_id, i)
+            if entries[first[item_id]].namespace != entries[i].namespace:
+                raise ConfigError(
+                    f"write_many: entries[{first[item_id]}] and entries[{i}] share the id {item_id!r} "
+                    "but not the namespace; ids are unique across the store"
+                )
         given = [e.id for e in entries if e.id is not None]
-        known = {item.id: item for item in self._find_many(given)} if given else {}
+        known = {item.id: item for item in self._find_many(given, None)} if given else {}
+        for e in entries:
+            if e.id in known:
+                self._same_namespace(known[e.id], e.namespace)
         todo = [i for i, item_id in enumerate(ids) if first[item_id] == i and item_id not in known]
         if todo:
             written = [
@@ -236,7 +248,8 @@ class MemoryStore:
         """Insert per-namespace batches in one transaction; the stored memories by id.
 
         With ``skip_existing`` the ids are checked again inside the write transaction: a row another
-        process stored since the caller looked is returned as stored, not written twice.
+        process stored since the caller looked is returned as stored, not written twice (and one it
+        stored in another namespace fails the whole transaction).
         """
         out: dict[str, MemoryItem] = {}
         with self._lock:
@@ -246,7 +259,7 @@ class MemoryStore:
                 done = []
                 for ns, batch in batches.items():
                     if skip_existing:
-                        found = report.fetch_items(conn, batch.ids)
+                        found = [self._same_namespace(item, ns) for item in report.fetch_items(conn, batch.ids)]
                         out.update((item.id, item) for item in found)
                         if found:
                             batch = batch.take(np.array([i not in out for i in batch.ids], dtype=bool))
@@ -262,20 +275,22 @@ class MemoryStore:
                 self._resync()
             return out
 
-    def remove(self, memory_ids: Sequence[str]) -> int:
-        """Delete memories by id (unknown ids are skipped); returns how many were removed.
+    def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
+        """Delete memories of ``namespace`` by id (ids unknown there are skipped); returns how many
+        were removed.
 
         Other processes drop them when they next catch up, as they do for evicted memories; the
         recall log keeps its rows, so ``explain`` still shows what was recalled.
         """
         ids = check_texts(memory_ids, "memory_ids", single="wrap it in a list")
+        namespace = check_namespace(namespace)
         if not ids:
             return 0
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:
                 self._mirrors.sync(conn, lock=True)
-                generation, removed = remove_items(conn, ids)
+                generation, removed = remove_items(conn, ids, namespace)
             if generation is not None and not self._mirrors.apply_removal(generation, removed):
                 self._resync()
             return sum(len(seqs) for seqs in removed.values())
@@ -317,12 +332,7 @@ class MemoryStore:
             # search repeated on the caught-up mirror.
             plans = self._plan(mirror, vecs, cfg)
             with self._db.transaction() as conn:
-                seen = self._mirrors.generation
-                self._mirrors.sync(conn)
-                if self._mirrors.generation != seen:
-                    mirror = self._mirrors.get(conn, namespace)
-                    plans = self._plan(mirror, vecs, cfg)
-                found = report.selected_items(conn, mirror, plans, self._texts)
+                mirror, plans, found = self._select(conn, namespace, mirror, plans, vecs, cfg)
                 out = [
                     to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
                 ]
@@ -330,8 +340,32 @@ class MemoryStore:
                     report.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
             return out
 
+    def _select(
+        self, conn: Connection, namespace: str, mirror: NamespaceMirror, plans: list[Plan], vecs: np.ndarray,
+        cfg: RetrievalConfig,
+    ) -> tuple[NamespaceMirror, list[Plan], dict[str, MemoryItem]]:  # fmt: skip
+        """Catch the mirror up, re-plan when another process wrote, and read every selected memory.
+
+        A recall returns exactly what it selected: when a selected memory is gone from SQL (removed
+        by another process after the catch-up, possible under READ COMMITTED), the mirror catches up
+        again and the queries are planned again.
+        """
+        for attempt in range(SELECT_ATTEMPTS):
+            seen = self._mirrors.generation
+            self._mirrors.sync(conn)
+            if attempt or self._mirrors.generation != seen:
+                mirror = self._mirrors.get(conn, namespace)
+                plans = self._plan(mirror, vecs, cfg)
+            found = report.selected_items(conn, mirror, plans, self._texts)
+            if all(str(mirror.ids[row]) in found for p in plans for row in p.selected_rows):
+                return mirror, plans, found
+        raise StoreError(
+            f"recall in namespace {namespace!r}: selected memories kept being removed by other processes "
+            f"({SELECT_ATTEMPTS} attempts); try again"
+        )
+
     def _load(self, namespace: str) -> NamespaceMirror:
-        with self._db.transaction() as conn:
+        with self._db.transaction(write=False) as conn:
             self._mirrors.sync(conn)
             return self._mirrors.get(conn, namespace)
 
@@ -345,28 +379,40 @@ class MemoryStore:
         return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, self._rng) for i in range(len(vecs))]
 
     # -- learning ------------------------------------------------------------------------------
-    def reinforce(self, recall: Recall | str, reward: float, *, feedback_id: str | None = None) -> int:
+    def reinforce(
+        self, recall: Recall | str, reward: float, *, feedback_id: str | None = None, namespace: str | None = None
+    ) -> int:
         """Apply a reward to the memories of one recall: ``Q ← Q + α·w·(r − Q)``, ``visits += 1``.
 
-        Returns how many items were updated: 0 when ``feedback_id`` was applied before (nothing
-        changes). Raises ``ConfigError`` for a non-finite reward and ``StoreError`` for an unknown
-        recall id, in both cases before anything is written.
-        """
-        return self.reinforce_many([(recall, reward, feedback_id)])
+        ``recall`` is the ``Recall`` that ``retrieve`` returned (it carries its namespace, and is
+        checked against the recall log) or its id, which is looked up among the recalls of
+        ``namespace`` (default ``"default"``). A recall only ever reinforces memories of the namespace
+        it was made in.
 
-    def reinforce_many(self, items: Sequence[tuple[Recall | str, float, str | None]]) -> int:
+        Returns how many items were updated: 0 when ``feedback_id`` was applied before (nothing
+        changes). Raises ``ConfigError`` for a non-finite or out-of-range reward and ``StoreError``
+        for a recall unknown in the namespace, in both cases before anything is written.
+        """
+        return self.reinforce_many([(recall, reward, feedback_id)], namespace=namespace)
+
+    def reinforce_many(self, items: Sequence[Sequence[Any]], *, namespace: str | None = None) -> int:
         """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated.
 
-        Each entry is ``(recall, reward, feedback_id)`` (the id may be None, or left out).
+        Each entry is ``(recall, reward, feedback_id, namespace)``; the feedback id may be None or left
+        out, and so may the namespace: a recall id is looked up in the entry's namespace, else in
+        ``namespace``, else in ``"default"``; a ``Recall`` object in its own.
         """
         entries = check_entries(items)
+        namespace = None if namespace is None else check_namespace(namespace)
         if not entries:
             return 0
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:
                 self._mirrors.sync(conn, lock=True)
-                plan = plan_updates(conn, entries, alpha=self.config.alpha, credit=self.config.credit)
+                plan = plan_updates(
+                    conn, entries, alpha=self.config.alpha, credit=self.config.credit, namespace=namespace
+                )
                 generation, after, updated = apply_updates(conn, plan)
             if generation is not None:
                 if self._mirrors.advance(generation):
@@ -376,19 +422,31 @@ class MemoryStore:
             return updated
 
     # -- reading -------------------------------------------------------------------------------
-    def get(self, memory_id: str) -> MemoryItem:
-        """One memory by id (``StoreError`` when unknown)."""
-        found = self._find(check_id("memory_id", memory_id))
+    def get(self, memory_id: str, *, namespace: str = "default") -> MemoryItem:
+        """One memory of ``namespace`` by id (``StoreError`` when that namespace holds no such id)."""
+        check_id("memory_id", memory_id)
+        found = self._find(memory_id, check_namespace(namespace))
         if found is None:
-            raise StoreError(f"unknown memory id {memory_id!r}")
+            raise StoreError(f"unknown memory id {memory_id!r} in namespace {namespace!r}")
         return found
 
-    def _find(self, memory_id: str) -> MemoryItem | None:
-        found = self._find_many([memory_id])
+    def _find(self, memory_id: str, namespace: str | None) -> MemoryItem | None:
+        found = self._find_many([memory_id], namespace)
         return found[0] if found else None
 
-    def _find_many(self, memory_ids: list[str]) -> list[MemoryItem]:
-        return self._read(lambda conn: report.fetch_items(conn, memory_ids))
+    def _find_many(self, memory_ids: list[str], namespace: str | None) -> list[MemoryItem]:
+        """Memories by id, of one namespace (or of any: only to refuse ids taken elsewhere)."""
+        return self._read(lambda conn: report.fetch_items(conn, memory_ids, namespace))
+
+    @staticmethod
+    def _same_namespace(item: MemoryItem, namespace: str) -> MemoryItem:
+        """``item`` when it belongs to ``namespace``; a ``StoreError`` when its id is taken elsewhere."""
+        if item.namespace != namespace:
+            raise StoreError(
+                f"memory id {item.id!r} is taken by a memory outside namespace {namespace!r} "
+                "(ids are unique across the store); choose another id"
+            )
+        return item
 
     @property
     def engine(self) -> Engine:
@@ -400,11 +458,12 @@ class MemoryStore:
         namespace = None if namespace is None else check_namespace(namespace)
         return self._read(lambda conn: report.all_items(conn, namespace))
 
-    def explain(self, recall_id: str) -> dict[str, Any]:
-        """The logged recall: query, config, every candidate's sim, Q, z-scores, score, whether it was
-        selected or filtered by δ, and the feedback applied to it since."""
+    def explain(self, recall_id: str, *, namespace: str = "default") -> dict[str, Any]:
+        """The logged recall of ``namespace``: query, config, every candidate's sim, Q, z-scores, score,
+        whether it was selected or filtered by δ, and the feedback applied to it since."""
         check_id("recall_id", recall_id)
-        return self._read(lambda conn: report.explain(conn, recall_id))
+        namespace = check_namespace(namespace)
+        return self._read(lambda conn: report.explain(conn, recall_id, namespace))
 
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
@@ -412,25 +471,37 @@ class MemoryStore:
         return self._read(lambda conn: report.stats(conn, namespace))
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:
-        """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count."""
-        return self._read(lambda conn: portable.export_jsonl(conn, Path(path), namespace, self.embedder, self.dim))
+        """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count.
+
+        Atomic: a complete file replaces ``path``, or ``path`` is left as it was and no temporary file
+        remains. A folder at ``path`` or a file in the way of its folder is a ``ConfigError``; a failed
+        write (disk full) a ``StoreError``.
+        """
+        target = portable.as_path(path, "export")
+        return self._read(lambda conn: portable.export_jsonl(conn, target, namespace, self.embedder, self.dim))
 
     def import_(self, path: str | Path) -> int:
-        """Read an ``export`` file; memories whose id exists are skipped. Returns how many were added.
+        """Read an ``export`` file; memories already stored in their namespace are skipped. Returns how
+        many were added.
+
+        Every record is checked before anything is written: a bad field, an id twice in the file or an
+        id this store holds in another namespace is a ``ConfigError`` naming the line and field, and
+        nothing is imported. The file is then read again and written in runs of
+        ``portable.IMPORT_BATCH``, so memory stays bounded; an import stopped half way (a killed
+        process) is completed by running it again.
 
         With the exporting store's embedder the stored vectors are reused bit for bit and not regrouped
         (each memory keeps exactly the vector it had; retrieval ranks memories, so it is unchanged);
         with another embedder the intents are embedded again and grouped like new writes.
         """
-        header, groups = portable.read_jsonl(Path(path))
-        reuse = portable.same_embedder(header, self.embedder, self.dim)
+        checked = portable.check_file(portable.as_path(path, "import"))
+        skip = self._read(partial(portable.already_stored, checked=checked))
+        reuse = portable.same_embedder(checked.header, self.embedder, self.dim)
         added = 0
-        for namespace, records in groups.items():
-            known = self._read(partial(report.existing_ids, ids=[r.id for r in records]))
-            records = [r for r in records if r.id not in known]
-            if records:
-                batch = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
-                added += len(self._insert({check_namespace(namespace): batch}, group=not reuse))
+        for namespace, records in portable.records(checked, skip):
+            batch, reused = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
+            self._insert({namespace: batch}, group=not reused, skip_existing=True)
+            added += len(batch)
         return added
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -440,7 +511,7 @@ class MemoryStore:
         (the database serves it: ``index="pgvector"``)."""
         with self._lock:
             self._ensure_open()
-            with self._db.transaction() as conn:
+            with self._db.transaction(write=False) as conn:
                 self._mirrors.sync(conn)
                 self._mirrors.get(conn, check_namespace(namespace))
             return self._mirrors.index_state[namespace]
@@ -456,12 +527,13 @@ class MemoryStore:
         with self._lock:
             if self._closed:
                 return
+            self._closed = True
             try:
                 self._mirrors.save()
-            except OSError as e:  # the index is derived data: losing it costs a rebuild, not memories
+            except Exception as e:  # the index is derived data: losing it costs a rebuild, not memories
                 log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
-            self._db.close()
-            self._closed = True
+            finally:
+                self._db.close()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -479,10 +551,10 @@ class MemoryStore:
             raise StoreError(f"this MemoryStore ({redact_url(self.url)}) is closed")
 
     def _read(self, query: Callable[[Connection], T]) -> T:
-        """``query`` in one transaction, under the lock, on an open store."""
+        """``query`` in one read transaction (no write lock), under the lock, on an open store."""
         with self._lock:
             self._ensure_open()
-            with self._db.transaction() as conn:
+            with self._db.transaction(write=False) as conn:
                 return query(conn)
 
     def _resync(self) -> None:

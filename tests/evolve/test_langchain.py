@@ -55,7 +55,8 @@ def seed(d: Deployment, tenant: str) -> list[str]:
 
 def qs(d: Deployment, ids: list[str]) -> dict[str, tuple[float, int]]:
     assert d.store is not None
-    return {i: (d.store.get(i).q, d.store.get(i).visits) for i in ids}
+    every = {m.id: (m.q, m.visits) for m in d.store.items()}
+    return {i: every[i] for i in ids}
 
 
 def test_invoke_returns_an_ai_message_carrying_the_response_id(deployment: Deployment) -> None:
@@ -75,7 +76,7 @@ def test_feedback_on_the_message_moves_exactly_the_recalled_memories_once(deploy
     agent = EvolveRunnable(deployment, tenant="alice")
     message = agent.invoke(QUESTION)
     (recall_id,) = message.response_metadata["recall_ids"]
-    recalled = set(deployment.store.explain(recall_id)["selected"])  # type: ignore[union-attr]
+    recalled = set(deployment.store.explain(recall_id, namespace="codes@alice/solver")["selected"])  # type: ignore[union-attr]
     before = qs(deployment, ids)
 
     receipt = agent.feedback(message, 1.0, comment="right code")

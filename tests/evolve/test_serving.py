@@ -62,14 +62,15 @@ def seed(d: Deployment, tenant: str, n: int = 5) -> list[str]:
 
 def qs(d: Deployment, ids: list[str]) -> dict[str, tuple[float, int]]:
     assert d.store is not None
-    return {i: (d.store.get(i).q, d.store.get(i).visits) for i in ids}
+    every = {m.id: (m.q, m.visits) for m in d.store.items()}
+    return {i: every[i] for i in ids}
 
 
 def test_feedback_moves_the_q_of_exactly_the_recalled_memories(deployment: Deployment) -> None:
     ids = seed(deployment, "alice")
     answer = deployment.answer([Message("user", QUESTION)], tenant="alice")
     assert answer.text == "4471" and answer.id.startswith("chatcmpl-") and len(answer.recall_ids) == 1
-    recalled = set(deployment.store.explain(answer.recall_ids[0])["selected"])  # type: ignore[union-attr]
+    recalled = set(deployment.store.explain(answer.recall_ids[0], namespace="codes@alice/solver")["selected"])  # type: ignore[union-attr]
     assert len(recalled) == 2  # k2
     before = qs(deployment, ids)
 
@@ -104,7 +105,10 @@ def test_tenants_share_no_memories_no_responses_and_no_prompts(deployment: Deplo
 
     seen.clear()
     bob = deployment.answer([Message("user", QUESTION)], tenant="bob")
-    assert deployment.store is not None and not deployment.store.explain(bob.recall_ids[0])["selected"]
+    assert (
+        deployment.store is not None
+        and not deployment.store.explain(bob.recall_ids[0], namespace="codes@bob/solver")["selected"]
+    )
     assert "lesson" not in seen[0][-1].content  # bob's prompt quotes none of alice's experiences
 
     graph = deployment.graph("alice")

@@ -55,7 +55,7 @@ def test_the_check_sees_a_lost_update_and_an_extra_one(tmp_path: Path) -> None:
     exact = check_log(url, log)
     assert exact.mismatches == [] and exact.updates_expected == exact.updates_reported == 2
     with open_store(url) as again:
-        assert again.get(recall.ids[0]).q == sequential_q(1, 1.0) == 0.05
+        assert again.get(recall.ids[0], namespace=SHARED).q == sequential_q(1, 1.0) == 0.05
     log.feedback["f2"] = recall.id  # claimed but never applied: a lost update
     assert len(check_log(url, log).mismatches) == 2
     del log.feedback["f1"], log.feedback["f2"]  # applied but not accounted for: an extra update

@@ -41,7 +41,7 @@ def test_putting_the_same_value_again_keeps_the_memory_and_its_learned_q(lg: Mem
     lg.put(ALICE, "food", {"content": "Alice likes spicy noodles"})
     hit = lg.search(ALICE, query="what food does alice like")[0]
     assert isinstance(hit, MemorySearchItem)
-    lg.store.reinforce(hit.recall_id, 1.0)  # type: ignore[arg-type]
+    assert lg.reinforce(hit, 1.0) == 1
 
     lg.put(ALICE, "food", {"content": "Alice likes spicy noodles"})
 
@@ -53,7 +53,7 @@ def test_a_changed_value_is_a_new_version_that_replaces_the_old(lg: MemoryStoreA
     lg.put(ALICE, "food", {"content": "Alice likes spicy noodles"})
     first = lg.get(ALICE, "food")
     (old,) = lg.store.items()
-    lg.store.reinforce(lg.search(ALICE, query="alice food")[0].recall_id, 1.0)  # type: ignore[attr-defined]
+    lg.reinforce(lg.search(ALICE, query="alice food")[0], 1.0)
     time.sleep(0.01)
 
     lg.put(ALICE, "food", {"content": "Alice went vegan"})
@@ -85,7 +85,7 @@ def test_search_with_a_query_is_a_logged_q_ranked_recall(lg: MemoryStoreAdapter)
     hits = lg.search(ALICE, query="how to reset the router", limit=2)
     assert {h.key for h in hits} == {"tip-a", "tip-b"} and all(isinstance(h, MemorySearchItem) for h in hits)
     (recall_id,) = {h.recall_id for h in hits}  # type: ignore[attr-defined]
-    logged = lg.store.explain(recall_id)
+    logged = lg.store.explain(recall_id, namespace=hits[0].memory_namespace)  # type: ignore[attr-defined]
     assert [h.memory_id for h in hits] == logged["selected"]  # type: ignore[attr-defined]
     by_id = {c["id"]: c for c in logged["candidates"]}
     assert [h.score for h in hits] == [pytest.approx(by_id[h.memory_id]["score"]) for h in hits]  # type: ignore[attr-defined]
@@ -93,7 +93,7 @@ def test_search_with_a_query_is_a_logged_q_ranked_recall(lg: MemoryStoreAdapter)
 
     # One text, so one similarity: only Q orders the two tips. Punish the one on top; the other rises.
     first = lg.search(ALICE, query="how to reset the router", limit=1)[0]
-    assert lg.store.reinforce(first.recall_id, -1.0) == 1  # type: ignore[attr-defined]
+    assert lg.reinforce(first, -1.0) == 1
     second = lg.search(ALICE, query="how to reset the router", limit=1)[0]
     assert {first.key, second.key} == {"tip-a", "tip-b"}
     assert second.q == 0.0 and lg.get(ALICE, first.key) is not None  # type: ignore[attr-defined]
@@ -227,7 +227,7 @@ def test_a_langgraph_state_graph_remembers_and_recalls_through_the_adapter(lg: M
 
     facts = {"Alice's router is in the attic", "Alice's router password is on the fridge"}
     assert set(out["recalled"]) == facts and len(set(out["recall_ids"])) == 1
-    assert lg.store.reinforce(out["recall_ids"][0], 1.0) == 2
+    assert lg.store.reinforce(out["recall_ids"][0], 1.0, namespace="users.alice.memories") == 2
     assert sorted(m.visits for m in lg.store.items("users.alice.memories")) == [1, 1]
 
 
