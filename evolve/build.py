@@ -16,7 +16,7 @@ from evolve.prompt_loop import PromptEvolution, split_tasks
 from evolve.spec import RunSpec
 from evolve.tasks import Task, load_tasks
 from evolve.weights import WeightUpdates
-from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
+from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
 from optimizers.types import PromptOptimizer
 
 
@@ -95,6 +95,12 @@ def build_store(spec: RunSpec, embedder: Embedder | None = None) -> MemoryStore 
     return MemoryStore(spec.run.database, embedder=embedder, config=memory_config(spec), seed=spec.run.seed)
 
 
+def agent_namespace(run: str, agent: str) -> str:
+    """The memory namespace of one agent of a run: ``<run>/<agent>``, shortened (with a hash) when that is
+    longer than a namespace may be."""
+    return fit_id(f"{run}/{agent}", MAX_NAMESPACE)
+
+
 def build_team(spec: RunSpec, chat: ChatClient, store: MemoryStore | None) -> Team:
     """The spec's agents on ``chat``, each recalling from namespace ``<run>/<agent>`` when it has memory."""
     params = {"max_tokens": spec.model.max_tokens, "temperature": spec.model.temperature, "seed": spec.run.seed}
@@ -103,7 +109,9 @@ def build_team(spec: RunSpec, chat: ChatClient, store: MemoryStore | None) -> Te
             a.name,
             chat,
             system=a.system,
-            memory=MemoryView(store, namespace=f"{spec.run.name}/{a.name}") if store is not None and a.memory else None,
+            memory=MemoryView(store, namespace=agent_namespace(spec.run.name, a.name))
+            if store is not None and a.memory
+            else None,
             params=params,
         )
         for a in spec.agents
