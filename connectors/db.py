@@ -151,8 +151,7 @@ def opened_read_only(engine: Engine) -> bool:
 def _sqlite_engine(url: str, durability: Durability, **kwargs: Any) -> Engine:
     path = sqlite_path(url)
     if path is not None and "uri=true" not in url and path.exists() and not (writable(path) and writable(path.parent)):
-        wal = path.with_name(path.name + "-wal")
-        url = read_only_url(path, immutable=not writable(path.parent) and not (wal.exists() and wal.stat().st_size))
+        url = read_only_url(path, immutable=not writable(path.parent) and not _in_use(path))
         log.info("memory database %s cannot be written: opened read-only", path)
     elif path is not None and "mode=ro" not in url:
         try:
@@ -190,6 +189,13 @@ def _sqlite_engine(url: str, durability: Durability, **kwargs: Any) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _in_use(path: Path) -> bool:
+    """Whether a WAL database may be open elsewhere or hold commits outside the file: its -shm file
+    exists, or a non-empty -wal. Only a database in neither state may be opened ``immutable``."""
+    wal, shm = path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+    return shm.exists() or (wal.exists() and wal.stat().st_size > 0)
 
 
 def storage_fault(error: BaseException) -> str | None:
