@@ -45,6 +45,10 @@ HOSTILE = [
     '"quoted" \\backslash\\ \t\ttabs \\u2028 escaped-looking',
     "\ufeffBOM first, \ufffe\uffff noncharacters, \U0010ffff the last code point",
 ]
+TEXTS = st.text(
+    st.one_of(st.characters(), st.sampled_from([*SEPARATORS, '"', "\\", "{", "\x00"])), min_size=1, max_size=40
+)
+"""Any Unicode text, the line separators, JSON's metacharacters and NUL drawn often."""
 _databases = itertools.count(1)
 
 
@@ -163,7 +167,7 @@ def test_import_keeps_every_number_of_the_file_bit_exact(store: MemoryStore, tmp
 
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(texts=st.lists(st.text(min_size=1, max_size=40), min_size=4, max_size=4))
+@given(texts=st.lists(TEXTS, min_size=4, max_size=4))
 def test_any_text_add_accepts_survives_export_then_import(texts: list[str], tmp_path_factory: Any) -> None:
     folder = tmp_path_factory.mktemp("prop")
     with MemoryStore("sqlite://", embedder=HashEmbedder(dim=64)) as source:
@@ -180,7 +184,7 @@ def test_any_text_add_accepts_survives_export_then_import(texts: list[str], tmp_
 
 @pytest.mark.postgres
 @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(texts=st.lists(st.text(min_size=1, max_size=40), min_size=3, max_size=3))
+@given(texts=st.lists(TEXTS, min_size=3, max_size=3))
 def test_any_text_add_accepts_survives_an_import_into_postgres(
     texts: list[str], pg_url: str, tmp_path_factory: Any
 ) -> None:
