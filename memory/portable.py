@@ -32,9 +32,9 @@ from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact_url
 from memory.batch import (
     NewItems,
-    _check_meta,
     check_chars,
     check_id,
+    check_meta,
     check_namespace,
     check_reward,
     check_success,
@@ -375,7 +375,7 @@ def _record(d: dict[str, Any], header: dict[str, Any], path: Path, n: int) -> Re
             success=check_success(d.get("success"), "success"),
             created_at=created,
             updated_at=_time(d.get("updated_at", created), "updated_at"),
-            meta=_check_meta(d.get("meta"), "meta"),
+            meta=check_meta(d.get("meta"), "meta"),
             embedding=_embedding(d.get("embedding"), header.get("dim")),
         )
     except ConfigError as e:
