@@ -29,6 +29,10 @@ from memory.statements import execute_many
 MAX_NAMESPACE = 200
 MAX_ID = 64  # the id columns are VARCHAR(64)
 MAX_FEEDBACK_ID = 128  # memory_feedback.id is VARCHAR(128)
+MAX_VALUE = 1e12
+"""The largest magnitude of a reward or a Q-value (see ``check_reward``)."""
+MAX_META_DEPTH = 64
+"""How deeply ``meta`` (and a write's ``provenance``) may nest lists and mappings."""
 MAX_TEXT = 1_000_000
 """The most characters in one intent, experience or query; a larger text is refused, not stored."""
 INTENT_INSERT = insert(intents)
@@ -145,44 +149,59 @@ def check_success(value: object, where: str) -> bool | None:
     return None if value is None else bool(value)
 
 
-def check_reward(value: object, where: str) -> float:
-    """A finite float (bools count as 1.0 / 0.0); anything else is a ``ConfigError``."""
+def check_reward(value: object, where: str, *, what: str = "reward") -> float:
+    """A finite float of magnitude at most ``MAX_VALUE`` (bools count as 1.0 / 0.0); anything else is a
+    ``ConfigError``.
+
+    The bound keeps every stored Q finite: ``Q + α·(r − Q)`` with both within ±1e12 cannot overflow
+    (finite values near 1.8e308 could: ``r − Q`` would be infinite).
+    """
     if not isinstance(value, (Real, np.number)) or isinstance(value, complex):
-        raise ConfigError(f"{where}: reward must be a finite real number, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{where}: {what} must be a finite real number, got {value!r} ({type(value).__name__})")
     try:
         number = float(value)  # type: ignore[arg-type]
     except OverflowError:
-        raise ConfigError(f"{where}: reward must be finite, got an integer with {len(str(value))} digits") from None
+        raise ConfigError(f"{where}: {what} must be finite, got an integer with {len(str(value))} digits") from None
     if not math.isfinite(number):
-        raise ConfigError(f"{where}: reward must be finite, got {number!r}")
+        raise ConfigError(f"{where}: {what} must be finite, got {number!r}")
+    if abs(number) > MAX_VALUE:
+        raise ConfigError(f"{where}: {what} must be within ±{MAX_VALUE:.0e}, got {number!r}")
     return number
 
 
-def _check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+def check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """``meta`` as a dict: a mapping that is JSON without NaN or infinity, every text storable, nested at
+    most ``MAX_META_DEPTH`` deep (``{}`` for None)."""
     if meta is None:
         return {}
     if not isinstance(meta, Mapping):
         raise ConfigError(f"{where} must be a mapping, got {type(meta).__name__}")
     out = dict(meta)
+    _check_json_text(out, where)  # first: it bounds the depth json.dumps would recurse into
     try:
         json.dumps(out, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where} must be JSON-serialisable without NaN or infinity: {e}") from e
-    _check_json_text(out, where)
     return out
 
 
 def _check_json_text(value: object, where: str) -> None:
-    """Every key and string inside a JSON value passes ``check_chars`` (PostgreSQL's JSON refuses NUL)."""
-    if isinstance(value, str):
-        check_chars(where, value)
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            check_chars(f"{where} key", str(k))
-            _check_json_text(v, f"{where}[{k!r:.40}]")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_json_text(v, f"{where}[{i}]")
+    """Every key and string inside a JSON value passes ``check_chars`` (PostgreSQL's JSON refuses NUL),
+    and nothing is nested deeper than ``MAX_META_DEPTH``; iterative, so any depth gets a clear error."""
+    stack: list[tuple[object, str, int]] = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            check_chars(path, item)
+        elif isinstance(item, (Mapping, list, tuple)):
+            if depth >= MAX_META_DEPTH:
+                raise ConfigError(f"{where} must be nested at most {MAX_META_DEPTH} levels deep, got deeper at {path:.200}")
+            if isinstance(item, Mapping):
+                for k, v in item.items():
+                    check_chars(f"{path} key", str(k))
+                    stack.append((v, f"{path}[{k!r:.40}]", depth + 1))
+            else:
+                stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
 
 
 @dataclass
@@ -218,11 +237,11 @@ class NewItems:
         n = len(intents_)
         now = time.time()
         if meta is None or isinstance(meta, Mapping):
-            metas = [_check_meta(meta, "meta")] * n
+            metas = [check_meta(meta, "meta")] * n
         else:
             if len(meta) != n:
                 raise ConfigError(f"meta must be one mapping or one per row ({n}), got {len(meta)} mappings")
-            metas = [_check_meta(m, f"meta[{i}]") for i, m in enumerate(meta)]
+            metas = [check_meta(m, f"meta[{i}]") for i, m in enumerate(meta)]
         created_ = np.full(n, now) if created is None else np.asarray(created, dtype=np.float64)
         return cls(
             ids=new_ids(n) if ids is None else list(ids),
@@ -240,9 +259,9 @@ class NewItems:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def take(self, keep: np.ndarray) -> NewItems:
-        """The rows where the boolean mask ``keep`` is true."""
-        pos = np.flatnonzero(keep)
+    def take(self, keep: np.ndarray | slice) -> NewItems:
+        """The rows where the boolean mask ``keep`` is true (or the rows of a slice)."""
+        pos = np.arange(len(self))[keep] if isinstance(keep, slice) else np.flatnonzero(keep)
         return NewItems(
             ids=[self.ids[i] for i in pos],
             intents=[self.intents[i] for i in pos],

@@ -103,6 +103,8 @@ class MemoryConfig:
             ``"auto"``: ``"pgvector"`` on PostgreSQL, ``"flat"`` elsewhere. Approximate kinds also
             group intents through the index instead of comparing each new intent with every key.
         capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.
+        item_cache: how many recalled memories' texts a process keeps in memory (least recently
+            used out); a recall reads the others from SQL. Any size is correct, bigger is faster.
         durability: what a committed write survives. ``"normal"``: an application or process crash
             loses nothing; a power loss or OS crash may lose the last transactions, never corrupts
             (SQLite ``synchronous=NORMAL`` under WAL; PostgreSQL keeps the server's
@@ -122,6 +124,7 @@ class MemoryConfig:
     credit: CreditMode = "uniform"
     index: IndexKind = "auto"
     capacity: int | None = None
+    item_cache: int = 20_000
     durability: Durability = "normal"
 
     def __post_init__(self) -> None:
@@ -129,7 +132,7 @@ class MemoryConfig:
         if not isinstance(self.retrieval, RetrievalConfig):
             raise ConfigError(f"{owner}.retrieval must be a RetrievalConfig, got {type(self.retrieval).__name__}")
         _check_range(owner, "alpha", self.alpha, 0.0, 1.0)
-        _check_finite(owner, "q_init", self.q_init)
+        _check_range(owner, "q_init", self.q_init, -1e12, 1e12)  # memory.batch.MAX_VALUE: Q stays finite
         ok = isinstance(self.group_threshold, (int, float)) and not isinstance(self.group_threshold, bool)
         if not ok or not 0.0 < self.group_threshold <= 1.0:
             raise ConfigError(f"{owner}.group_threshold must be a number in (0, 1], got {self.group_threshold!r}")
@@ -139,6 +142,7 @@ class MemoryConfig:
             raise ConfigError(f"{owner}.index must be one of {INDEX_CHOICES}, got {self.index!r}")
         if self.capacity is not None:
             _check_int(owner, "capacity", self.capacity, 1)
+        _check_int(owner, "item_cache", self.item_cache, 0)
         if self.durability not in DURABILITY_LEVELS:
             raise ConfigError(f"{owner}.durability must be one of {DURABILITY_LEVELS}, got {self.durability!r}")
 

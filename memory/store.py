@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -61,6 +62,8 @@ __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
+BULK_CHUNK = 20_000  # rows per transaction of a bulk load (about a second on 2 cores)
+BULK_PAUSE = 0.12  # seconds the write lock stays free between two chunks on SQLite
 
 
 class MemoryStore:
@@ -155,13 +158,19 @@ class MemoryStore:
         meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         group: bool = True,
     ) -> list[str]:
-        """Store many ``(intent, experience)`` rows in one transaction; returns their ids.
+        """Store many ``(intent, experience)`` rows; returns their ids.
 
         ``embeddings`` (n, dim) may be given to skip the embedder (rows are L2-normalised). ``meta`` is
         one mapping for all rows or one per row. ``group=False`` skips intent grouping: every row
         becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison).
+
+        Every row is checked before anything is written. Up to ``BULK_CHUNK`` rows are one
+        transaction; a larger load commits every ``BULK_CHUNK`` rows, so other processes sharing the
+        database wait at most about a second for a turn instead of the whole load (a load stopped half
+        way keeps its committed chunks).
         """
         rows = check_rows(rows)
+        namespace = check_namespace(namespace)
         if not rows:
             return []
         intents_ = [r[0] for r in rows]
@@ -170,7 +179,10 @@ class MemoryStore:
         batch = NewItems.build(
             intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
         )
-        self._insert({check_namespace(namespace): batch}, group=group)
+        for lo in range(0, len(batch), BULK_CHUNK):
+            if lo:
+                self._yield_to_writers()
+            self._insert({namespace: batch.take(slice(lo, lo + BULK_CHUNK))}, group=group)
         return batch.ids
 
     def write(
@@ -328,10 +340,10 @@ class MemoryStore:
             self._ensure_open()
             mirror = self._mirrors.loaded(namespace) or self._load(namespace)
             # Optimistic: search the mirror as this process last saw it, then check in the one
-            # transaction that logs the recall; only when another process wrote in between is the
-            # search repeated on the caught-up mirror.
+            # transaction that logs the recall (a read transaction when nothing is logged); only when
+            # another process wrote in between is the search repeated on the caught-up mirror.
             plans = self._plan(mirror, vecs, cfg)
-            with self._db.transaction() as conn:
+            with self._db.transaction(write=record) as conn:
                 mirror, plans, found = self._select(conn, namespace, mirror, plans, vecs, cfg)
                 out = [
                     to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
@@ -499,6 +511,8 @@ class MemoryStore:
         reuse = portable.same_embedder(checked.header, self.embedder, self.dim)
         added = 0
         for namespace, records in portable.records(checked, skip):
+            if added // BULK_CHUNK != (added + len(records)) // BULK_CHUNK:
+                self._yield_to_writers()  # a turn for other writers about every BULK_CHUNK rows
             batch, reused = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
             self._insert({namespace: batch}, group=not reused, skip_existing=True)
             added += len(batch)
@@ -557,12 +571,19 @@ class MemoryStore:
             with self._db.transaction(write=False) as conn:
                 return query(conn)
 
+    def _yield_to_writers(self) -> None:
+        """Between two chunks of a bulk load on SQLite, leave the write lock free long enough for the
+        other processes' busy handlers (which poll every 100 ms once they have waited a while) to take
+        it; PostgreSQL queues lock waiters in order, so it needs no pause."""
+        if self._db.engine.dialect.name == "sqlite":
+            time.sleep(BULK_PAUSE)
+
     def _resync(self) -> None:
-        with self._db.transaction() as conn:
+        with self._db.transaction(write=False) as conn:
             self._mirrors.sync(conn)
 
     def _q0(self, q: float | None) -> float:
-        return self.config.q_init if q is None else check_reward(q, "q")
+        return self.config.q_init if q is None else check_reward(q, "add", what="q")
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)

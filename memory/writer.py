@@ -23,7 +23,7 @@ from connectors.chat import ChatModel
 from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
-from memory.batch import check_chars, check_id, check_namespace, check_success, check_text
+from memory.batch import check_chars, check_id, check_meta, check_namespace, check_success, check_text
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +155,14 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
                 raise ConfigError(f"entries[{i}].{name} must be a string, got {getattr(e, name)!r:.120}")
             check_chars(f"entries[{i}].{name}", getattr(e, name))
         check_namespace(e.namespace)
-        check_success(e.success, f"entries[{i}].success")
+        if check_success(e.success, f"entries[{i}].success") is None:
+            raise ConfigError(
+                f"entries[{i}].success must be True or False: a write records an attempt's outcome "
+                "(use add(..., success=None) for a memory whose outcome is unknown)"
+            )
         if e.id is not None:
             check_id(f"entries[{i}].id", e.id)
-        if e.provenance is not None and not isinstance(e.provenance, Mapping):
-            raise ConfigError(f"entries[{i}].provenance must be a mapping, got {type(e.provenance).__name__}")
+        check_meta(e.provenance, f"entries[{i}].provenance")
     return out
 
 
