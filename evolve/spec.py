@@ -5,6 +5,7 @@
 name = "facility-codes"
 rounds = 5
 database = "sqlite:///runs/evolve.db"   # any SQLAlchemy URL; default: $EVOLVE_HOME/evolve.db
+                                        # (a relative SQLite path is relative to the spec file, like tasks)
 executor = "inprocess"                  # or "ray" (workers = 4, ray_address = "auto"): episodes on a cluster
 
 [model]
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -154,6 +156,7 @@ class RunSpec(_Strict):
     path: Path | None = None
 
     def resolve(self, name: str) -> Path:
+        """A file name from the spec (tasks), relative to the spec file's folder unless absolute."""
         p = Path(name)
         return p if p.is_absolute() or self.path is None else (self.path.parent / p)
 
@@ -169,20 +172,68 @@ class RunSpec(_Strict):
         return self.model_copy(update={"run": self.run.model_copy(update={"name": name})})
 
 
-TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+MAX_TENANT = 64
+"""With a run name (at most 120) and '@', a tenant's run fits the 200-character run columns."""
+TENANT = re.compile(r"[^\W_][\w.-]*")  # letters and digits of any script
+# The script mixes Unicode TR39 allows in one identifier ("highly restrictive"); any other mix (a Cyrillic
+# "а" in "аlice") is a lookalike of another name.
+CJK = frozenset({"CJK", "HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA"})
+SCRIPT_MIXES = (CJK | {"LATIN"}, frozenset({"LATIN", "CJK", "HANGUL"}), frozenset({"LATIN", "CJK", "BOPOMOFO"}))
 
 
 def check_tenant(tenant: object) -> str:
-    """A tenant name: 1-64 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit."""
-    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
-        raise ConfigError(
-            f"a tenant name is 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {tenant!r:.80}"
-        )
-    return tenant
+    """A tenant name: 1-64 letters of one script, digits, ``_``, ``.`` or ``-``, starting with a letter or
+    digit, in Unicode's composed form (NFC), so that one name is never two tenants and never looks like
+    another. Japanese, Korean and Chinese names may mix their scripts with Latin, as Unicode allows.
+
+    Example:
+        >>> check_tenant("Zürich-Nordhafen"), check_tenant("東京-ロジスティクス")
+        ('Zürich-Nordhafen', '東京-ロジスティクス')
+    """
+    if isinstance(tenant, str) and len(tenant) <= MAX_TENANT and TENANT.fullmatch(tenant):
+        if unicodedata.is_normalized("NFC", tenant) and _one_script(tenant):
+            return tenant
+    size = f" ({len(tenant)} characters)" if isinstance(tenant, str) else ""
+    raise ConfigError(
+        f"a tenant name is 1-{MAX_TENANT} letters (of one script, composed: NFC), digits, '_', '.' or '-' "
+        f"starting with a letter or digit, got {tenant!r:.80}{size}"
+    )
+
+
+def _one_script(name: str) -> bool:
+    """Whether the letters of ``name`` are of one script (by their Unicode names) or of a mix TR39 allows."""
+    scripts = {unicodedata.name(c, "?").split(" ")[0] for c in name if c.isalpha()}
+    return len(scripts) <= 1 or any(scripts <= mix for mix in SCRIPT_MIXES)
+
+
+def resolve_database(url: str | None, folder: Path) -> str | None:
+    """``url`` with a relative SQLite file path made relative to ``folder`` (the spec file's).
+
+    A spec names its database the way it names its tasks file, so ``evolve run some/dir/spec.toml``
+    opens the same database from any working directory. Absolute paths, in-memory SQLite
+    (``sqlite://``, ``sqlite:///:memory:``), ``file:`` URIs and server URLs are returned unchanged.
+
+    Example:
+        >>> resolve_database("sqlite:///runs/evolve.db", Path("/srv/agent"))
+        'sqlite:////srv/agent/runs/evolve.db'
+        >>> resolve_database("postgresql+psycopg://evolve@db/runs", Path("/srv/agent"))
+        'postgresql+psycopg://evolve@db/runs'
+    """
+    if url is None or not url.startswith("sqlite"):
+        return url
+    head, sep, rest = url.partition(":///")
+    path, mark, query = rest.partition("?")
+    if not sep or path in ("", ":memory:") or path.startswith("file:") or Path(path).is_absolute():
+        return url
+    return f"{head}:///{folder / path}{mark}{query}"
 
 
 def load_spec(path: str | Path) -> RunSpec:
-    """Read and validate a TOML spec; errors name the file and the offending field."""
+    """Read and validate a TOML spec; errors name the file and the offending field.
+
+    Relative file names in the spec (the tasks file, a SQLite database) are relative to the spec file's
+    folder: the database is resolved here (``resolve_database``), the tasks file by ``RunSpec.resolve``.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"spec file {path} does not exist (expected a TOML file; see evolve/spec.py)")
@@ -197,4 +248,6 @@ def load_spec(path: str | Path) -> RunSpec:
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         raise ConfigError(f"{path}: {problems}") from e
-    return spec.model_copy(update={"path": path.resolve()})
+    path = path.resolve()
+    run = spec.run.model_copy(update={"database": resolve_database(spec.run.database, path.parent)})
+    return spec.model_copy(update={"path": path, "run": run})
