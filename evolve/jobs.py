@@ -7,6 +7,10 @@ lease to expire (``ttl``) and its round incomplete; the next job takes the lease
 job ``abandoned`` in the ledger and finishes the round through the Evolver's checkpoint (recorded
 episodes are not re-run, unlearned ones are learned, feedback ids keep rewards from applying twice).
 
+A job that loads models first (``evolve job``) takes the lease with ``take_lease`` before loading
+anything, keeps it renewed while they load (``holding``) and hands it to ``run_job``: a job that finds
+the run busy loads nothing, and no other job can take the run between the check and the round.
+
 Ledger statuses: ``running``, ``done``, ``failed`` (the error is kept), ``skipped`` (another job held
 the lease) and ``abandoned`` (its lease expired before it finished: the process was killed or hung;
 a later job took the run over).
@@ -29,8 +33,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -40,7 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from connectors import ConfigError
 from evolve.evolver import Evolver
 from evolve.leases import DEFAULT_TTL, Heartbeat, Lease, LeaseState, create_tables, default_holder, when
-from evolve.records import RoundMetrics
+from evolve.records import RoundMetrics, RunLog
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -128,12 +132,47 @@ def next_round(completed: Iterable[int]) -> int:
     return r
 
 
+def take_lease(engine: Engine, run: str, *, ttl: float = DEFAULT_TTL, holder: str | None = None) -> Lease | JobResult:
+    """Take ``run``'s lease in ``engine``'s database, before anything slow is loaded.
+
+    Returns the held ``Lease`` (pass it to ``run_job``, which releases it), or, when another job holds
+    the run, the ``JobResult("skipped", ...)`` that says who, recorded in the ledger. A cron job calls
+    this first, so a tick that will skip loads no model: ``evolve job`` does.
+
+    Example:
+        >>> from connectors import make_engine
+        >>> engine = make_engine("sqlite://")
+        >>> isinstance(take_lease(engine, "support", holder="a"), Lease)
+        True
+        >>> take_lease(engine, "support", holder="b").status
+        'skipped'
+    """
+    create_tables(engine, metadata)
+    lease = Lease(engine, lease_name(run), holder=holder or default_holder(), ttl=ttl)
+    if lease.acquire():
+        return lease
+    return _skipped(lease, run, lease.state())
+
+
+@contextmanager
+def holding(lease: Lease) -> Iterator[None]:
+    """Keep a lease from ``take_lease`` renewed while the job loads its models (loading may outlast the
+    ``ttl``); if loading fails, the lease is released and the error goes on."""
+    try:
+        with _heartbeat(lease):
+            yield
+    except BaseException:
+        _quietly(lease.release, "release the lease")
+        raise
+
+
 def run_job(
     evolver: Evolver,
     *,
     ttl: float = DEFAULT_TTL,
     holder: str | None = None,
     before_round: Callable[[], Sequence[Trace] | None] | None = None,
+    lease: Lease | None = None,
 ) -> JobResult:
     """Run the next round of ``evolver``'s run unless another job is evolving it; record the job.
 
@@ -146,6 +185,9 @@ def run_job(
         before_round: called inside the lease, before the round (e.g. to ingest feedback collected by
             ``evolve serve``); it may return traces (``evolve.serving.feedback_traces``) that the round's
             prompt step learns from (``Evolver.run_round``'s ``extra_traces``), or None.
+        lease: the run's lease, already taken with ``take_lease`` (before the evolver was built); None
+            takes it here. Either way ``run_job`` releases it. A lease lost since it was taken (it
+            expired and another job took the run over) makes this job ``skipped``.
 
     Returns:
         ``JobResult("ran", ...)`` with the round's metrics, or ``JobResult("skipped", ...)`` when the
@@ -155,14 +197,10 @@ def run_job(
     engine = evolver.log.engine
     create_tables(engine, metadata)
     run = evolver.run_name
-    lease = Lease(engine, lease_name(run), holder=holder or default_holder(), ttl=ttl)
-    if not lease.acquire():
-        held = lease.state()
-        note = f"another job holds the lease: {held.holder} until {when(held.expires_at)}" if held else "lease busy"
-        round_ = next_round(evolver.log.completed())
-        job_id = _insert_row(engine, run, round_, lease.holder, "skipped", note=note, finished=True)
-        log.info("job on %s skipped: %s", run, note)
-        return JobResult("skipped", run, round_, None, lease.holder, note, job_id, held)
+    taken = take_lease(engine, run, ttl=ttl, holder=holder) if lease is None else _still_ours(lease, run)
+    if isinstance(taken, JobResult):
+        return taken
+    lease = taken
     try:
         round_ = next_round(evolver.log.completed())  # read inside the lease: the last holder may have finished one
         took_over = _abandon_others(engine, run, lease.holder)
@@ -187,6 +225,33 @@ def run_job(
     finally:
         _quietly(lease.release, "release the lease")
     return JobResult("ran", run, round_, metrics, lease.holder, "; ".join(notes), job_id)
+
+
+def _still_ours(lease: Lease, run: str) -> Lease | JobResult:
+    """A lease ``take_lease`` gave before the evolver was built, renewed; skipped if it was taken over."""
+    if lease.name != lease_name(run):
+        raise ConfigError(
+            f"run_job: the lease {lease.name!r} does not guard run {run!r} (expected {lease_name(run)!r})"
+        )
+    try:
+        if lease.renew():
+            return lease
+        return _skipped(lease, run, lease.state(), lost=True)  # it expired while loading, and another job took it
+    except BaseException:
+        _quietly(lease.release, "release the lease")
+        raise
+
+
+def _skipped(lease: Lease, run: str, held: LeaseState | None, *, lost: bool = False) -> JobResult:
+    """The job that found ``run`` held by another job, recorded in the ledger."""
+    engine = lease.engine
+    note = f"another job holds the lease: {held.holder} until {when(held.expires_at)}" if held else "lease busy"
+    if lost:
+        note = f"the lease expired while this job loaded its models and was taken over ({note})"
+    round_ = next_round(RunLog(engine, run).completed())
+    job_id = _insert_row(engine, run, round_, lease.holder, "skipped", note=note, finished=True)
+    log.info("job on %s skipped: %s", run, note)
+    return JobResult("skipped", run, round_, None, lease.holder, note, job_id, held)
 
 
 def job_history(engine: Engine, run: str | None = None, limit: int | None = None) -> list[JobRecord]:
@@ -305,4 +370,4 @@ def _quietly(action: Callable[[], object], what: str) -> None:
         log.warning("job: could not %s: %s", what, e)
 
 
-__all__ = ["JobRecord", "JobResult", "job_history", "lease_name", "next_round", "run_job"]
+__all__ = ["JobRecord", "JobResult", "holding", "job_history", "lease_name", "next_round", "run_job", "take_lease"]

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, insert
 
 from connectors import ChatClient, ConfigError, EvolveError, HashEmbedder, ScriptedChat, make_engine
 from evolve import Agent, Evolver, MemoryView, Task, Team
-from evolve.jobs import job_history, jobs, lease_name, next_round, run_job
+from evolve.jobs import JobResult, holding, job_history, jobs, lease_name, next_round, run_job, take_lease
 from evolve.leases import Lease, leases
 from evolve.records import RoundMetrics
 from memory import MemoryStore, RetrievalConfig
@@ -272,6 +272,59 @@ def test_a_job_whose_lease_was_taken_mid_round_says_so(tmp_path: Path, caplog: p
     assert "lease lost" in job_history(ev.log.engine)[0].note
     state = Lease(ev.log.engine, lease_name("r")).state()
     assert state is not None and state.holder == "thief"  # not released: it is not ours any more
+
+
+def test_a_lease_taken_before_loading_is_kept_renewed_then_run_under(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'm.db'}")
+    lease = take_lease(engine, "r", ttl=0.3, holder="cron-host-a:101:aa")
+    assert isinstance(lease, Lease)
+    first = lease.state()
+    assert first is not None
+    with holding(lease):  # the models load for longer than the ttl
+        deadline = time.monotonic() + 10
+        while (now := lease.state()) is not None and now.renewed_at == first.renewed_at:
+            assert time.monotonic() < deadline, "the lease was not renewed while the models loaded"
+            time.sleep(0.02)
+        rival = take_lease(engine, "r", holder="cron-host-b:202:bb")
+        assert isinstance(rival, JobResult) and rival.status == "skipped"
+        ev = make_evolver(tmp_path / "m.db")
+    result = run_job(ev, lease=lease)
+    assert (result.status, result.round, result.holder) == ("ran", 1, "cron-host-a:101:aa")
+    assert Lease(engine, lease_name("r")).state() is None  # released after the round
+    assert [(j.status, j.holder) for j in job_history(engine)] == [
+        ("done", "cron-host-a:101:aa"),
+        ("skipped", "cron-host-b:202:bb"),
+    ]
+
+
+def test_a_lease_that_expired_while_loading_and_was_taken_over_skips_the_round(tmp_path: Path) -> None:
+    clock = Clock()
+    ev = make_evolver(tmp_path / "m.db")
+    engine = ev.log.engine
+    slow = Lease(engine, lease_name("r"), holder="slow-loader:1:aa", ttl=10, clock=clock)
+    assert slow.acquire()
+    clock.t += 11  # its models took longer than the ttl, with no heartbeat (e.g. a stopped process)
+    assert Lease(engine, lease_name("r"), holder="next-tick:2:bb", ttl=10, clock=clock).acquire()
+    result = run_job(ev, lease=slow)
+    assert (result.status, result.round, result.metrics) == ("skipped", 1, None)
+    assert "expired while this job loaded its models" in result.note and "next-tick:2:bb" in result.note
+    assert ev.log.completed() == {} and memory_state(ev) == []
+    state = Lease(engine, lease_name("r")).state()
+    assert state is not None and state.holder == "next-tick:2:bb"
+
+
+def test_failed_loading_frees_the_lease_and_a_foreign_lease_is_refused(tmp_path: Path) -> None:
+    ev = make_evolver(tmp_path / "m.db")
+    engine = ev.log.engine
+    lease = take_lease(engine, "r")
+    assert isinstance(lease, Lease)
+    with pytest.raises(ConfigError, match="unknown embedder"), holding(lease):
+        raise ConfigError("unknown embedder 'no-such-embedder'")
+    assert lease.state() is None
+    other = take_lease(engine, "another-run")
+    assert isinstance(other, Lease)
+    with pytest.raises(ConfigError, match="does not guard run 'r'"):
+        run_job(ev, lease=other)
 
 
 def test_job_history_refuses_a_bad_limit(engine: Engine) -> None:
