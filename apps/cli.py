@@ -11,15 +11,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from apps.jobs import add_job_parsers
+from apps.options import count
 from apps.playground_cli import add_playground_parser
 from apps.serve_cli import add_serve_parser
-from connectors import EvolveError, evolve_home, load_embedder, make_engine
+from connectors import EvolveError, evolve_home, make_engine
+
+DB_HELP = "SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)"
 
 
 def quiet_loading(quiet: bool) -> None:
     """``--quiet`` also hides the model loaders' progress bars (transformers, hub)."""
     if quiet:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def say_database(command: str, url: str | None) -> None:
+    """Which database a command works on (password hidden), on stderr: stdout stays the command's output.
+
+    A spec's relative SQLite path is relative to the spec file; this line shows where that put it.
+    """
+    from connectors.db import default_url
+    from connectors.redact import redact_url
+
+    print(f"evolve {command}: database {redact_url(url or default_url())}", file=sys.stderr, flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -38,9 +52,10 @@ def cmd_run(args: argparse.Namespace) -> None:
     from evolve.spec import load_spec
 
     spec = load_spec(args.spec)
-    rounds = args.rounds or spec.run.rounds
+    rounds = spec.run.rounds if args.rounds is None else args.rounds
     quiet_loading(args.quiet)
     evolver = build(spec, progress=not args.quiet)
+    say_database("run", spec.run.database)
     try:
         metrics = evolver.run(rounds)
     finally:
@@ -90,21 +105,47 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_memory(args: argparse.Namespace) -> None:
+    from connectors import load_embedder
     from memory import MemoryStore
 
     if args.action in ("backup", "restore"):
         return memory_backup(args)
-    with MemoryStore(args.db, embedder=load_embedder(args.embedder)) as store:
-        if args.action == "stats":
-            print(json.dumps(store.stats(args.namespace), indent=2, default=str))
-        elif args.action == "show":
-            items = sorted(store.items(args.namespace), key=lambda it: -it.q)[: args.limit]
-            for it in items:
-                print(f"{it.id}  q={it.q:+.3f}  visits={it.visits}  [{it.namespace}]  {it.intent[:70]}")
-        elif args.action == "export":
+    if args.action in ("stats", "show"):
+        return memory_read(args)
+    with MemoryStore(args.db, embedder=load_embedder(args.embedder)) as store:  # export/import embed or check vectors
+        if args.action == "export":
             print(f"exported {store.export(args.path, namespace=args.namespace)} items to {args.path}")
         elif args.action == "import":
             print(f"imported {store.import_(args.path)} items from {args.path}")
+
+
+def memory_read(args: argparse.Namespace) -> None:
+    """``evolve memory stats|show``: SQL reads of an existing store. No embedder is loaded (MiniLM takes
+    15-23 s) and no vector index is opened; a database that does not exist is not created."""
+    from sqlalchemy import inspect
+
+    from connectors.db import default_url, sqlite_path
+    from connectors.redact import redact_url
+    from memory import report
+    from memory.schema import memory_items
+
+    url = args.db or default_url()
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    if path is not None and not path.is_file():
+        raise EvolveError(f"no database at {path} (evolve memory {args.action} reads an existing store; check --db)")
+    engine = make_engine(url)
+    try:
+        if not inspect(engine).has_table(memory_items.name):
+            raise EvolveError(f"{redact_url(url)} holds no memory store (no {memory_items.name} table); check --db")
+        with engine.connect() as conn:
+            if args.action == "stats":
+                print(json.dumps(report.stats(conn, args.namespace), indent=2, default=str))
+                return
+            items = sorted(report.all_items(conn, args.namespace), key=lambda it: -it.q)[: args.limit]
+    finally:
+        engine.dispose()
+    for it in items:
+        print(f"{it.id}  q={it.q:+.3f}  visits={it.visits}  [{it.namespace}]  {it.intent[:70]}")
 
 
 def memory_backup(args: argparse.Namespace) -> None:
@@ -182,15 +223,15 @@ def cmd_adapters(args: argparse.Namespace) -> None:
 
 def add_adapters_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = sub.add_parser("adapters", help="the agents' trained LoRA adapters: log, rollback")
-    actions = a.add_subparsers(dest="adapters_action", required=True)
+    actions = a.add_subparsers(dest="adapters_action", required=True, help="what to do with the adapters")
     for name, help_text in (("log", "every adapter version, newest first"), ("rollback", "move an agent's HEAD")):
         act = actions.add_parser(name, help=help_text)
-        act.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+        act.add_argument("--db", default=None, help=DB_HELP)
         act.add_argument("--run", required=True, help="the run's name")
         act.add_argument("--agent", required=name == "rollback", default=None, help="the agent (log: default all)")
         act.set_defaults(func=cmd_adapters)
     log_p, rollback_p = actions.choices["log"], actions.choices["rollback"]
-    log_p.add_argument("--limit", type=int, default=None, help="at most this many versions per agent")
+    log_p.add_argument("--limit", type=count(1), default=None, help="at most this many versions per agent")
     rollback_p.add_argument(
         "--to", default=None, help="version id or unique prefix, or 'base' (default: HEAD's parent)"
     )
@@ -199,54 +240,63 @@ def add_adapters_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description="Agents that get better at their job while they work.")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, help="what to do (evolve COMMAND -h says more)")
 
     d = sub.add_parser("demo", help="the embedded default end to end: no memory vs similarity vs Q-memory")
-    d.add_argument("--rounds", type=int, default=8)
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--rounds", type=count(1), default=8, help="rounds per condition (default 8)")
+    d.add_argument("--seed", type=count(0), default=0, help="seeds recall exploration and task paraphrases (default 0)")
     d.add_argument("--home", type=Path, default=None, help=f"where the demo folder goes (default {evolve_home()})")
     d.set_defaults(func=cmd_demo)
 
     r = sub.add_parser("run", help="run (or resume) the rounds a TOML spec describes")
-    r.add_argument("spec", type=Path)
-    r.add_argument("--rounds", type=int, default=None, help="override the spec's rounds")
+    r.add_argument("spec", type=Path, help="the run's TOML spec (relative paths in it are relative to the spec)")
+    r.add_argument("--rounds", type=count(1), default=None, help="override the spec's rounds (>= 1)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
 
     mf = sub.add_parser("marft", help="train one LoRA adapter per agent now (LoRA MARFT; local models only)")
     mf.add_argument("spec", type=Path, help="the run's TOML spec; its [marft] section sets the training")
-    mf.add_argument("--steps", type=int, default=None, help="override [marft] steps")
+    mf.add_argument("--steps", type=count(1), default=None, help="override [marft] steps (>= 1)")
     mf.add_argument("--quiet", action="store_true", help="no progress bar")
     mf.set_defaults(func=cmd_marft)
 
     rep = sub.add_parser("report", help="per-round table of every run in a database, and a PNG")
-    rep.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+    rep.add_argument("--db", default=None, help=DB_HELP)
     rep.add_argument("--out", type=Path, default=None, help="write the learning curves here (PNG)")
     rep.set_defaults(func=cmd_report)
 
     pr = sub.add_parser("prompts", help="the versioned prompts: log, show, diff, rollback")
-    pr.add_argument("action", choices=["log", "show", "diff", "rollback"])
+    pr.add_argument("action", choices=["log", "show", "diff", "rollback"], help="what to do with the prompt graph")
     pr.add_argument("versions", nargs="*", help="version ids (a unique prefix is enough)")
-    pr.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
+    pr.add_argument("--db", default=None, help=DB_HELP)
     pr.add_argument("--graph", default="default", help="the prompt graph: the run's name")
-    pr.add_argument("--limit", type=int, default=None)
+    pr.add_argument("--limit", type=count(1), default=None, help="log: at most this many versions (default all)")
     pr.set_defaults(func=cmd_prompts)
     add_adapters_parser(sub)
     add_serve_parser(sub)
     add_job_parsers(sub)
     add_playground_parser(sub)
+    add_memory_parser(sub)
+    return p
 
+
+def add_memory_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = sub.add_parser("memory", help="inspect, export and import memories; back up and restore the database")
-    m.add_argument("action", choices=["stats", "show", "export", "import", "backup", "restore"])
+    m.add_argument(
+        "action",
+        choices=["stats", "show", "export", "import", "backup", "restore"],
+        help="stats, show: read the memories; export, import: JSONL; backup, restore: the whole database",
+    )
     m.add_argument("path", nargs="?", type=Path, help="JSONL file for export/import; backup file for backup/restore")
-    m.add_argument("--db", default=None, help="SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)")
-    m.add_argument("--namespace", default=None)
-    m.add_argument("--embedder", default="minilm", help="the embedder the store was built with")
-    m.add_argument("--limit", type=int, default=20)
+    m.add_argument("--db", default=None, help=DB_HELP)
+    m.add_argument("--namespace", default=None, help="only this namespace, e.g. <run>/<agent> (default: all)")
+    m.add_argument(
+        "--embedder", default="minilm", help="export/import: the embedder the store was built with (default minilm)"
+    )
+    m.add_argument("--limit", type=count(1), default=20, help="show: at most this many memories, highest Q first")
     m.add_argument("--force", action="store_true", help="restore: replace a database that is not empty")
     m.add_argument("--pg-bin", default=None, help="backup/restore: folder of pg_dump/pg_restore (default: PATH)")
     m.set_defaults(func=cmd_memory)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

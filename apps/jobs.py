@@ -5,7 +5,8 @@ A crontab line is all a deployment needs::
     */15 * * * * evolve job /srv/agent/spec.toml --once --quiet >> /var/log/evolve-job.log 2>&1
 
 Two jobs that overlap on one run do not both evolve it: the second prints that it skipped, and who
-holds the lease until when, and exits 0. A killed job's round is finished by the next job once its
+holds the lease until when, and exits 0. The lease is taken before the models load, so a tick that
+skips costs a database query, not a model load. A killed job's round is finished by the next job once its
 lease expires (``--lease-ttl``). ``evolve scheduler`` does the same on an interval inside one
 process (models load once) for machines without cron.
 
@@ -22,11 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from apps.options import count, seconds
 from connectors import ConfigError
 
 if TYPE_CHECKING:
     from evolve.evolver import Evolver
     from evolve.jobs import JobResult
+    from evolve.spec import RunSpec
     from optimizers.types import Trace
 
 LEASE_TTL = 300.0
@@ -60,12 +63,16 @@ def describe(result: JobResult) -> str:
     return f"{line}; {result.note}" if result.note else line
 
 
-def _build(args: argparse.Namespace) -> Evolver:
-    from apps.cli import quiet_loading
-    from evolve.build import build
+def _spec(args: argparse.Namespace) -> RunSpec:
     from evolve.spec import load_spec
 
-    spec = load_spec(args.spec).for_tenant(args.tenant)
+    return load_spec(args.spec).for_tenant(args.tenant)
+
+
+def _build(spec: RunSpec, args: argparse.Namespace) -> Evolver:
+    from apps.cli import quiet_loading
+    from evolve.build import build
+
     quiet_loading(args.quiet)
     return build(spec, progress=not args.quiet)
 
@@ -83,46 +90,64 @@ def served_feedback(evolver: Evolver) -> Callable[[], list[Trace]]:
     return before_round
 
 
+def _noted(result: JobResult, evolver: Evolver) -> JobResult:
+    """``result`` with the run's quarantined served ratings in its note: they wait for a fix, not a retry."""
+    from dataclasses import replace
+
+    from evolve.serving_records import quarantine_note
+
+    note = quarantine_note(evolver.log.engine, evolver.run_name)
+    return replace(result, note=f"{result.note}; {note}" if result.note else note) if note else result
+
+
 def _close(evolver: Evolver) -> None:
     if evolver.memory is not None:
         evolver.memory.close()  # saves the vector index beside the database
 
 
-def _check_ttl(ttl: float) -> None:
-    if not ttl > 0:
-        raise ConfigError(f"--lease-ttl must be a positive number of seconds, got {ttl}")
-
-
 def cmd_job(args: argparse.Namespace) -> None:
-    from evolve.jobs import run_job
+    """Take the run's lease first, then load the models: a job that skips loads nothing (cron ticks stay cheap)."""
+    from apps.cli import say_database
+    from connectors import make_engine
+    from evolve.jobs import JobResult, holding, run_job, take_lease
 
     if not args.once:
         raise ConfigError(
             "evolve job runs one round per call and needs --once (put it in cron or any scheduler); "
             "to run jobs on an interval in this process, use: evolve scheduler SPEC --every 15m"
         )
-    _check_ttl(args.lease_ttl)
-    evolver = _build(args)
+    spec = _spec(args)
+    say_database("job", spec.run.database)
+    engine = make_engine(spec.run.database)
     try:
-        result = run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver))
+        taken = take_lease(engine, spec.run.name, ttl=args.lease_ttl)
+        if isinstance(taken, JobResult):
+            print(describe(taken), flush=True)
+            return
+        with holding(taken):  # renewed while the models load; released if loading fails
+            evolver = _build(spec, args)
+        try:
+            result = _noted(run_job(evolver, lease=taken, before_round=served_feedback(evolver)), evolver)
+        finally:
+            _close(evolver)
     finally:
-        _close(evolver)
+        engine.dispose()
     print(describe(result), flush=True)
 
 
 def cmd_scheduler(args: argparse.Namespace) -> None:
+    from apps.cli import say_database
     from evolve.jobs import run_job
 
     every = parse_duration(args.every)
-    if args.max_runs is not None and args.max_runs < 1:
-        raise ConfigError(f"--max-runs must be >= 1, got {args.max_runs}")
-    _check_ttl(args.lease_ttl)
-    evolver = _build(args)  # once: every job reuses the loaded models
+    spec = _spec(args)
+    evolver = _build(spec, args)  # once: every job reuses the loaded models
+    say_database("scheduler", spec.run.database)
     runs = 0
     try:
         while True:
             started = time.monotonic()
-            result = run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver))
+            result = _noted(run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver)), evolver)
             runs += 1
             print(describe(result), flush=True)
             if args.max_runs is not None and runs >= args.max_runs:
@@ -143,7 +168,7 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--tenant", default=None, help="evolve the tenant's run <run>@<tenant>")
         p.add_argument(
             "--lease-ttl",
-            type=float,
+            type=seconds,
             default=LEASE_TTL,
             help=f"seconds before a killed job's lease may be taken over (default {LEASE_TTL:.0f})",
         )
@@ -151,5 +176,7 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     j.add_argument("--once", action="store_true", help="run one round and exit (required)")
     j.set_defaults(func=cmd_job)
     s.add_argument("--every", required=True, help="the interval between job starts: 30s, 15m, 1h, 1d")
-    s.add_argument("--max-runs", type=int, default=None, help="stop after this many jobs (default: run until Ctrl-C)")
+    s.add_argument(
+        "--max-runs", type=count(1), default=None, help="stop after this many jobs (default: run until Ctrl-C)"
+    )
     s.set_defaults(func=cmd_scheduler)

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from apps.options import count
 from connectors import EvolveError
 
 SCRIPT = Path(__file__).resolve().with_name("playground.py")
@@ -34,9 +35,11 @@ def script_args(argv: Sequence[str]) -> argparse.Namespace:
     Unknown arguments are ignored: under Streamlit's ``AppTest`` ``sys.argv`` is the test runner's.
     """
     p = argparse.ArgumentParser(prog="apps/playground.py", add_help=False, allow_abbrev=False)
-    p.add_argument("--spec", default=None)
-    p.add_argument("--tenant", default=None)
-    p.add_argument("--db", default=None)
+    p.add_argument("--spec", default=None, help=f"run spec (default: ${ENV_SPEC}, else {DEFAULT_SPEC.name})")
+    p.add_argument("--tenant", default=None, help=f"start as this tenant (default: ${ENV_TENANT})")
+    p.add_argument(
+        "--db", default=None, help=f"SQLAlchemy URL overriding the spec's [run] database (default: ${ENV_DB})"
+    )
     args, _unknown = p.parse_known_args(list(argv))
     args.spec = Path(args.spec or os.environ.get(ENV_SPEC) or DEFAULT_SPEC)
     args.tenant = args.tenant or os.environ.get(ENV_TENANT) or None
@@ -105,7 +108,7 @@ def add_playground_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
     """Register ``evolve playground [SPEC] [--port N] [--address A] [--tenant T] [--db URL]``."""
     p = sub.add_parser("playground", help="the Streamlit playground: chat, feedback, memories, prompts, curves")
     p.add_argument("spec", nargs="?", type=Path, default=None, help=f"run spec (default: {DEFAULT_SPEC.name})")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=count(1, 65535), default=8501, help="port to serve the playground on (default 8501)")
     p.add_argument("--address", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
     p.add_argument("--tenant", default=None, help="start as this tenant (the sidebar can change it)")
     p.add_argument("--db", default=None, help="SQLAlchemy URL overriding the spec's [run] database")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from apps.options import count
 from connectors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     s = sub.add_parser("serve", help="an OpenAI-compatible API over the spec's team; bearer keys map to tenants")
     s.add_argument("spec", type=Path, help="the run's TOML spec (model, embedder, database, agents)")
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--port", type=count(0, 65535), default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from apps.cli import main
+from connectors import HashEmbedder, make_engine
+from evolve.prompt_graph import PromptGraph
+from memory import MemoryStore
 
 TASKS = [
     {"id": "harbor-door", "prompt": "What is the door code of the Harbor warehouse?", "answer": "4471"},
@@ -130,6 +133,46 @@ def test_memory_show_export_import_and_report(tmp_path: Path, capsys: pytest.Cap
     assert main(["report", "--db", db, "--out", str(png)]) == 0
     assert capsys.readouterr().out.splitlines()[0].split() == ["round", "cli"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def no_embedder(name: str, **kwargs: object) -> None:
+    raise AssertionError(f"the command loaded the embedder {name!r}: it only needs SQL")
+
+
+@pytest.mark.parametrize("action", ["stats", "show"])
+def test_memory_stats_and_show_load_no_embedder_and_print_what_the_store_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    assert main(["run", str(write_spec(tmp_path)), "--quiet"]) == 0
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    with MemoryStore(db, embedder=HashEmbedder()) as store:
+        stats, items = store.stats(), sorted(store.items(), key=lambda it: -it.q)
+    expected = {
+        "stats": json.dumps(stats, indent=2, default=str) + "\n",
+        "show": "".join(
+            f"{it.id}  q={it.q:+.3f}  visits={it.visits}  [{it.namespace}]  {it.intent[:70]}\n" for it in items
+        ),
+    }[action]
+    capsys.readouterr()
+    monkeypatch.setattr("connectors.load_embedder", no_embedder)
+    monkeypatch.setattr("apps.cli.load_embedder", no_embedder, raising=False)
+    assert main(["memory", action, "--db", db]) == 0  # the default --embedder is MiniLM: 15-23 s to load
+    assert capsys.readouterr().out == expected
+    assert main(["memory", action, "--db", db, "--embedder", "no-such-embedder"]) == 0  # not even looked up
+    assert capsys.readouterr().out == expected
+
+
+def test_memory_stats_on_a_missing_database_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "Équipe support — nuit" / "runs" / "evolve.db"
+    assert main(["memory", "stats", "--db", f"sqlite:///{missing}"]) == 2
+    assert f"no database at {missing}" in capsys.readouterr().err
+    assert not missing.parent.parent.exists()
+    other = tmp_path / "prompts-only.db"  # a database with Evolve's other tables, but no memories
+    PromptGraph(make_engine(f"sqlite:///{other}"), "cli")  # creates the prompt tables only
+    assert main(["memory", "show", "--db", f"sqlite:///{other}"]) == 2
+    assert "holds no memory store (no memory_items table)" in capsys.readouterr().err
 
 
 def test_memory_export_needs_a_path(capsys: pytest.CaptureFixture[str]) -> None:

@@ -86,7 +86,6 @@ def test_rollback_prints_what_moved_and_log_follows(
         (["log", "--run", "team", "--agent", "critic"], "agents with adapters: planner, solver"),
         (["log", "--run", "other"], "run 'other' has no adapters"),
         (["log", "--run", "../x"], "folder-safe"),
-        (["log", "--run", "team", "--limit", "-1"], "limit"),
     ],
 )
 def test_errors_exit_2_with_one_line(

@@ -192,16 +192,94 @@ def test_ctrl_c_stops_the_scheduler_cleanly_and_frees_the_run(
     assert Lease(engine, lease_name("cli")).state() is None  # the next job need not wait for the ttl
 
 
+RIVAL = "cron-host-b.acme.internal:4242:9f3a1c"
+
+
+def not_loaded(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the job loaded its models although another job holds the run")
+
+
+def test_a_job_that_will_skip_loads_no_model_and_no_embedder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace('name = "hash"', 'name = "no-such-embedder"'))  # would fail to load
+    engine = make_engine(f"sqlite:///{tmp_path / 'runs.db'}")
+    assert Lease(engine, lease_name("cli"), holder=RIVAL, ttl=600).acquire()
+    monkeypatch.setattr("evolve.build.build", not_loaded)
+    monkeypatch.setattr("connectors.load_embedder", not_loaded)
+    monkeypatch.setattr("connectors.load_chat", not_loaded)
+    assert main(["job", str(spec), "--once", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"skipped cli round 1: another job is evolving it ({RIVAL} holds the lease until ")
+    assert [(j.round, j.status) for j in job_history(engine)] == [(1, "skipped")]
+    state = Lease(engine, lease_name("cli")).state()
+    assert state is not None and state.holder == RIVAL  # the rival's lease is untouched
+
+
+def test_a_job_holds_the_run_while_its_models_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window between the lease check and the round: a rival starting while the models load skips."""
+    import evolve.build
+    from evolve.jobs import JobResult, take_lease
+
+    spec = write_spec(tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    rivals: list[JobResult | Lease] = []
+    real = evolve.build.build
+
+    def build_while_a_rival_starts(*args: object, **kwargs: object) -> object:
+        rivals.append(take_lease(make_engine(url), "cli", holder=RIVAL))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("evolve.build.build", build_while_a_rival_starts)
+    assert main(["job", str(spec), "--once", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("ran cli round 1: ")
+    assert len(rivals) == 1 and isinstance(rivals[0], JobResult) and rivals[0].status == "skipped"
+    history = job_history(make_engine(url))
+    assert [(j.status, j.holder == RIVAL) for j in history] == [("done", False), ("skipped", True)]
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_lease_is_checked_before_loading_and_held_through_the_round(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace(f'"sqlite:///{tmp_path / "runs.db"}"', f'"{pg_url}"'))
+    engine = make_engine(pg_url)
+    rival = Lease(engine, lease_name("cli"), holder=RIVAL, ttl=600)
+    assert rival.acquire()
+    with monkeypatch.context() as patched:
+        patched.setattr("evolve.build.build", not_loaded)
+        assert main(["job", str(spec), "--once", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith(f"skipped cli round 1: another job is evolving it ({RIVAL} holds")
+    assert rival.release()
+    assert main(["job", str(spec), "--once", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("ran cli round 1: success 0.50")
+    assert [j.status for j in job_history(engine)] == ["done", "skipped"]
+    assert Lease(engine, lease_name("cli")).state() is None
+    engine.dispose()
+
+
+def test_a_job_whose_models_fail_to_load_frees_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace('name = "hash"', 'name = "no-such-embedder"'))
+    assert main(["job", str(spec), "--once", "--quiet"]) == 2
+    assert "unknown embedder" in capsys.readouterr().err
+    engine = make_engine(f"sqlite:///{tmp_path / 'runs.db'}")
+    assert Lease(engine, lease_name("cli")).state() is None  # the next tick need not wait for the ttl
+    assert job_history(engine) == []  # no round was started
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["job", "{spec}"], "needs --once"),
         (["job", "{spec}", "--once", "--tenant", "no spaces!"], "tenant name"),
-        (["job", "{spec}", "--once", "--lease-ttl", "0"], "--lease-ttl"),
         (["scheduler", "{spec}", "--every", "soon"], "a duration is"),
         (["scheduler", "{spec}", "--every", "15"], "a duration is"),
         (["scheduler", "{spec}", "--every=-5m"], "a duration is"),
-        (["scheduler", "{spec}", "--every", "1m", "--max-runs", "0"], "--max-runs"),
         (["job", "missing.toml", "--once"], "does not exist"),
     ],
 )

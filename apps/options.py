@@ -1,0 +1,51 @@
+"""Number options that refuse nonsense where they are parsed: ``--rounds 0`` is an error, not "the spec's rounds".
+
+Each helper returns an argparse ``type=``: a value out of range exits 2 with argparse's usage line and a
+message that says what was expected, before anything is loaded.
+
+Example:
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(prog="evolve run")
+    >>> _ = p.add_argument("--rounds", type=count(1), default=None)
+    >>> p.parse_args(["--rounds", "3"]).rounds
+    3
+    >>> count(1)("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be an integer >= 1, got '0'
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def count(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer option in ``[low, high]`` (no upper bound when ``high`` is None)."""
+    expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--lease-ttl``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+__all__ = ["count", "seconds"]
