@@ -114,14 +114,41 @@ class Pool:
     ids: list[str] = field(default_factory=lambda: ["unknown-id", "0" * 32])
 
 
-def recall_ref(pool: Pool) -> st.SearchStrategy[Any]:
-    known = st.sampled_from(pool.recalls) if pool.recalls else st.nothing()
-    return st.one_of(known, known.map(lambda r: r.id), VALUES)
+@dataclass(frozen=True)
+class Ref:
+    """A pool entry picked by position when the call is made: what Hypothesis draws never depends on
+    what earlier calls added to the pool (a strategy that did would replay inconsistently)."""
+
+    kind: str  # "recall", "recall_id" or "id"
+    index: int
 
 
-def ops(pool: Pool, folder: Path) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
-    """A (method, kwargs) call on the public API, with valid and invalid values mixed."""
-    ids = st.one_of(st.sampled_from(pool.ids), VALUES)
+def resolve(value: Any, pool: Pool) -> Any:
+    """``value`` with every ``Ref`` inside replaced by the pool entry it names."""
+    if isinstance(value, Ref):
+        entries: list[Any] = pool.ids if value.kind == "id" else pool.recalls
+        chosen = entries[value.index % len(entries)]
+        return chosen.id if value.kind == "recall_id" else chosen
+    if isinstance(value, dict):
+        return {k: resolve(v, pool) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(resolve(v, pool) for v in value)
+    return value
+
+
+def ref(kind: str) -> st.SearchStrategy[Ref]:
+    return st.builds(Ref, st.just(kind), st.integers(0, 63))
+
+
+def recall_ref() -> st.SearchStrategy[Any]:
+    return st.one_of(ref("recall"), ref("recall_id"), VALUES)
+
+
+def ops(folder: Path) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
+    """A (method, kwargs) call on the public API, with valid and invalid values mixed (``Ref`` placeholders
+    stand for recalls and ids made earlier)."""
+    ids = st.one_of(ref("id"), VALUES)
+    scope = {"namespace": NAMESPACES}
     cfg = st.builds(RetrievalConfig, k1=st.integers(3, 6), k2=st.integers(1, 3), delta=st.floats(-1, 1),
                     lam=st.floats(0, 1))  # fmt: skip
     fid = st.one_of(st.none(), VALUES)
@@ -135,12 +162,13 @@ def ops(pool: Pool, folder: Path) -> st.SearchStrategy[tuple[str, dict[str, Any]
         "write_many": st.fixed_dictionaries({"entries": st.one_of(st.lists(entry, max_size=2), WRONG)}),
         "retrieve": st.fixed_dictionaries({"query": VALUES}, optional={"namespace": NAMESPACES, "config": st.one_of(cfg, WRONG)}),
         "retrieve_many": st.fixed_dictionaries({"queries": st.one_of(st.lists(VALUES, max_size=3), WRONG)}),
-        "reinforce": st.fixed_dictionaries({"recall": recall_ref(pool), "reward": REWARDS}, optional={"feedback_id": fid}),
+        "reinforce": st.fixed_dictionaries({"recall": recall_ref(), "reward": REWARDS},
+                                           optional={"feedback_id": fid, **scope}),
         "reinforce_many": st.fixed_dictionaries({"items": st.one_of(
-            st.lists(st.tuples(recall_ref(pool), REWARDS, fid), max_size=3), WRONG)}),
-        "get": st.fixed_dictionaries({"memory_id": ids}),
-        "remove": st.fixed_dictionaries({"memory_ids": st.one_of(st.lists(VALUES, max_size=2), WRONG)}),
-        "explain": st.fixed_dictionaries({"recall_id": st.one_of(recall_ref(pool).map(lambda r: getattr(r, "id", r)))}),
+            st.lists(st.tuples(recall_ref(), REWARDS, fid), max_size=3), WRONG)}, optional=scope),
+        "get": st.fixed_dictionaries({"memory_id": ids}, optional=scope),
+        "remove": st.fixed_dictionaries({"memory_ids": st.one_of(st.lists(ids, max_size=2), WRONG)}, optional=scope),
+        "explain": st.fixed_dictionaries({"recall_id": st.one_of(ref("recall_id"), VALUES)}, optional=scope),
         "items": st.fixed_dictionaries({"namespace": NAMESPACES}),
         "import_": st.fixed_dictionaries({"path": IMPORTS.map(lambda raw: write_file(folder, raw))}),
     }  # fmt: skip
@@ -183,7 +211,7 @@ def check_call(store: MemoryStore, pool: Pool, name: str, kwargs: dict[str, Any]
 def consistent(store: MemoryStore, pool: Pool, name: str, kwargs: dict[str, Any], result: Any) -> None:
     """A successful call's result agrees with what was asked and what is stored."""
     if name == "add":
-        stored = store.get(result.id)
+        stored = store.get(result.id, namespace=result.namespace)
         assert (stored.intent, stored.experience) == (result.intent, result.experience)
         assert "id" in kwargs or result.intent == kwargs["intent"]
         pool.ids.append(result.id)
@@ -219,8 +247,8 @@ def memory_property(url: str, max_examples: int, tally: Tally) -> None:
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         @given(data=st.data())
         def prop(data: st.DataObject) -> None:
-            name, kwargs = data.draw(ops(pool, Path(folder)))
-            check_call(store, pool, name, kwargs, tally)
+            name, kwargs = data.draw(ops(Path(folder)))
+            check_call(store, pool, name, resolve(kwargs, pool), tally)
 
         prop()
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +33,9 @@ from connectors.redact import redact, redact_url
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
+POLL_BUSY_MS = 1  # SQLite's own wait inside one try of BEGIN IMMEDIATE (begin_immediate polls around it)
+POLL_SECONDS = 0.003  # the mean pause between two tries
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 Durability = Literal["normal", "full"]
 DURABILITY_LEVELS: tuple[str, ...] = ("normal", "full")
 BEGIN_MODES: tuple[str, ...] = ("IMMEDIATE", "DEFERRED")
@@ -180,15 +186,42 @@ def _sqlite_engine(url: str, durability: Durability, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # IMMEDIATE takes the write lock up front (waiting up to busy_timeout), so a transaction that
+        # IMMEDIATE takes the write lock up front (waiting up to the busy timeout), so a transaction that
         # reads then writes never fails half-way with SQLITE_BUSY when another process wrote first.
         # A read says DEFERRED: it takes no lock, so a long write elsewhere does not hold it up.
         mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
         if mode not in BEGIN_MODES:
             raise ConfigError(f"the execution option sqlite_begin must be one of {BEGIN_MODES}, got {mode!r}")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        if mode == "IMMEDIATE":
+            begin_immediate(conn.connection.dbapi_connection, BUSY_TIMEOUT_MS / 1000)
+        else:
+            conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def begin_immediate(raw: Any, timeout: float) -> None:
+    """``BEGIN IMMEDIATE`` on a pysqlite connection, waiting for the write lock up to ``timeout`` seconds
+    in polls a few milliseconds apart.
+
+    SQLite's own busy handler backs off to one try per 100 ms, so a waiter would miss a lock that a
+    long writer (a bulk load between two chunks) leaves free for less than that, and several waiters
+    miss it in turn; polling this often, every waiter gets its turn in a short gap.
+    """
+    deadline = time.monotonic() + timeout
+    raw.execute(f"PRAGMA busy_timeout={POLL_BUSY_MS}")
+    try:
+        while True:
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                busy = (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED)
+                if not busy or time.monotonic() >= deadline:  # the same exception type as through Core
+                    raise DBAPIError.instance("BEGIN IMMEDIATE", (), e, sqlite3.Error) from e
+                time.sleep(random.uniform(0.5, 1.5) * POLL_SECONDS)
+    finally:
+        raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _in_use(path: Path) -> bool:

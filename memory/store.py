@@ -62,8 +62,9 @@ __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
-BULK_CHUNK = 20_000  # rows per transaction of a bulk load (about a second on 2 cores)
-BULK_PAUSE = 0.12  # seconds the write lock stays free between two chunks on SQLite
+BULK_CHUNK = 10_000  # rows of a bulk load's first transaction; later ones are sized to take BULK_SECONDS
+BULK_SECONDS = 0.8  # how long one chunk of a bulk load may hold the write lock
+BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
 
 
 class MemoryStore:
@@ -165,9 +166,9 @@ class MemoryStore:
         becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison).
 
         Every row is checked before anything is written. Up to ``BULK_CHUNK`` rows are one
-        transaction; a larger load commits every ``BULK_CHUNK`` rows, so other processes sharing the
-        database wait at most about a second for a turn instead of the whole load (a load stopped half
-        way keeps its committed chunks).
+        transaction; a larger load commits in chunks of about ``BULK_SECONDS`` each, so other processes
+        sharing the database wait at most about a second for a turn instead of the whole load (a load
+        stopped half way keeps its committed chunks).
         """
         rows = check_rows(rows)
         namespace = check_namespace(namespace)
@@ -179,10 +180,13 @@ class MemoryStore:
         batch = NewItems.build(
             intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
         )
-        for lo in range(0, len(batch), BULK_CHUNK):
+        lo, size = 0, BULK_CHUNK
+        while lo < len(batch):
             if lo:
                 self._yield_to_writers()
-            self._insert({namespace: batch.take(slice(lo, lo + BULK_CHUNK))}, group=group)
+            start = time.perf_counter()
+            self._insert({namespace: batch.take(slice(lo, lo + size))}, group=group)
+            lo, size = lo + size, chunk_size(size, time.perf_counter() - start)
         return batch.ids
 
     def write(
@@ -498,9 +502,9 @@ class MemoryStore:
 
         Every record is checked before anything is written: a bad field, an id twice in the file or an
         id this store holds in another namespace is a ``ConfigError`` naming the line and field, and
-        nothing is imported. The file is then read again and written in runs of
-        ``portable.IMPORT_BATCH``, so memory stays bounded; an import stopped half way (a killed
-        process) is completed by running it again.
+        nothing is imported. The records are then written in runs of ``portable.IMPORT_BATCH`` (a file
+        over ``portable.KEEP_BYTES`` is read a second time rather than held), so memory stays bounded;
+        an import stopped half way (a killed process) is completed by running it again.
 
         With the exporting store's embedder the stored vectors are reused bit for bit and not regrouped
         (each memory keeps exactly the vector it had; retrieval ranks memories, so it is unchanged);
@@ -573,8 +577,8 @@ class MemoryStore:
 
     def _yield_to_writers(self) -> None:
         """Between two chunks of a bulk load on SQLite, leave the write lock free long enough for the
-        other processes' busy handlers (which poll every 100 ms once they have waited a while) to take
-        it; PostgreSQL queues lock waiters in order, so it needs no pause."""
+        other processes waiting for it (``connectors.db.begin_immediate`` polls every few milliseconds)
+        to take their turns; PostgreSQL queues lock waiters in order, so it needs no pause."""
         if self._db.engine.dialect.name == "sqlite":
             time.sleep(BULK_PAUSE)
 
@@ -588,3 +592,9 @@ class MemoryStore:
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         return portable.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")
+
+
+def chunk_size(rows: int, seconds: float) -> int:
+    """Rows for the next chunk of a bulk load: as many as take ``BULK_SECONDS`` at the rate the last
+    chunk of ``rows`` rows ran at, within [1,000, 200,000]."""
+    return int(min(200_000, max(1_000, rows * BULK_SECONDS / max(seconds, 1e-3))))
