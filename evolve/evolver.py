@@ -48,7 +48,7 @@ from evolve.weights import (
     base_folder,
     train_adapters,
 )
-from memory import MemoryStore, WriteEntry
+from memory import MAX_FEEDBACK_ID, MemoryStore, WriteEntry, fit_id
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -277,12 +277,21 @@ class Evolver:
 
     def apply(self, episodes: Iterable[Episode]) -> None:
         """Reinforce the memories each episode recalled with its reward, then write what it taught:
-        one ``reinforce_many`` and one ``write_many`` for the whole batch."""
+        one ``reinforce_many`` and one ``write_many`` for the whole batch.
+
+        Feedback keys (``<episode id>:<recall id>``) and memory ids (``<episode id>/<namespace>``) are built
+        from the run's, tasks' and agents' names, so ``fit_id`` shortens a long one with a hash: the same
+        key on every call, so a resumed run still applies no reward and writes no memory twice."""
         if self.memory is None or not self.learn:
             return
         episodes = list(episodes)
         feedback = [
-            (step.recall_id, self.memory_reward(e.reward), f"{e.id}:{step.recall_id}", self._recall_namespace(step))
+            (
+                step.recall_id,
+                self.memory_reward(e.reward),
+                fit_id(f"{e.id}:{step.recall_id}", MAX_FEEDBACK_ID),
+                self._recall_namespace(step),
+            )
             for e in episodes
             if e.error is None
             for step in e.steps
@@ -298,7 +307,7 @@ class Evolver:
                 success=e.success,
                 namespace=namespace,
                 provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
-                id=f"{e.id}/{namespace}",
+                id=fit_id(f"{e.id}/{namespace}"),
             )
             for e in episodes
             if e.error is None

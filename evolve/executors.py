@@ -26,7 +26,9 @@ from typing import Any, Protocol, runtime_checkable
 from connectors import ConfigError, Environment, EvolveError
 from evolve.agent import Team, TeamAct
 from evolve.episode import Episode, Step
+from evolve.records import MAX_EPISODE_ID
 from evolve.tasks import Task
+from memory import fit_id
 
 EXECUTORS = ("inprocess", "ray")
 
@@ -110,7 +112,8 @@ class Rollout:
     """One episode per task, the team acting on all of them together, turn by turn.
 
     A picklable function object (when its team and environment factory are): an executor calls it
-    in this process or ships it to workers. Episode ids are ``<run>:<round>:<task id>``.
+    in this process or ships it to workers. Episode ids are ``<run>:<round>:<task id>``, shortened with a
+    hash (``memory.fit_id``) when longer than the run log's 300-character id column.
 
     Args:
         team: the agents.
@@ -141,7 +144,7 @@ class Rollout:
 
     def _episode(self, task: Task, a: _Attempt) -> Episode:
         return Episode(
-            id=f"{self.run}:{self.round}:{task.id}",
+            id=fit_id(f"{self.run}:{self.round}:{task.id}", MAX_EPISODE_ID),
             task_id=task.id,
             prompt=task.prompt,
             steps=tuple(a.steps),

@@ -27,14 +27,22 @@ from sqlalchemy import (
     update,
 )
 
+from connectors import ConfigError
 from evolve.episode import Episode, Step
+from evolve.tasks import MAX_TASK_ID
+from memory.batch import check_chars
+
+MAX_RUN = 200
+"""The most characters in a run's name (``<run>@<tenant>`` included): the run columns are VARCHAR(200)."""
+MAX_EPISODE_ID = 300
+"""Episode ids (``<run>:<round>:<task id>``) longer than this are shortened with a hash (``memory.fit_id``)."""
 
 metadata = MetaData()
 
 runs = Table(
     "evolve_runs",
     metadata,
-    Column("name", String(200), primary_key=True),
+    Column("name", String(MAX_RUN), primary_key=True),
     Column("created_at", Float, nullable=False),
     Column("config", Text, nullable=False, default="{}"),
 )
@@ -42,10 +50,10 @@ runs = Table(
 episodes = Table(
     "evolve_episodes",
     metadata,
-    Column("id", String(300), primary_key=True),
-    Column("run", String(200), nullable=False, index=True),
+    Column("id", String(MAX_EPISODE_ID), primary_key=True),
+    Column("run", String(MAX_RUN), nullable=False, index=True),
     Column("round", Integer, nullable=False),
-    Column("task_id", String(200), nullable=False),
+    Column("task_id", String(MAX_TASK_ID), nullable=False),
     Column("prompt", Text, nullable=False),
     Column("reward", Float, nullable=False),
     Column("answer", Text, nullable=False),
@@ -62,7 +70,7 @@ episodes = Table(
 rounds = Table(
     "evolve_rounds",
     metadata,
-    Column("run", String(200), primary_key=True),
+    Column("run", String(MAX_RUN), primary_key=True),
     Column("round", Integer, primary_key=True),
     Column("metrics", Text, nullable=False),
     Column("completed_at", Float, nullable=False),
@@ -97,7 +105,7 @@ class RunLog:
 
     def __init__(self, engine: Engine, run: str, config: dict[str, Any] | None = None) -> None:
         self.engine = engine
-        self.run = run
+        self.run = check_run(run)
         metadata.create_all(engine)
         with engine.begin() as conn:
             if conn.execute(select(runs.c.name).where(runs.c.name == run)).first() is None:
@@ -172,6 +180,14 @@ class RunLog:
                     run=self.run, round=m.round, metrics=json.dumps(asdict(m)), completed_at=time.time()
                 )
             )
+
+
+def check_run(run: object) -> str:
+    """A run's name as every table keyed by it can store it: 1-200 characters, no NUL or lone surrogate."""
+    if not isinstance(run, str) or not run.strip() or len(run) > MAX_RUN:
+        size = f" ({len(run)} characters)" if isinstance(run, str) else ""
+        raise ConfigError(f"a run name is a non-empty string of at most {MAX_RUN} characters, got {run!r:.80}{size}")
+    return check_chars("the run name", run)
 
 
 def steps_to_json(steps: Sequence[Step]) -> str:

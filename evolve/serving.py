@@ -8,7 +8,9 @@
   once per idempotency key, and queues the rated response for the next job;
 - ``learn_served(evolver)`` (``evolve job`` calls it before its round) writes queued responses into
   memory as experiences, so a lesson a user gave is recalled next time, and hands the rated answers to
-  the round's prompt step (``feedback_traces``), where textual gradients learn from the comments.
+  the round's prompt step (``feedback_traces``), where textual gradients learn from the comments; a
+  rating that cannot be learned is quarantined with its reason (``quarantined``, ``retry_quarantined``)
+  instead of blocking the queue.
 
 A tenant's run is ``<run>@<tenant>`` (``RunSpec.for_tenant``): its memories, prompts, rounds and
 responses are keyed by that name, so one tenant never sees another's.
@@ -37,10 +39,20 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Usage, make_engine
+from connectors import (
+    ChatClient,
+    ConfigError,
+    ConnectorError,
+    Embedder,
+    EvolveError,
+    Message,
+    StoreError,
+    Usage,
+    make_engine,
+)
 from connectors.errors import same_kind
 from evolve.agent import Team
 from evolve.build import agent_namespace, build_chat, build_store, build_team
@@ -48,42 +60,25 @@ from evolve.episode import Step, condense
 from evolve.escalation import weights_blocker
 from evolve.evolver import Evolver, centred
 from evolve.prompt_graph import PromptGraph
-from evolve.records import steps_from_json, steps_to_json
+from evolve.records import steps_to_json
+from evolve.serving_records import (
+    MAX_RESPONSE_ID,
+    QuarantinedRating,
+    feedback_rows,
+    open_tables,
+    quarantine,
+    quarantined,
+    release,
+    responses,
+    stored_steps,
+)
 from evolve.spec import RunSpec
 from evolve.weights import adapter_registry, attach_adapters
-from memory import MemoryStore
+from memory import MAX_FEEDBACK_ID, MemoryStore, fit_id
+from memory.batch import check_chars
 from optimizers.types import NodeCall, Trace
 
 log = logging.getLogger(__name__)
-
-metadata = MetaData()
-
-responses = Table(
-    "evolve_responses",
-    metadata,
-    Column("id", String(64), primary_key=True),
-    Column("run", String(200), nullable=False, index=True),
-    Column("created_at", Float, nullable=False),
-    Column("query", Text, nullable=False),
-    Column("messages", Text, nullable=False),
-    Column("answer", Text, nullable=False),
-    Column("steps", Text, nullable=False),
-    Column("prompt_version", String(64), nullable=False, default=""),
-    Column("tokens", Integer, nullable=False, default=0),
-)
-
-feedback_rows = Table(
-    "evolve_feedback",
-    metadata,
-    Column("id", String(330), primary_key=True),  # <response id>:<idempotency key>
-    Column("response_id", String(64), nullable=False, index=True),
-    Column("run", String(200), nullable=False, index=True),
-    Column("score", Float, nullable=False),
-    Column("comment", Text, nullable=False, default=""),
-    Column("created_at", Float, nullable=False),
-    Column("applied", Integer, nullable=False, default=0),  # the recalled memories were reinforced
-    Column("learned", Integer, nullable=False, default=0),  # a job wrote the response into memory
-)
 
 # The parameters a request may set on the agents' calls; anything else is the deployment's business.
 REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop")
@@ -140,7 +135,7 @@ class Deployment:
         self.chat = chat or build_chat(spec)
         self.store: MemoryStore | None = build_store(spec, embedder)
         self.engine: Engine = self.store.engine if self.store is not None else make_engine(spec.run.database)
-        metadata.create_all(self.engine)
+        open_tables(self.engine)
         self._graphs: dict[str, PromptGraph] = {}
         self._lock = threading.Lock()
 
@@ -228,7 +223,7 @@ class Deployment:
         run = self.run_name(tenant)
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(responses.c.steps).where(responses.c.id == response_id, responses.c.run == run)
+                select(responses.c.steps).where(responses.c.id == _response_id(response_id), responses.c.run == run)
             ).first()
         if row is None:
             raise UnknownResponse(f"no response {response_id!r:.80} for this tenant")
@@ -250,7 +245,7 @@ class Deployment:
                 )
         except IntegrityError:
             return FeedbackReceipt(response_id, feedback_id, False, 0, reward)
-        reinforced = self._reinforce(run, feedback_id, steps_from_json(row[0]), reward)
+        reinforced = self._reinforce(run, feedback_id, stored_steps(response_id, row[0]), reward)
         return FeedbackReceipt(response_id, feedback_id, True, reinforced, reward)
 
     def _reinforce(self, run: str, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
@@ -263,13 +258,24 @@ class Deployment:
         """A recorded response of this tenant (query, answer, steps with recall ids, prompt version)."""
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(responses).where(responses.c.id == response_id, responses.c.run == self.run_name(tenant))
+                select(responses).where(
+                    responses.c.id == _response_id(response_id), responses.c.run == self.run_name(tenant)
+                )
             ).first()
         if row is None:
             raise UnknownResponse(f"no response {response_id!r:.80} for this tenant")
         out = dict(row._mapping)
         out["steps"], out["messages"] = json.loads(out["steps"]), json.loads(out["messages"])
         return out
+
+    def quarantined(self, *, tenant: str | None = None) -> list[QuarantinedRating]:
+        """The tenant's ratings that no job could learn, and why (``evolve job`` passes over them)."""
+        return quarantined(self.engine, self.run_name(tenant))
+
+    def retry_quarantined(self, *, tenant: str | None = None, feedback_ids: Sequence[str] | None = None) -> int:
+        """Queue the tenant's quarantined ratings (all, or those of ``feedback_ids``) for the next job
+        again, once their cause is fixed; returns how many."""
+        return release(self.engine, self.run_name(tenant), feedback_ids)
 
     def close(self) -> None:
         """Save the vector index and release the database."""
@@ -286,6 +292,8 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     """
     if not messages:
         raise ConfigError("messages must hold at least one message")
+    for i, m in enumerate(messages):
+        check_chars(f"messages[{i}].content", m.content)  # recorded, recalled by and learned from
     users = [i for i, m in enumerate(messages) if m.role == "user"]
     if not users:
         raise ConfigError("messages must hold at least one user message; the team answers the last one")
@@ -311,11 +319,19 @@ def reinforce_recalls(
     store: MemoryStore | None, run: str, feedback_id: str, steps: Sequence[Step], reward: float
 ) -> int:
     """Reinforce every recall the steps made, each in the namespace it was made in (responses recorded
-    before steps kept it: the agent's namespace in ``run``), once per feedback id (a repeat updates nothing)."""
+    before steps kept it: the agent's namespace in ``run``), once per feedback id (a repeat updates nothing).
+
+    A recall's feedback key is ``<feedback id>/<recall id>``, shortened with a hash (``fit_id``) when a long
+    idempotency key makes it longer than the store's feedback keys may be."""
     if store is None:
         return 0
     items = [
-        (s.recall_id, reward, f"{feedback_id}/{s.recall_id}", s.recall_namespace or agent_namespace(run, s.agent))
+        (
+            s.recall_id,
+            reward,
+            fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID),
+            s.recall_namespace or agent_namespace(run, s.agent),
+        )
         for s in steps
         if s.recall_id is not None
     ]
@@ -327,27 +343,41 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
     into the memory of every agent that answered it (idempotent ids), mark it learned; returns how many.
 
     ``evolve job`` calls this before its round, so a killed server or job loses nothing and applies
-    nothing twice. Without a memory store there is nothing to learn into.
+    nothing twice. A rating that cannot be learned (its stored response cannot be read, or memory refuses
+    it) is quarantined with the error as its reason and a warning, and the rest are learned: one bad
+    rating never blocks the queue (``evolve.serving_records``). A model or embedder that fails in a way
+    that may pass (``ConnectorError.retryable``) leaves it queued and stops here, for the next job to
+    retry. Without a memory store there is nothing to learn into.
     """
     if store is None:
         return 0
-    metadata.create_all(store.engine)
+    open_tables(store.engine)
     with store.engine.connect() as conn:
         rows = conn.execute(
             select(feedback_rows, responses.c.query, responses.c.answer, responses.c.steps)
             .join(responses, responses.c.id == feedback_rows.c.response_id)
-            .where(feedback_rows.c.run == run, feedback_rows.c.learned == 0)
+            .where(feedback_rows.c.run == run, feedback_rows.c.learned == 0, feedback_rows.c.quarantined.is_(None))
             .order_by(feedback_rows.c.created_at)
         ).all()
+    learned = 0
     for row in rows:
         r = dict(row._mapping)
-        steps = steps_from_json(r["steps"])
-        if not r["applied"]:
-            reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
-        _write(store, team, r, steps, writer)
+        try:
+            steps = stored_steps(r["response_id"], r["steps"])
+            if not r["applied"]:
+                reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
+            _write(store, team, r, steps, writer)
+        except EvolveError as e:
+            if isinstance(e, ConnectorError) and e.retryable:
+                raise
+            reason = f"{type(e).__name__}: {e}"
+            log.warning("run %s: rating %s quarantined, not learned: %s", run, r["id"], reason)
+            quarantine(store.engine, r["id"], reason)
+            continue
         with store.engine.begin() as conn:
             conn.execute(update(feedback_rows).where(feedback_rows.c.id == r["id"]).values(applied=1, learned=1))
-    return len(rows)
+        learned += 1
+    return learned
 
 
 def learn_served(evolver: Evolver, *, since: float = 0.0) -> list[Trace]:
@@ -361,21 +391,27 @@ def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int 
     """The run's rated answers since ``since`` (Unix time), newest first, as traces a prompt optimizer
     learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
     ``extra_traces``)."""
-    metadata.create_all(engine)
+    open_tables(engine)
     with engine.connect() as conn:
         rows = conn.execute(
             select(feedback_rows.c.response_id, feedback_rows.c.score, feedback_rows.c.comment, responses)
             .join(responses, responses.c.id == feedback_rows.c.response_id)
-            .where(feedback_rows.c.run == run, feedback_rows.c.created_at > since)
+            .where(
+                feedback_rows.c.run == run, feedback_rows.c.created_at > since, feedback_rows.c.quarantined.is_(None)
+            )
             .order_by(feedback_rows.c.created_at.desc())
             .limit(limit)
         ).all()
     traces = []
     for row in rows:
         r = row._mapping
+        try:
+            steps = stored_steps(r["response_id"], r["steps"])
+        except StoreError as e:
+            log.warning("run %s: %s; the rating is left out of the prompt step", run, e)
+            continue
         calls = tuple(
-            NodeCall(s.agent, (f"{s.agent}.system", f"{s.agent}.library"), r["query"], s.output)
-            for s in steps_from_json(r["steps"])
+            NodeCall(s.agent, (f"{s.agent}.system", f"{s.agent}.library"), r["query"], s.output) for s in steps
         )
         feedback = rating_text(r["score"], r["comment"])
         traces.append(Trace(f"served:{r['response_id']}", calls, r["answer"], float(r["score"]), feedback))
@@ -405,7 +441,7 @@ def _write(
             namespace=view.namespace,
             llm=writer,
             provenance={"response": r["response_id"], "feedback": r["id"], "score": r["score"]},
-            id=f"served:{r['response_id']}/{view.namespace}",
+            id=fit_id(f"served:{r['response_id']}/{view.namespace}"),  # the same id every time: written once
         )
 
 
@@ -420,11 +456,19 @@ def check_score(score: object) -> float:
 
 
 def _check_text(value: object, name: str, limit: int, *, empty: bool = False) -> str:
+    """A key or comment every database can store (PostgreSQL refuses NUL; memory refuses it when learning)."""
     if not isinstance(value, str) or (not empty and not value.strip()) or len(value) > limit:
         raise ConfigError(
             f"{name} must be a {'' if empty else 'non-empty '}string of at most {limit} characters, got {value!r:.80}"
         )
-    return value
+    return check_chars(name, value)
+
+
+def _response_id(value: object) -> str:
+    """A response id as a query may use it; anything that cannot be one is just an unknown id."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_RESPONSE_ID and value.isprintable():
+        return value
+    raise UnknownResponse(f"no response {value!r:.80} for this tenant")
 
 
 def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dict[str, Any]:
@@ -445,6 +489,7 @@ __all__ = [
     "Answer",
     "Deployment",
     "FeedbackReceipt",
+    "QuarantinedRating",
     "UnknownResponse",
     "check_score",
     "conversation",

@@ -34,12 +34,15 @@ from evolve.textmatch import (
     run_program,
     strip_code_fences,
 )
+from memory.batch import check_chars
 
 logger = logging.getLogger(__name__)
 
 CheckResult = bool | float | tuple[float, str]
 """What a checker returns: pass/fail, a score in [0, 1], or (score, detail) where detail explains it."""
 
+MAX_TASK_ID = 200
+"""The most characters in a task id: the run log keys episodes and validation scores by it (VARCHAR(200))."""
 FEEDBACK_MODES = ("reveal", "hint", "none")
 _ANSWER_CHECKERS = frozenset({"exact", "normalised", "numeric", "regex", "contains"})
 _FIELDS = ("id", "prompt", "answer", "checker", "family", "feedback", "hint", "tolerance", "tests", "timeout")
@@ -112,6 +115,9 @@ def _validate(task: Task) -> None:
     where = f"task {task.id!r}"
     if not isinstance(task.id, str) or not task.id.strip():
         raise ConfigError(f"task 'id' must be a non-empty string, got {task.id!r}")
+    if len(task.id) > MAX_TASK_ID:
+        raise ConfigError(f"task 'id' must be at most {MAX_TASK_ID} characters, got {len(task.id)}: {task.id!r:.80}")
+    check_chars("task 'id'", task.id)
     for name in ("prompt", "family", "checker", "feedback"):
         value = getattr(task, name)
         if not isinstance(value, str) or not value.strip():
