@@ -97,7 +97,7 @@ def open_tables(engine: Engine) -> None:
         return
     try:
         with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE {feedback_rows.name} ADD COLUMN quarantined TEXT"))
+            conn.execute(text("ALTER TABLE evolve_feedback ADD COLUMN quarantined TEXT"))
         log.info("serving tables: added %s.quarantined", feedback_rows.name)
     except (OperationalError, ProgrammingError) as e:
         if "quarantined" not in _columns(engine):  # else another process added it first
