@@ -26,7 +26,7 @@ from bench.common import machine
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("crash", "crash_cli", "load", "bulk", "faults", "input", "security", "backup", "portable", "storage")
+PARTS = ("crash", "crash_cli", "load", "bulk", "recall", "faults", "input", "security", "backup", "portable", "storage")
 MARK = "@@reliability@@"
 
 # Words that make a row a guarantee: its value must be 0 (items lost, calls that leaked, ...).

@@ -36,6 +36,9 @@ SQL_ALLOWED = {
     ("memory/pgvector.py", "format(ef=ef)"): "SET of the HNSW ef_search, an int computed from k",
     ("memory/pgvector.py", "HNSW_INDEX"): "a constant index name and the int HNSW parameters",
     ("connectors/db.py", "BUSY_TIMEOUT_MS"): "PRAGMA takes no bound parameters; an int constant",
+    ("connectors/db.py", "POLL_BUSY_MS"): "PRAGMA takes no bound parameters; an int constant",
+    ("connectors/db.py", "PRAGMA {pragma}"): "the engine's own pragma list: constants and a checked durability level",
+    ("connectors/db.py", "BEGIN {mode}"): "the begin mode, checked against BEGIN_MODES just before",
     ("memory/database.py", "SQLITE_CACHE_KIB"): "PRAGMA takes no bound parameters; an int constant",
     ("memory/backup.py", "quote(n)"): "table names read from the schema, quoted by the dialect's preparer",
 }

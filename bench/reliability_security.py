@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.secret_probes import secrets_probe
 from bench.security_probes import DeploymentSurface, injection_probe, isolation_probe
+from bench.tenant_probes import ATTEMPTS, by_id_probe
 
 
 def spec_for(folder: Path) -> Any:
@@ -50,11 +51,23 @@ def smollm2_tokenizer() -> Any | None:
         return None
 
 
-def run(quick: bool = True) -> dict[str, Any]:
+def by_id_rows(url: str, label: str, rounds: int) -> list[list[Any]]:
+    """Every by-id call of the memory API tried across tenants (``bench.tenant_probes``)."""
+    out = by_id_probe(url, rounds=rounds)
+    return [
+        [f"{label}: cross-tenant calls by id attempted ({len(ATTEMPTS)} kinds)", len(out.attempts)],
+        [f"{label}: cross-tenant calls by id that succeeded or changed the other tenant", len(out.succeeded)],
+    ]
+
+
+def run(quick: bool = True, pg_url: str | None = None) -> dict[str, Any]:
     """The security figures: ``{"title", "rows": [[label, value], ...], "notes"}``."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        by_id = by_id_rows(f"sqlite:///{folder / 'by-id.db'}", "SQLite", 1 if quick else 5)
+        if pg_url is not None:
+            by_id += by_id_rows(pg_url, "PostgreSQL", 1 if quick else 5)
         from evolve.serving import Deployment
 
         deployment = Deployment(spec_for(folder))
@@ -71,6 +84,7 @@ def run(quick: bool = True) -> dict[str, Any]:
         ["cross-tenant reads that succeeded", iso.reads_succeeded],
         ["cross-tenant reinforcements attempted", iso.reinforcements_attempted],
         ["cross-tenant reinforcements that changed Q", iso.reinforcements_changed_q],
+        *by_id,
         ["crafted tenant names tried", iso.names_tried],
         ["crafted tenant names that reached another tenant", iso.names_reaching],
         ["injection payloads", injection["payloads"]],
@@ -83,6 +97,8 @@ def run(quick: bool = True) -> dict[str, Any]:
     notes = (
         "Two tenants on one Deployment try to recall, read and reinforce each other's memories and responses; "
         "crafted names ('alice@x', '../alice', case and look-alike variants, ...) try to reach alice's run. "
+        "By id: knowing bob's memory and recall ids, alice tries get, explain, remove, reinforce (by id, with bob's "
+        "Recall, with forged Recalls), reinforce_many, add/write/write_many/import under bob's ids. "
         "Stored experiences carry injection payloads (closing tags in several spellings, look-alike characters, "
         "fake role markers, chat-template tokens). Secrets: an openai API key through the real SDK (whose fake "
         "upstream echoes it in 401/500 bodies), a database URL password, over a job round, serving, failing "

@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors import ConfigError, Message
+from connectors import ConfigError, Message, StoreError
 from evolve.agent import Agent, render_messages
+from evolve.build import agent_namespace
 from evolve.serving import Deployment, UnknownResponse
 from memory import MemoryItem, Recall
 
@@ -161,7 +162,7 @@ def seed(deployment: Deployment, tenant: str) -> list[str]:
     """Memories in every agent namespace of the tenant, near the question and marked with the tenant."""
     store = deployment.store
     assert store is not None, "the probe needs a memory store"
-    ns = [f"{deployment.run_name(tenant)}/{a.name}" for a in deployment.spec.agents if a.memory]
+    ns = namespaces(deployment, tenant)
     return [
         store.add(f"{QUESTION} {i}", f"lesson {i} known only to {tenant.upper()}-SECRET", namespace=n).id
         for n in ns
@@ -175,11 +176,24 @@ def q_state(deployment: Deployment, ids: Sequence[str]) -> dict[str, tuple[float
     return {it.id: (it.q, it.visits) for it in store.items() if it.id in set(ids)}
 
 
-def recalled_ids(deployment: Deployment, recall_ids: Sequence[str]) -> set[str]:
-    """Every memory id a tenant's recalls looked at (selected or merely a candidate)."""
+def namespaces(deployment: Deployment, tenant: str) -> list[str]:
+    """The memory namespaces of a tenant's agents."""
+    return [agent_namespace(deployment.run_name(tenant), a.name) for a in deployment.spec.agents if a.memory]
+
+
+def recalled_ids(deployment: Deployment, tenant: str, recall_ids: Sequence[str]) -> set[str]:
+    """Every memory id a tenant's recalls looked at (selected or merely a candidate), read from the log
+    of the tenant's own namespaces (where its recalls were made)."""
     store = deployment.store
     assert store is not None
-    return {c["id"] for r in recall_ids for c in store.explain(r)["candidates"]}
+    seen: set[str] = set()
+    for r in recall_ids:
+        for ns in namespaces(deployment, tenant):
+            try:
+                seen.update(c["id"] for c in store.explain(r, namespace=ns)["candidates"])
+            except StoreError:  # made in another of the tenant's namespaces
+                continue
+    return seen
 
 
 def isolation_probe(surface: Any, deployment: Deployment, *, rounds: int = 2) -> Isolation:
@@ -199,7 +213,7 @@ def _cross(out: Isolation, surface: Any, deployment: Deployment, me: str, other:
            answers: Mapping[str, tuple[str, str, list[str]]], owned: Mapping[str, list[str]]) -> None:  # fmt: skip
     _, text, recalls = answers[me]
     out.reads_attempted += 2
-    seen = recalled_ids(deployment, recalls)
+    seen = recalled_ids(deployment, me, recalls)
     if seen & set(owned[other]) or f"{other.upper()}-SECRET" in text:
         out.reads_succeeded += 1
         out.problems.append(f"{me} recalled {other}'s memories")
@@ -228,7 +242,7 @@ def _crafted(out: Isolation, deployment: Deployment, alice_response: str, alice_
             continue  # refused with a clear error: cannot reach anything
         reached = run == alice_run
         answer = deployment.answer([Message("user", QUESTION)], tenant=name)
-        reached |= bool(recalled_ids(deployment, answer.recall_ids) & set(alice_ids))
+        reached |= bool(recalled_ids(deployment, name, answer.recall_ids) & set(alice_ids))
         try:
             deployment.response(alice_response, tenant=name)
             reached = True

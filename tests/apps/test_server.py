@@ -134,7 +134,7 @@ def test_feedback_moves_the_q_of_exactly_the_recalled_memories(served: Served) -
     seed(served, "alice", "feedback")
     completion = served.client("alice").chat.completions.create(model="m", messages=USER)
     (recall_id,) = completion.model_extra["evolve"]["recall_ids"]  # type: ignore[index]
-    recalled = set(served.deployment.store.explain(recall_id)["selected"])  # type: ignore[union-attr]
+    recalled = set(served.deployment.store.explain(recall_id, namespace="codes@alice/solver")["selected"])  # type: ignore[union-attr]
     assert len(recalled) == 2  # k2
     before = snapshot(served, "alice")
 
@@ -168,7 +168,7 @@ def test_a_tenant_never_sees_another_tenants_responses_or_memories(served: Serve
     seen = len(calls)
     bob_answer = served.client("bob").chat.completions.create(model="m", messages=USER)
     (recall_id,) = bob_answer.model_extra["evolve"]["recall_ids"]  # type: ignore[index]
-    selected = set(served.deployment.store.explain(recall_id)["selected"])  # type: ignore[union-attr]
+    selected = set(served.deployment.store.explain(recall_id, namespace="codes@bob/solver")["selected"])  # type: ignore[union-attr]
     assert selected and selected <= set(snapshot(served, "bob")) and not selected & set(alice_ids)
     prompt = "\n".join(m.content for m in calls[seen][0])
     assert "for bob" in prompt and "for alice" not in prompt and set(bob_ids) & selected

@@ -16,7 +16,7 @@ from apps import playground_data as data
 from apps.cli import main
 from apps.server import check_keys
 from bench.security_probes import CRAFTED, QUESTION, DeploymentSurface, isolation_probe, q_state, seed
-from connectors import ConfigError, Message
+from connectors import ConfigError, Message, StoreError
 from evolve.records import list_runs
 from evolve.serving import Deployment
 from evolve.spec import RunSpec, check_tenant, load_spec
@@ -100,8 +100,10 @@ def test_bobs_recall_log_shows_only_his_namespace(tmp_path: Path) -> None:
     alice_ids, bob_ids = seed(deployment, "alice"), seed(deployment, "bob")
     answer = deployment.answer([Message("user", QUESTION)], tenant="bob")
     (recall_id,) = answer.recall_ids
-    logged = store.explain(recall_id)
+    logged = store.explain(recall_id, namespace="codes@bob/solver")
     assert logged["namespace"] == "codes@bob/solver"
+    with pytest.raises(StoreError, match="unknown recall id"):  # alice cannot read bob's recall log by its id
+        store.explain(recall_id, namespace="codes@alice/solver")
     assert {c["id"] for c in logged["candidates"]} <= set(bob_ids) and not set(logged["selected"]) & set(alice_ids)
     prompt = deployment.chat.backend.calls[-1][0][-1].content  # type: ignore[attr-defined]
     assert "BOB-SECRET" in prompt and "ALICE-SECRET" not in prompt
