@@ -4,8 +4,8 @@ The embedded default spec (``data/facility_codes.toml``: SmolLM2-135M-Instruct o
 SQLite + FAISS; no API key) first runs a few rounds with ``evolve run`` so the agent has memories and a
 learning curve; then ``streamlit run`` serves the playground, Debian's Chromium asks one question in the
 chat, opens "Why these memories", and screenshots are saved of the chat, the memory tab and the learning
-tab. EVOLVE_HOME and the working directory (where the spec's ``runs/evolve.db`` lands) are a temporary
-folder, so nothing of the user's is touched.
+tab. The spec and its tasks are copied into a temporary folder (its ``runs/evolve.db`` lands beside the
+copy), which is also EVOLVE_HOME and the working directory, so nothing of the user's or the repo's is touched.
 
 Run: python -m bench.playground_screenshot [--rounds 2] [--question "..."]
 Writes bench/results/playground_default.png (chat), playground_default_memory.png,
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,11 +39,18 @@ QUESTION = "I need the Harbor warehouse door code, please."
 EXPECTED = "6305"  # data/facility_codes.jsonl: harbor-warehouse-door
 
 
-def run_rounds(folder: Path, rounds: int, env: dict[str, str]) -> float:
-    """``evolve run`` on the default spec in ``folder``: memories and rounds for the playground to show."""
+def spec_copy(folder: Path) -> Path:
+    """The default spec and its tasks file copied into ``folder`` (a spec's database lives beside it)."""
+    for source in (DEFAULT_SPEC, DEFAULT_SPEC.with_suffix(".jsonl")):
+        shutil.copy2(source, folder / source.name)
+    return folder / DEFAULT_SPEC.name
+
+
+def run_rounds(folder: Path, spec: Path, rounds: int, env: dict[str, str]) -> float:
+    """``evolve run`` on ``spec`` in ``folder``: memories and rounds for the playground to show."""
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "apps.cli", "run", str(DEFAULT_SPEC), "--rounds", str(rounds), "--quiet"],
+        [sys.executable, "-m", "apps.cli", "run", str(spec), "--rounds", str(rounds), "--quiet"],
         cwd=folder,
         env=env,
         check=True,
@@ -82,9 +90,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="evolve-playground-") as tmp:
         folder = Path(tmp)
         env = playground_env({**os.environ, "EVOLVE_HOME": str(folder / "home")})
-        run_s = run_rounds(folder, args.rounds, env) if args.rounds else 0.0
+        spec = spec_copy(folder)
+        run_s = run_rounds(folder, spec, args.rounds, env) if args.rounds else 0.0
         started = time.perf_counter()
-        with serve(DEFAULT_SPEC, env=env, cwd=folder, log_path=folder / "streamlit.log", timeout=args.timeout) as url:
+        with serve(spec, env=env, cwd=folder, log_path=folder / "streamlit.log", timeout=args.timeout) as url:
             healthy = time.perf_counter() - started
             seen = screenshots(url, args.question, args.out, args.timeout)
         curves = list_runs(make_engine(f"sqlite:///{folder / 'runs' / 'evolve.db'}"))

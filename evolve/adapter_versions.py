@@ -13,6 +13,7 @@ moves files and rows: it never imports torch or peft.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 HEX = frozenset("0123456789abcdef")
 BASE = "base"  # rollback(to=BASE): the agent runs on the bare base model again
+FOLDER_BYTES = 200  # longest folder name used, in UTF-8 bytes (filesystems allow 255)
 T = TypeVar("T")
 
 metadata = sa.MetaData()
@@ -106,6 +108,16 @@ def check_name(value: Any, what: str) -> str:
     if bad or value.startswith(".") or any(c in value for c in "/\\\0"):
         raise ConfigError(f"{what} must be a folder-safe name (1-200 chars, no '/', '\\', leading '.'), got {value!r}")
     return value
+
+
+def folder_name(name: str) -> str:
+    """``name`` as one folder name that fits every filesystem's 255-byte limit: unchanged when its UTF-8
+    form has at most ``FOLDER_BYTES`` bytes, else a head of it, ``~`` and 16 hex digits of its hash."""
+    if len(name.encode("utf-8")) <= FOLDER_BYTES:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+    head = name.encode("utf-8")[: FOLDER_BYTES - len(digest) - 1].decode("utf-8", "ignore")
+    return f"{head}~{digest}"
 
 
 def check_metrics(metrics: Any) -> dict[str, float]:
@@ -242,7 +254,7 @@ class AdapterRegistry:
         if parent is not None:
             with self.engine.connect() as conn:
                 parent = self._resolve(conn, agent, parent)[1]
-        target = store_files(Path(folder), self.root / self.run / agent, vid, files)
+        target = store_files(Path(folder), self.root / folder_name(self.run) / folder_name(agent), vid, files)
 
         def write(conn: Connection) -> AdapterVersion:
             head = self._head_row(conn, agent)

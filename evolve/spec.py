@@ -29,6 +29,7 @@ k1 = 10
 k2 = 1
 lam = 0.5
 alpha = 0.3
+durability = "normal"                   # or "full": a commit survives a power loss (slower writes)
 
 [marft]                                 # weight updates: LoRA MARFT when success plateaus (local models only)
 enabled = false
@@ -60,7 +61,7 @@ class _Strict(BaseModel):
 class RunSection(_Strict):
     # No "@" or "/": a tenant's run is "<run>@<tenant>" and an agent's namespace "<run>/<agent>", so a run
     # named "codes@alice" would be tenant alice's run of "codes".
-    name: str = Field("default", pattern=r"^[^@/]+$", max_length=120)
+    name: str = Field("default", pattern=r"^[^@/\x00-\x1f\x7f]+$", max_length=120)  # no control characters either
     rounds: int = Field(5, ge=1)
     database: str | None = None
     batch_size: int = Field(16, ge=1)
@@ -100,6 +101,7 @@ class MemorySection(_Strict):
     alpha: float = Field(0.3, ge=0.0, le=1.0)
     epsilon: float = Field(0.0, ge=0.0, le=1.0)
     writer: Literal["cheap", "llm"] = "cheap"
+    durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
 
 
 class OptimizerSection(_Strict):

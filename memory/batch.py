@@ -166,7 +166,7 @@ def check_reward(value: object, where: str, *, what: str = "reward") -> float:
         raise ConfigError(f"{where}: {what} must be finite, got {number!r}")
     if abs(number) > MAX_VALUE:
         raise ConfigError(f"{where}: {what} must be within ±{MAX_VALUE:.0e}, got {number!r}")
-    return number
+    return number + 0.0  # -0.0 becomes 0.0: SQLite stores no negative zero, so both backends agree
 
 
 def check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
     try:
         json.dumps(out, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where} must be JSON-serialisable without NaN or infinity: {e}") from e
+        raise ConfigError(f"{where} must be JSON-serialisable without NaN or infinity, got {out!r:.120} ({e})") from e
     return out
 
 

@@ -332,3 +332,13 @@ def test_the_module_never_imports_torch_or_peft(repo_root: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_long_unicode_run_and_agent_names_get_folders_every_filesystem_allows(engine: Engine, tmp_path: Path) -> None:
+    run, agent = "évaluation nordique — 北海道の夜勤チーム " * 6, "rédacteur «principal» " * 9  # 180 and 198 chars
+    assert len(run.encode("utf-8")) > 255 and len(agent.encode("utf-8")) > 200
+    registry = AdapterRegistry(engine, run.strip(), root=tmp_path / "adapters")
+    v = registry.commit(agent.strip(), fake_adapter(tmp_path / "trained", b"w1"), message="step 1")
+    assert all(len(part.encode("utf-8")) <= 200 for part in v.path.relative_to(tmp_path / "adapters").parts)
+    assert v.path.parts[-3].startswith("évaluation nordique") and registry.verify(v.id) == v
+    assert registry.path(agent.strip()) == v.path and (v.path / "adapter_model.safetensors").read_bytes() == b"w1"

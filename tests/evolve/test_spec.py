@@ -45,3 +45,28 @@ def test_load_spec_puts_the_database_beside_the_spec_whatever_the_working_folder
     loaded = load_spec(Path("..") / folder.name / "spec.toml")
     assert loaded.run.database == f"sqlite:///{folder.resolve()}/runs/evolve.db"
     assert loaded.resolve(loaded.environment.tasks) == folder.resolve() / "tasks.jsonl"  # as tasks always were
+
+
+def test_memory_durability_full_reaches_the_store_s_sqlite_connection(tmp_path: Path) -> None:
+    from evolve.build import build_store
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        '[run]\nname = "durable run — nuit"\ndatabase = "sqlite:///evolve.db"\n\n[environment]\ntasks = "t.jsonl"\n\n'
+        '[embedder]\nname = "hash"\n\n[memory]\ndurability = "full"\n'
+    )
+    store = build_store(load_spec(spec))
+    assert store is not None
+    with store, store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 2  # FULL (NORMAL is 1)
+
+
+@pytest.mark.parametrize("text", ['[memory]\ndurability = "paranoid"\n', '[run]\nname = "codes\\u0000nul"\n',
+                                  '[run]\nname = "two\\nlines"\n'])  # fmt: skip
+def test_an_unknown_durability_or_a_control_character_in_a_run_name_is_refused(tmp_path: Path, text: str) -> None:
+    from connectors import ConfigError
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text + '\n[environment]\ntasks = "t.jsonl"\n' if "[run]" in text else text)
+    with pytest.raises(ConfigError, match="durability|name"):
+        load_spec(spec)
