@@ -27,7 +27,7 @@ from sqlalchemy import func, inspect, select
 
 from connectors.embedders import HashEmbedder
 from connectors.errors import EvolveError
-from memory.batch import MAX_TEXT
+from memory.checks import MAX_TEXT
 from memory.config import RetrievalConfig
 from memory.records import Recall
 from memory.schema import feedback, recalls

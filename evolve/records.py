@@ -30,7 +30,7 @@ from sqlalchemy import (
 from connectors import ConfigError
 from evolve.episode import Episode, Step
 from evolve.tasks import MAX_TASK_ID
-from memory.batch import check_chars
+from memory.checks import check_chars
 
 MAX_RUN = 200
 """The most characters in a run's name (``<run>@<tenant>`` included): the run columns are VARCHAR(200)."""

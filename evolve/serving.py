@@ -75,7 +75,7 @@ from evolve.serving_records import (
 from evolve.spec import RunSpec
 from evolve.weights import adapter_registry, attach_adapters
 from memory import MAX_FEEDBACK_ID, MemoryStore, fit_id
-from memory.batch import check_chars
+from memory.checks import check_chars
 from optimizers.types import NodeCall, Trace
 
 log = logging.getLogger(__name__)

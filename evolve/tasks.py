@@ -34,7 +34,7 @@ from evolve.textmatch import (
     run_program,
     strip_code_fences,
 )
-from memory.batch import check_chars
+from memory.checks import check_chars
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Example:
 This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
 """
 
-from memory.batch import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, fit_id
+from memory.checks import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, fit_id
 from memory.config import MemoryConfig, RetrievalConfig, similarity_only
 from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import (

@@ -1,4 +1,4 @@
-"""Writing new memories: input checks, intent grouping, one INSERT per table, capacity eviction, removal.
+"""Writing new memories: intent grouping, one INSERT per table, capacity eviction, bulk chunks, removal.
 
 ``insert_items`` runs inside the store's write transaction and returns what the mirror must append
 once the transaction has committed (the mirror never runs ahead of SQL).
@@ -6,202 +6,36 @@ once the transaction has committed (the mirror never runs ahead of SQL).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, delete, insert, select
 
 from connectors.errors import ConfigError
+from memory.checks import check_meta, check_namespace, check_owner, check_success, new_ids
+from memory.config import MemoryConfig
 from memory.mirror import NamespaceMirror, Rows
 from memory.records import MemoryItem
+from memory.report import fetch_items
 from memory.schema import bump, intents, memory_items, tombstones
 from memory.scoring import assign_groups
 from memory.statements import execute_many
+from memory.sync import MirrorSet
 
-MAX_NAMESPACE = 200
-MAX_ID = 64  # the id columns are VARCHAR(64)
-MAX_FEEDBACK_ID = 128  # memory_feedback.id is VARCHAR(128)
-MAX_VALUE = 1e12
-"""The largest magnitude of a reward or a Q-value (see ``check_reward``)."""
-MAX_META_DEPTH = 64
-"""How deeply ``meta`` (and a write's ``provenance``) may nest lists and mappings."""
-MAX_TEXT = 1_000_000
-"""The most characters in one intent, experience or query; a larger text is refused, not stored."""
+BULK_CHUNK = 10_000  # rows of a bulk load's first transaction; later ones are sized to take BULK_SECONDS
+BULK_SECONDS = 0.8  # how long one chunk of a bulk load may hold the write lock
+BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
 INTENT_INSERT = insert(intents)
 ITEM_INSERT = insert(memory_items)
 
 
-def new_id() -> str:
-    """A fresh id: 32 hex digits, the time in milliseconds then 80 random bits (like UUIDv7).
-
-    Ids that grow with time land at the right edge of the primary-key indexes, so a batch of new
-    rows touches a few index pages instead of one random page each.
-    """
-    return new_ids(1)[0]
-
-
-def new_ids(n: int) -> list[str]:
-    """``n`` fresh ids (see ``new_id``), drawn in one system call."""
-    prefix = f"{time.time_ns() // 1_000_000:012x}"
-    raw = os.urandom(10 * n).hex()
-    return [prefix + raw[i : i + 20] for i in range(0, 20 * n, 20)]
-
-
-def fit_id(text: str, limit: int = MAX_ID) -> str:
-    """``text`` when it has at most ``limit`` characters, else its head, ``~`` and 16 hex digits of its
-    SHA-256: ids and namespaces built from user-chosen names (runs, tenants, agents, tasks) always fit
-    their columns, stay readable, and two different texts never share a shortened form by accident.
-
-    Example:
-        >>> fit_id("short-run:1:task")
-        'short-run:1:task'
-        >>> long = fit_id("heldout-similarity-s7:3:escalation-alderney/heldout-similarity-s7/solver")
-        >>> len(long), long[:30]
-        (64, 'heldout-similarity-s7:3:escala')
-    """
-    if len(text) <= limit:
-        return text
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{text[: limit - len(digest) - 1]}~{digest}"
-
-
-def check_chars(name: str, value: str) -> str:
-    """``value`` unchanged when every database can store it: no NUL and no lone surrogate.
-
-    PostgreSQL refuses NUL in text and JSON, and a lone surrogate (``"\\ud800"``) has no UTF-8
-    encoding, so both are refused on every backend (a store behaves the same on SQLite and PostgreSQL).
-    """
-    if "\x00" in value:
-        raise ConfigError(f"{name} must not contain NUL characters (\\x00), got {value!r:.120}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ConfigError(
-            f"{name} must be valid Unicode text, got a lone surrogate {value[e.start]!r} at position {e.start}"
-        ) from None
-    return value
-
-
-def check_text(name: str, value: object, *, limit: int = MAX_TEXT) -> None:
-    """A non-empty string of at most ``limit`` characters that every backend can store (``check_chars``)."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{name} must be a non-empty string, got {value!r:.120}")
-    if len(value) > limit:
-        raise ConfigError(f"{name} must be at most {limit:,} characters, got {len(value):,}")
-    check_chars(name, value)
-
-
-def check_id(name: str, value: object) -> str:
-    """A memory or recall id: a non-empty string of at most ``MAX_ID`` characters."""
-    check_text(name, value, limit=MAX_ID)
-    return value  # type: ignore[return-value]  # checked above
-
-
-def as_list(values: object, name: str) -> list[Any]:
-    """``values`` as a list; anything not iterable (None, a number) is a ``ConfigError``."""
-    try:
-        return list(values)  # type: ignore[call-overload]
-    except TypeError:
-        raise ConfigError(f"{name} must be a sequence, got {type(values).__name__}") from None
-
-
-def check_texts(values: object, name: str, *, single: str) -> list[str]:
-    """A sequence of non-empty strings (a lone string is refused: ``single`` says what to do instead)."""
-    if isinstance(values, str):
-        raise ConfigError(f"{name} must be a sequence of strings, got a single string ({single})")
-    out = as_list(values, name)
-    for i, text in enumerate(out):
-        check_text(f"{name}[{i}]", text)
-    return out
-
-
-def check_rows(rows: object) -> list[tuple[str, str]]:
-    """``add_many``'s rows: (intent, experience) pairs of non-empty strings."""
-    out = as_list(rows, "add_many: rows")
-    for i, row in enumerate(out):
-        if not isinstance(row, (tuple, list)) or len(row) != 2:
-            raise ConfigError(f"add_many: rows[{i}] must be an (intent, experience) pair, got {row!r:.120}")
-        check_text(f"rows[{i}] intent", row[0])
-        check_text(f"rows[{i}] experience", row[1])
-    return [(r[0], r[1]) for r in out]
-
-
-def check_namespace(namespace: object) -> str:
-    if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAMESPACE:
-        raise ConfigError(
-            f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r:.120}"
-        )
-    return check_chars("namespace", namespace)
-
-
-def check_success(value: object, where: str) -> bool | None:
-    """A success flag: True, False or None (unknown); ``"no"`` or 1 are refused, not read as truthy."""
-    if value is not None and not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{where} must be True, False or None, got {value!r:.80} ({type(value).__name__})")
-    return None if value is None else bool(value)
-
-
-def check_reward(value: object, where: str, *, what: str = "reward") -> float:
-    """A finite float of magnitude at most ``MAX_VALUE`` (bools count as 1.0 / 0.0); anything else is a
-    ``ConfigError``.
-
-    The bound keeps every stored Q finite: ``Q + α·(r − Q)`` with both within ±1e12 cannot overflow
-    (finite values near 1.8e308 could: ``r − Q`` would be infinite).
-    """
-    if not isinstance(value, (Real, np.number)) or isinstance(value, complex):
-        raise ConfigError(f"{where}: {what} must be a finite real number, got {value!r} ({type(value).__name__})")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        raise ConfigError(f"{where}: {what} must be finite, got an integer with {len(str(value))} digits") from None
-    if not math.isfinite(number):
-        raise ConfigError(f"{where}: {what} must be finite, got {number!r}")
-    if abs(number) > MAX_VALUE:
-        raise ConfigError(f"{where}: {what} must be within ±{MAX_VALUE:.0e}, got {number!r}")
-    return number + 0.0  # -0.0 becomes 0.0: SQLite stores no negative zero, so both backends agree
-
-
-def check_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
-    """``meta`` as a dict: a mapping that is JSON without NaN or infinity, every text storable, nested at
-    most ``MAX_META_DEPTH`` deep (``{}`` for None)."""
-    if meta is None:
-        return {}
-    if not isinstance(meta, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {type(meta).__name__}")
-    out = dict(meta)
-    _check_json_text(out, where)  # first: it bounds the depth json.dumps would recurse into
-    try:
-        json.dumps(out, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where} must be JSON-serialisable without NaN or infinity, got {out!r:.120} ({e})") from e
-    return out
-
-
-def _check_json_text(value: object, where: str) -> None:
-    """Every key and string inside a JSON value passes ``check_chars`` (PostgreSQL's JSON refuses NUL),
-    and nothing is nested deeper than ``MAX_META_DEPTH``; iterative, so any depth gets a clear error."""
-    stack: list[tuple[object, str, int]] = [(value, where, 0)]
-    while stack:
-        item, path, depth = stack.pop()
-        if isinstance(item, str):
-            check_chars(path, item)
-        elif isinstance(item, (Mapping, list, tuple)):
-            if depth >= MAX_META_DEPTH:
-                raise ConfigError(f"{where} must be nested at most {MAX_META_DEPTH} levels deep, got deeper at {path:.200}")
-            if isinstance(item, Mapping):
-                for k, v in item.items():
-                    check_chars(f"{path} key", str(k))
-                    stack.append((v, f"{path}[{k!r:.40}]", depth + 1))
-            else:
-                stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+def chunk_size(rows: int, seconds: float) -> int:
+    """Rows for the next chunk of a bulk load: as many as take ``BULK_SECONDS`` at the rate the last
+    chunk of ``rows`` rows ran at, within [1,000, 200,000]."""
+    return int(min(200_000, max(1_000, rows * BULK_SECONDS / max(seconds, 1e-3))))
 
 
 @dataclass
@@ -385,6 +219,38 @@ def insert_items(
     rows = Rows(item_seqs, np.array(batch.ids, dtype=object), batch.q.copy(), batch.visits.copy(),
                 batch.created.copy(), g.labels, g.emb)  # fmt: skip
     return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted)
+
+
+def insert_batches(
+    conn: Connection,
+    mirrors: MirrorSet,
+    batches: Mapping[str, NewItems],
+    *,
+    config: MemoryConfig,
+    group: bool,
+    skip_existing: bool,
+) -> tuple[dict[str, MemoryItem], list[tuple[NamespaceMirror, Inserted]]]:
+    """``insert_items`` for per-namespace batches inside the caller's write transaction (mirrors synced).
+
+    Returns the memories that were already stored (``skip_existing``: an id stored since the caller
+    looked comes back as stored; one stored in another namespace is a ``StoreError``) and what each
+    insert adds to its mirror once the transaction has committed.
+    """  # fmt: skip
+    out: dict[str, MemoryItem] = {}
+    done = []
+    for ns, batch in batches.items():
+        if skip_existing:
+            found = [check_owner(item, ns) for item in fetch_items(conn, batch.ids)]
+            out.update((item.id, item) for item in found)
+            if found:
+                batch = batch.take(np.array([i not in out for i in batch.ids], dtype=bool))
+        if len(batch):
+            mirror = mirrors.get(conn, check_namespace(ns))
+            inserted = insert_items(
+                conn, mirror, batch, threshold=config.group_threshold, group=group, capacity=config.capacity
+            )
+            done.append((mirror, inserted))
+    return out, done
 
 
 def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation: int) -> None:

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from connectors.errors import ConfigError
-from memory.batch import check_namespace
+from memory.checks import check_namespace
 from memory.config import RetrievalConfig
 from memory.records import Recall
 from memory.store import MemoryStore

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, insert, update
 
 from connectors.errors import ConfigError
 from memory import report
-from memory.batch import as_list, check_id, check_namespace, check_reward, new_ids
+from memory.checks import as_list, check_id, check_namespace, check_reward, new_ids
 from memory.portable import check_feedback_id
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items

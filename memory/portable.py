@@ -30,16 +30,8 @@ from sqlalchemy import Connection, RowMapping, select
 from connectors.embedders import Embedder, normalise_rows
 from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact_url
-from memory.batch import (
-    NewItems,
-    check_chars,
-    check_id,
-    check_meta,
-    check_namespace,
-    check_reward,
-    check_success,
-    check_text,
-)
+from memory.batch import NewItems
+from memory.checks import check_chars, check_id, check_meta, check_namespace, check_reward, check_success, check_text
 from memory.schema import intents, memory_items, read_state, record_embedder
 from memory.sync import chunks
 

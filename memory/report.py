@@ -18,11 +18,12 @@ from connectors.errors import ConfigError, StoreError
 from memory.config import RetrievalConfig
 from memory.mirror import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, item_from_row
-from memory.retrieval import Plan, log_rows
+from memory.retrieval import Plan, Planner, log_rows
 from memory.schema import feedback, intents, memory_items, recall_items, recalls
 from memory.statements import execute_many
-from memory.sync import chunks
+from memory.sync import MirrorSet, chunks
 
+SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
 RECALL_INSERT = insert(recalls)
 RECALL_ITEM_INSERT = insert(recall_items)
 ITEM_FIELDS = [c for c in memory_items.c if c.name not in ("embedding", "updated_gen")]
@@ -268,3 +269,28 @@ def selected_items(
         for item_id, row in zip(ids, rows, strict=True)
         if item_id in base
     }
+
+
+def select_memories(
+    conn: Connection, mirrors: MirrorSet, namespace: str, planner: Planner, plans: list[Plan], texts: ItemCache
+) -> tuple[NamespaceMirror, list[Plan], dict[str, MemoryItem]]:
+    """Catch the mirrors up, plan again when another process wrote since ``plans`` were made, and read
+    every selected memory: the mirror, the plans and the memories a recall returns.
+
+    A recall returns exactly what it selected: when a selected memory is gone from SQL (removed by
+    another process after the catch-up, possible under READ COMMITTED), the mirror catches up again and
+    the queries are planned again.
+    """
+    for attempt in range(SELECT_ATTEMPTS):
+        seen = mirrors.generation
+        mirrors.sync(conn)
+        mirror = mirrors.get(conn, namespace)
+        if attempt or mirrors.generation != seen:
+            plans = planner(mirror)
+        found = selected_items(conn, mirror, plans, texts)
+        if all(str(mirror.ids[row]) in found for p in plans for row in p.selected_rows):
+            return mirror, plans, found
+    raise StoreError(
+        f"recall in namespace {namespace!r}: selected memories kept being removed by other processes "
+        f"({SELECT_ATTEMPTS} attempts); try again"
+    )

@@ -55,6 +55,28 @@ class Plan:
         return int((~self.in_pool).sum())
 
 
+def plan_batch(mirror: NamespaceMirror, vecs: np.ndarray, cfg: RetrievalConfig, rng: np.random.Generator) -> list[Plan]:
+    """Phase A and B for each query vector, in memory (one index search for the batch)."""
+    width = search_width(cfg.k1, len(mirror))
+    if width:
+        sims, ids = mirror.index.search(vecs, width)
+    else:
+        sims, ids = np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
+    return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, rng) for i in range(len(vecs))]
+
+
+@dataclass(frozen=True)
+class Planner:
+    """Queries' vectors, their settings and the ε draws: planning them again on a caught-up mirror."""
+
+    vecs: np.ndarray
+    cfg: RetrievalConfig
+    rng: np.random.Generator
+
+    def __call__(self, mirror: NamespaceMirror) -> list[Plan]:
+        return plan_batch(mirror, self.vecs, self.cfg, self.rng)
+
+
 def plan_recall(
     mirror: NamespaceMirror,
     query: np.ndarray,

@@ -36,35 +36,30 @@ from connectors.embedders import Embedder
 from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact_url
 from memory import portable, report
-from memory.batch import (
-    NewItems,
+from memory.batch import BULK_CHUNK, BULK_PAUSE, NewItems, chunk_size, insert_batches, remove_items
+from memory.checks import (
     check_id,
     check_namespace,
+    check_owner,
     check_reward,
     check_rows,
     check_text,
     check_texts,
-    insert_items,
     new_id,
-    remove_items,
 )
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.database import Database, mirror_set, resolve_index
 from memory.learning import apply_updates, check_entries, plan_updates
 from memory.mirror import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
-from memory.retrieval import Plan, plan_recall, search_width, to_recall
+from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
-from memory.writer import WriteEntry, check_write_entries, compose_experience, entry_meta
+from memory.writer import WriteEntry, check_write_entries, compose_entry, entry_ids, new_batches
 
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
-BULK_CHUNK = 10_000  # rows of a bulk load's first transaction; later ones are sized to take BULK_SECONDS
-BULK_SECONDS = 0.8  # how long one chunk of a bulk load may hold the write lock
-BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
 
 
 class MemoryStore:
@@ -142,9 +137,9 @@ class MemoryStore:
         namespace = check_namespace(namespace)
         if id is not None:
             check_id("id", id)
-            existing = self._find(id, None)
-            if existing is not None:
-                return self._same_namespace(existing, namespace)
+            existing = self._find_many([id], None)
+            if existing:
+                return check_owner(existing[0], namespace)
         vecs, ids = self._embed([intent]), None if id is None else [id]
         batch = NewItems.build([intent], [experience], vecs, q=self._q0(q), success=[success], meta=meta, ids=ids)
         stored = self._insert({namespace: batch}, skip_existing=id is not None)
@@ -220,41 +215,18 @@ class MemoryStore:
         and an id taken in another namespace is a ``StoreError``.
         """
         entries = check_write_entries(entries)
-        ids = [e.id if e.id is not None else new_id() for e in entries]
-        first: dict[str, int] = {}
-        for i, item_id in enumerate(ids):
-            first.setdefault(item_id, i)
-            if entries[first[item_id]].namespace != entries[i].namespace:
-                raise ConfigError(
-                    f"write_many: entries[{first[item_id]}] and entries[{i}] share the id {item_id!r} "
-                    "but not the namespace; ids are unique across the store"
-                )
+        ids, firsts = entry_ids(entries)
         given = [e.id for e in entries if e.id is not None]
         known = {item.id: item for item in self._find_many(given, None)} if given else {}
         for e in entries:
             if e.id in known:
-                self._same_namespace(known[e.id], e.namespace)
-        todo = [i for i, item_id in enumerate(ids) if first[item_id] == i and item_id not in known]
+                check_owner(known[e.id], e.namespace)
+        todo = [entries[i] for i in firsts if ids[i] not in known]
         if todo:
-            written = [
-                compose_experience(
-                    entries[i].intent, trajectory=entries[i].trajectory, feedback=entries[i].feedback,
-                    success=bool(entries[i].success), llm=llm,
-                )
-                for i in todo
-            ]  # fmt: skip
-            vecs = self._embed([entries[i].intent for i in todo])
-            by_ns: dict[str, list[int]] = {}
-            for j, i in enumerate(todo):
-                by_ns.setdefault(entries[i].namespace, []).append(j)
-            batches = {
-                ns: NewItems.build(
-                    [entries[todo[j]].intent for j in js], [written[j].experience for j in js], vecs[js],
-                    q=self.config.q_init, success=[bool(entries[todo[j]].success) for j in js],
-                    meta=[entry_meta(written[j], entries[todo[j]]) for j in js], ids=[ids[todo[j]] for j in js],
-                )
-                for ns, js in by_ns.items()
-            }  # fmt: skip
+            written = [compose_entry(e, llm) for e in todo]
+            vecs = self._embed([e.intent for e in todo])
+            todo_ids = [ids[i] for i in firsts if ids[i] not in known]
+            batches = new_batches(todo, todo_ids, written, vecs, q_init=self.config.q_init)
             known.update(self._insert(batches, skip_existing=bool(given)))
         return [known[item_id] for item_id in ids]
 
@@ -267,24 +239,13 @@ class MemoryStore:
         process stored since the caller looked is returned as stored, not written twice (and one it
         stored in another namespace fails the whole transaction).
         """
-        out: dict[str, MemoryItem] = {}
         with self._lock:
             self._ensure_open()
             with self._db.transaction() as conn:
                 self._mirrors.sync(conn, lock=True)
-                done = []
-                for ns, batch in batches.items():
-                    if skip_existing:
-                        found = [self._same_namespace(item, ns) for item in report.fetch_items(conn, batch.ids)]
-                        out.update((item.id, item) for item in found)
-                        if found:
-                            batch = batch.take(np.array([i not in out for i in batch.ids], dtype=bool))
-                    if len(batch):
-                        mirror = self._mirrors.get(conn, check_namespace(ns))
-                        cfg = self.config
-                        done.append((mirror, insert_items(
-                            conn, mirror, batch, threshold=cfg.group_threshold, group=group, capacity=cfg.capacity
-                        )))  # fmt: skip
+                out, done = insert_batches(
+                    conn, self._mirrors, batches, config=self.config, group=group, skip_existing=skip_existing
+                )
             for _, d in done:
                 out.update((item.id, item) for item in d.items)
             if not self._mirrors.apply_inserts(done):
@@ -292,12 +253,8 @@ class MemoryStore:
             return out
 
     def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
-        """Delete memories of ``namespace`` by id (ids unknown there are skipped); returns how many
-        were removed.
-
-        Other processes drop them when they next catch up, as they do for evicted memories; the
-        recall log keeps its rows, so ``explain`` still shows what was recalled.
-        """
+        """Delete memories of ``namespace`` by id (ids unknown there are skipped); returns how many were
+        removed. Other processes drop them when they catch up; the recall log keeps its rows for ``explain``."""
         ids = check_texts(memory_ids, "memory_ids", single="wrap it in a list")
         namespace = check_namespace(namespace)
         if not ids:
@@ -346,9 +303,12 @@ class MemoryStore:
             # Optimistic: search the mirror as this process last saw it, then check in the one
             # transaction that logs the recall (a read transaction when nothing is logged); only when
             # another process wrote in between is the search repeated on the caught-up mirror.
-            plans = self._plan(mirror, vecs, cfg)
+            planner = Planner(vecs, cfg, self._rng)
+            plans = planner(mirror)
             with self._db.transaction(write=record) as conn:
-                mirror, plans, found = self._select(conn, namespace, mirror, plans, vecs, cfg)
+                mirror, plans, found = report.select_memories(
+                    conn, self._mirrors, namespace, planner, plans, self._texts
+                )
                 out = [
                     to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
                 ]
@@ -356,43 +316,10 @@ class MemoryStore:
                     report.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
             return out
 
-    def _select(
-        self, conn: Connection, namespace: str, mirror: NamespaceMirror, plans: list[Plan], vecs: np.ndarray,
-        cfg: RetrievalConfig,
-    ) -> tuple[NamespaceMirror, list[Plan], dict[str, MemoryItem]]:  # fmt: skip
-        """Catch the mirror up, re-plan when another process wrote, and read every selected memory.
-
-        A recall returns exactly what it selected: when a selected memory is gone from SQL (removed
-        by another process after the catch-up, possible under READ COMMITTED), the mirror catches up
-        again and the queries are planned again.
-        """
-        for attempt in range(SELECT_ATTEMPTS):
-            seen = self._mirrors.generation
-            self._mirrors.sync(conn)
-            if attempt or self._mirrors.generation != seen:
-                mirror = self._mirrors.get(conn, namespace)
-                plans = self._plan(mirror, vecs, cfg)
-            found = report.selected_items(conn, mirror, plans, self._texts)
-            if all(str(mirror.ids[row]) in found for p in plans for row in p.selected_rows):
-                return mirror, plans, found
-        raise StoreError(
-            f"recall in namespace {namespace!r}: selected memories kept being removed by other processes "
-            f"({SELECT_ATTEMPTS} attempts); try again"
-        )
-
     def _load(self, namespace: str) -> NamespaceMirror:
         with self._db.transaction(write=False) as conn:
             self._mirrors.sync(conn)
             return self._mirrors.get(conn, namespace)
-
-    def _plan(self, mirror: NamespaceMirror, vecs: np.ndarray, cfg: RetrievalConfig) -> list[Plan]:
-        """Phase A and B for each query vector, in memory (one index search for the batch)."""
-        width = search_width(cfg.k1, len(mirror))
-        if width:
-            sims, ids = mirror.index.search(vecs, width)
-        else:
-            sims, ids = np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
-        return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, self._rng) for i in range(len(vecs))]
 
     # -- learning ------------------------------------------------------------------------------
     def reinforce(
@@ -441,28 +368,14 @@ class MemoryStore:
     def get(self, memory_id: str, *, namespace: str = "default") -> MemoryItem:
         """One memory of ``namespace`` by id (``StoreError`` when that namespace holds no such id)."""
         check_id("memory_id", memory_id)
-        found = self._find(memory_id, check_namespace(namespace))
-        if found is None:
+        found = self._find_many([memory_id], check_namespace(namespace))
+        if not found:
             raise StoreError(f"unknown memory id {memory_id!r} in namespace {namespace!r}")
-        return found
-
-    def _find(self, memory_id: str, namespace: str | None) -> MemoryItem | None:
-        found = self._find_many([memory_id], namespace)
-        return found[0] if found else None
+        return found[0]
 
     def _find_many(self, memory_ids: list[str], namespace: str | None) -> list[MemoryItem]:
         """Memories by id, of one namespace (or of any: only to refuse ids taken elsewhere)."""
         return self._read(lambda conn: report.fetch_items(conn, memory_ids, namespace))
-
-    @staticmethod
-    def _same_namespace(item: MemoryItem, namespace: str) -> MemoryItem:
-        """``item`` when it belongs to ``namespace``; a ``StoreError`` when its id is taken elsewhere."""
-        if item.namespace != namespace:
-            raise StoreError(
-                f"memory id {item.id!r} is taken by a memory outside namespace {namespace!r} "
-                "(ids are unique across the store); choose another id"
-            )
-        return item
 
     @property
     def engine(self) -> Engine:
@@ -488,11 +401,7 @@ class MemoryStore:
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:
         """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count.
-
-        Atomic: a complete file replaces ``path``, or ``path`` is left as it was and no temporary file
-        remains. A folder at ``path`` or a file in the way of its folder is a ``ConfigError``; a failed
-        write (disk full) a ``StoreError``.
-        """
+        Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.portable``)."""
         target = portable.as_path(path, "export")
         return self._read(lambda conn: portable.export_jsonl(conn, target, namespace, self.embedder, self.dim))
 
@@ -500,15 +409,10 @@ class MemoryStore:
         """Read an ``export`` file; memories already stored in their namespace are skipped. Returns how
         many were added.
 
-        Every record is checked before anything is written: a bad field, an id twice in the file or an
-        id this store holds in another namespace is a ``ConfigError`` naming the line and field, and
-        nothing is imported. The records are then written in runs of ``portable.IMPORT_BATCH`` (a file
-        over ``portable.KEEP_BYTES`` is read a second time rather than held), so memory stays bounded;
-        an import stopped half way (a killed process) is completed by running it again.
-
-        With the exporting store's embedder the stored vectors are reused bit for bit and not regrouped
-        (each memory keeps exactly the vector it had; retrieval ranks memories, so it is unchanged);
-        with another embedder the intents are embedded again and grouped like new writes.
+        Every record is checked before anything is written (a bad field, an id twice, an id held in
+        another namespace: a ``ConfigError`` naming the line and field, and nothing is imported); an
+        import stopped half way is completed by running it again. With the exporting store's embedder
+        the vectors are reused bit for bit, else the intents are embedded again (``memory.portable``).
         """
         checked = portable.check_file(portable.as_path(path, "import"))
         skip = self._read(partial(portable.already_stored, checked=checked))
@@ -592,9 +496,3 @@ class MemoryStore:
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         return portable.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")
-
-
-def chunk_size(rows: int, seconds: float) -> int:
-    """Rows for the next chunk of a bulk load: as many as take ``BULK_SECONDS`` at the rate the last
-    chunk of ``rows`` rows ran at, within [1,000, 200,000]."""
-    return int(min(200_000, max(1_000, rows * BULK_SECONDS / max(seconds, 1e-3))))

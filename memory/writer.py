@@ -19,11 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from connectors.chat import ChatModel
 from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
-from memory.batch import check_chars, check_id, check_meta, check_namespace, check_success, check_text
+from memory.batch import NewItems
+from memory.checks import check_chars, check_id, check_meta, check_namespace, check_success, check_text, new_id
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,46 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
             check_id(f"entries[{i}].id", e.id)
         check_meta(e.provenance, f"entries[{i}].provenance")
     return out
+
+
+def entry_ids(entries: Sequence[WriteEntry]) -> tuple[list[str], list[int]]:
+    """Each entry's memory id (a fresh one when it names none), and the positions of the entries that
+    write one: the first of each id. Entries sharing an id must share the namespace (ids are unique
+    across a store)."""
+    ids = [e.id if e.id is not None else new_id() for e in entries]
+    first: dict[str, int] = {}
+    for i, item_id in enumerate(ids):
+        j = first.setdefault(item_id, i)
+        if entries[j].namespace != entries[i].namespace:
+            raise ConfigError(
+                f"write_many: entries[{j}] and entries[{i}] share the id {item_id!r} but not the namespace; "
+                "ids are unique across the store"
+            )
+    return ids, sorted(first.values())
+
+
+def compose_entry(entry: WriteEntry, llm: ChatModel | None) -> Written:
+    """``compose_experience`` for one checked entry."""
+    return compose_experience(
+        entry.intent, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success), llm=llm
+    )
+
+
+def new_batches(
+    entries: Sequence[WriteEntry], ids: Sequence[str], written: Sequence[Written], vecs: np.ndarray, *, q_init: float
+) -> dict[str, NewItems]:
+    """The rows ``entries`` become (their ids, texts and vectors given), one batch per namespace."""
+    by_ns: dict[str, list[int]] = {}
+    for j, e in enumerate(entries):
+        by_ns.setdefault(e.namespace, []).append(j)
+    return {
+        ns: NewItems.build(
+            [entries[j].intent for j in js], [written[j].experience for j in js], vecs[js], q=q_init,
+            success=[bool(entries[j].success) for j in js], meta=[entry_meta(written[j], entries[j]) for j in js],
+            ids=[ids[j] for j in js],
+        )
+        for ns, js in by_ns.items()
+    }  # fmt: skip
 
 
 def entry_meta(written: Written, entry: WriteEntry) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.errors import ConfigError
-from memory.batch import MAX_META_DEPTH, MAX_VALUE
+from memory.checks import MAX_META_DEPTH, MAX_VALUE
 from memory.config import MemoryConfig
 from memory.store import MemoryStore, WriteEntry
 

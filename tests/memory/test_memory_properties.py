@@ -11,7 +11,7 @@ import pytest
 
 from bench.reliability_input import HOSTILE, Tally, hostile_roundtrip, memory_property, seeded_store
 from connectors.errors import ConfigError
-from memory.batch import MAX_TEXT
+from memory.checks import MAX_TEXT
 
 
 def assert_clean(tally: Tally) -> None:
