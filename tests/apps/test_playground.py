@@ -104,7 +104,8 @@ def seed_memories(spec: Path) -> list[str]:
 def q_values(spec: Path, ids: list[str]) -> dict[str, tuple[float, int]]:
     d = deployment(spec)
     assert d.store is not None
-    out = {i: (d.store.get(i).q, d.store.get(i).visits) for i in ids}
+    every = {m.id: (m.q, m.visits) for m in d.store.items()}
+    out = {i: every[i] for i in ids}
     d.close()
     return out
 
