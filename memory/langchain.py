@@ -3,7 +3,8 @@
 ``MemoryRetriever`` is a ``langchain_core`` ``BaseRetriever``: a chain or an agent recalls with it
 like with any other retriever, and each returned ``Document`` carries the recall id in its metadata,
 so the reward that follows can reinforce exactly the memories that were used — directly with
-``MemoryStore.reinforce(recall_id, reward)``, or by run id through ``memory.langchain_tracker``.
+``MemoryStore.reinforce(recall_id, reward, namespace=...)`` (the document's ``namespace`` metadata), or by
+run id through ``memory.langchain_tracker``.
 
 Needs the ``langchain`` extra (``pip install 'evolve[langchain]'``); ``import memory`` does not load it.
 
@@ -90,7 +91,8 @@ def to_documents(recall: Recall) -> list[Document]:
 class MemoryRetriever(BaseRetriever):
     """Two-phase Q-ranked recall from a ``MemoryStore`` namespace, as a LangChain retriever.
 
-    Every call is one logged recall (``store.explain(recall_id)`` shows why each memory was chosen).
+    Every call is one logged recall (``store.explain(recall_id, namespace=...)`` shows why each memory was
+    chosen).
 
     Args:
         store: the memory store to recall from.
