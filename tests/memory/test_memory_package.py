@@ -24,3 +24,19 @@ def test_importing_memory_loads_no_upper_layer_and_no_faiss() -> None:
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == ""
+
+
+def test_the_examples_in_the_docstrings_run() -> None:
+    """Every ``Example:`` of the memory package is what it prints (the README points users at them)."""
+    import doctest
+    import importlib
+    import pkgutil
+
+    failed = {}
+    for info in pkgutil.iter_modules(memory.__path__, "memory."):
+        if info.name == "memory.pgvector":
+            continue  # its examples need a PostgreSQL server (tests/memory/test_memory_postgres.py has one)
+        result = doctest.testmod(importlib.import_module(info.name))
+        if result.failed:
+            failed[info.name] = result.failed
+    assert failed == {}
