@@ -26,8 +26,7 @@ from apps import playground_data as data
 from apps.playground_cli import script_args
 from connectors import EvolveError, Message, StoreError
 from evolve import PromptGraph, list_runs
-from evolve.build import agent_namespace
-from evolve.serving import Answer, Deployment
+from evolve.serving import Answer, Deployment, namespace_of
 from evolve.spec import check_tenant, load_spec
 from memory import MemoryItem, MemoryStore
 
@@ -113,7 +112,7 @@ def why_these_memories(deployment: Deployment, answer: Answer) -> None:
     if not recalled:
         st.caption("No agent recalled memories for this answer.")
     for step in recalled:
-        namespace = step.recall_namespace or agent_namespace(answer.run, step.agent)
+        namespace = namespace_of(step, answer.run)
         explanation = store.explain(step.recall_id or "", namespace=namespace)
         candidates = [c["id"] for c in explanation["candidates"]]
         rows = data.why_rows(explanation, current_items(store, candidates, namespace))

@@ -326,16 +326,16 @@ def reinforce_recalls(
     if store is None:
         return 0
     items = [
-        (
-            s.recall_id,
-            reward,
-            fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID),
-            s.recall_namespace or agent_namespace(run, s.agent),
-        )
+        (s.recall_id, reward, fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID), namespace_of(s, run))
         for s in steps
         if s.recall_id is not None
     ]
     return store.reinforce_many(items) if items else 0
+
+
+def namespace_of(step: Step, run: str) -> str:
+    """Where a served step recalled (rows recorded before steps kept it: its agent's namespace in ``run``)."""
+    return step.recall_namespace or agent_namespace(run, step.agent)
 
 
 def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatClient | None = None) -> int:
@@ -486,15 +486,6 @@ def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> di
 
 
 __all__ = [
-    "Answer",
-    "Deployment",
-    "FeedbackReceipt",
-    "QuarantinedRating",
-    "UnknownResponse",
-    "check_score",
-    "conversation",
-    "feedback_traces",
-    "learn_from_feedback",
-    "learn_served",
-    "reinforce_recalls",
-]
+    "Answer", "Deployment", "FeedbackReceipt", "QuarantinedRating", "UnknownResponse", "check_score", "conversation",
+    "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "reinforce_recalls",
+]  # fmt: skip
