@@ -47,6 +47,7 @@ DIM = 32
 NAMESPACES = ("default", "tenant-b")
 WORDS = "open close door gate lock alarm code safe harbor summit quarry lagoon red blue green amber".split()
 WRITE_OPS = ("add", "add_many", "write_many", "reinforce")
+INSERT_OPS = WRITE_OPS[:3]
 USABLE_STATES = {"loaded", "caught_up", "rebuilt", "built", "database"}
 EXACT = RetrievalConfig(k1=1, k2=1, delta=-1.0, lam=0.0)
 
@@ -66,7 +67,7 @@ def worker(url: str, ack_path: str, trial: int, seed: int, save_every_write: boo
     store = MemoryStore(url, embedder=HashEmbedder(DIM), seed=seed)
     _ack(fd, {"done": "open", "trial": trial})
     for step in range(10**9):
-        op = rng.choice(WRITE_OPS)
+        op = rng.choice(INSERT_OPS if save_every_write else WRITE_OPS)  # an insert leaves the index to save
         ns = rng.choice(NAMESPACES)
         _ack(fd, {"begin": op, "trial": trial})
         _ack(fd, {"done": op, "trial": trial, **_call(store, op, ns, f"t{trial}-{step}", rng, resend)})
@@ -216,7 +217,8 @@ def run_trials(
     ``delays`` bounds the uniform delay from the worker's start to its kill (opening a store on
     PostgreSQL takes longer: give it a later window).
 
-    Every third trial saves the index after each write, so kills land inside ``save_index`` as well.
+    Every second trial inserts and saves the index after each insert, so kills land inside
+    ``save_index`` as well (a few of them in every run, whatever the machine's speed).
     Returns totals: failures of each kind (all must be 0), where the kills landed, index states seen.
     """
     rng = random.Random(seed)
@@ -229,7 +231,7 @@ def run_trials(
     states: Counter[str] = Counter()
     for trial in range(trials):
         theirs, ours = ctx.Pipe(duplex=False)
-        args = (url, str(ack_path), trial, rng.randrange(2**31), trial % 3 == 2, ours)
+        args = (url, str(ack_path), trial, rng.randrange(2**31), trial % 2 == 1, ours)
         proc = ctx.Process(target=worker, args=args)
         proc.start()
         if not theirs.poll(60):
