@@ -5,35 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from apps.jobs import add_job_parsers
-from apps.options import count
+from apps.options import count, quiet_loading, say_database
 from apps.playground_cli import add_playground_parser
 from apps.serve_cli import add_serve_parser
 from connectors import EvolveError, evolve_home, make_engine
 
 DB_HELP = "SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)"
-
-
-def quiet_loading(quiet: bool) -> None:
-    """``--quiet`` also hides the model loaders' progress bars (transformers, hub)."""
-    if quiet:
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-
-def say_database(command: str, url: str | None) -> None:
-    """Which database a command works on (password hidden), on stderr: stdout stays the command's output.
-
-    A spec's relative SQLite path is relative to the spec file; this line shows where that put it.
-    """
-    from connectors.db import default_url
-    from connectors.redact import redact_url
-
-    print(f"evolve {command}: database {redact_url(url or default_url())}", file=sys.stderr, flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -126,7 +108,7 @@ def memory_read(args: argparse.Namespace) -> None:
 
     from connectors.db import default_url, sqlite_path
     from connectors.redact import redact_url
-    from memory import report
+    from memory import reads
     from memory.schema import memory_items
 
     url = args.db or default_url()
@@ -139,9 +121,9 @@ def memory_read(args: argparse.Namespace) -> None:
             raise EvolveError(f"{redact_url(url)} holds no memory store (no {memory_items.name} table); check --db")
         with engine.connect() as conn:
             if args.action == "stats":
-                print(json.dumps(report.stats(conn, args.namespace), indent=2, default=str))
+                print(json.dumps(reads.stats(conn, args.namespace), indent=2, default=str))
                 return
-            items = sorted(report.all_items(conn, args.namespace), key=lambda it: -it.q)[: args.limit]
+            items = sorted(reads.all_items(conn, args.namespace), key=lambda it: -it.q)[: args.limit]
     finally:
         engine.dispose()
     for it in items:
@@ -152,7 +134,7 @@ def memory_backup(args: argparse.Namespace) -> None:
     """``evolve memory backup|restore FILE``: the whole database (memories, prompts, runs, jobs), no embedder needed."""
     from connectors.db import default_url
     from connectors.redact import redact_url as redact
-    from memory.backup import backup, restore
+    from evolve.deploy.backup import backup, restore
 
     url = args.db or default_url()
     if args.action == "backup":
@@ -164,7 +146,7 @@ def memory_backup(args: argparse.Namespace) -> None:
 
 
 def cmd_prompts(args: argparse.Namespace) -> None:
-    from evolve.prompt_graph import PromptGraph
+    from evolve.prompts.graph import PromptGraph
 
     graph = PromptGraph(make_engine(args.db), args.graph)
     head = graph.head()
@@ -190,11 +172,11 @@ def cmd_prompts(args: argparse.Namespace) -> None:
         print(f"HEAD is now {v.id}")
 
 
-# ---- evolve adapters: the agents' trained LoRA adapters (evolve.adapter_versions) ----------------------
+# ---- evolve adapters: the agents' trained LoRA adapters (evolve.weights.registry) ----------------------
 
 
 def cmd_adapters(args: argparse.Namespace) -> None:
-    from evolve.adapter_versions import AdapterRegistry
+    from evolve.weights.registry import AdapterRegistry
 
     registry = AdapterRegistry(make_engine(args.db), args.run, root=evolve_home() / "adapters")
     known = registry.agents()

@@ -27,13 +27,13 @@ from apps.options import count, seconds
 from connectors import ConfigError
 
 if TYPE_CHECKING:
+    from evolve.deploy.jobs import JobResult
     from evolve.evolver import Evolver
-    from evolve.jobs import JobResult
     from evolve.spec import RunSpec
     from optimizers.types import Trace
 
 LEASE_TTL = 300.0
-"""``evolve.leases.DEFAULT_TTL``, repeated so that building the parser imports nothing heavy (a test checks)."""
+"""``evolve.deploy.leases.DEFAULT_TTL``, repeated so that building the parser imports nothing heavy (a test checks)."""
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
 
@@ -48,7 +48,7 @@ def parse_duration(text: str) -> float:
 
 def describe(result: JobResult) -> str:
     """One line for a job: what ran (round, success, memories, prompt update, seconds) or why it skipped."""
-    from evolve.leases import when
+    from evolve.deploy.leases import when
 
     if result.status == "skipped" or result.metrics is None:
         held = result.held_by
@@ -70,7 +70,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _build(spec: RunSpec, args: argparse.Namespace) -> Evolver:
-    from apps.cli import quiet_loading
+    from apps.options import quiet_loading
     from evolve.build import build
 
     quiet_loading(args.quiet)
@@ -79,9 +79,9 @@ def _build(spec: RunSpec, args: argparse.Namespace) -> Evolver:
 
 def served_feedback(evolver: Evolver) -> Callable[[], list[Trace]]:
     """The job's ``before_round``: learn what users rated through ``evolve serve`` since the last job
-    that finished (``evolve.serving.learn_served``)."""
-    from evolve.jobs import job_history
-    from evolve.serving import learn_served
+    that finished (``evolve.deploy.serving.learn_served``)."""
+    from evolve.deploy.jobs import job_history
+    from evolve.deploy.serving import learn_served
 
     def before_round() -> list[Trace]:
         done = next((j for j in job_history(evolver.log.engine, evolver.run_name) if j.status == "done"), None)
@@ -94,7 +94,7 @@ def _noted(result: JobResult, evolver: Evolver) -> JobResult:
     """``result`` with the run's quarantined served ratings in its note: they wait for a fix, not a retry."""
     from dataclasses import replace
 
-    from evolve.serving_records import quarantine_note
+    from evolve.deploy.responses import quarantine_note
 
     note = quarantine_note(evolver.log.engine, evolver.run_name)
     return replace(result, note=f"{result.note}; {note}" if result.note else note) if note else result
@@ -107,9 +107,9 @@ def _close(evolver: Evolver) -> None:
 
 def cmd_job(args: argparse.Namespace) -> None:
     """Take the run's lease first, then load the models: a job that skips loads nothing (cron ticks stay cheap)."""
-    from apps.cli import say_database
+    from apps.options import say_database
     from connectors import make_engine
-    from evolve.jobs import JobResult, holding, run_job, take_lease
+    from evolve.deploy.jobs import JobResult, holding, run_job, take_lease
 
     if not args.once:
         raise ConfigError(
@@ -136,8 +136,8 @@ def cmd_job(args: argparse.Namespace) -> None:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> None:
-    from apps.cli import say_database
-    from evolve.jobs import run_job
+    from apps.options import say_database
+    from evolve.deploy.jobs import run_job
 
     every = parse_duration(args.every)
     spec = _spec(args)

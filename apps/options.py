@@ -1,6 +1,7 @@
-"""Number options that refuse nonsense where they are parsed: ``--rounds 0`` is an error, not "the spec's rounds".
+"""What the commands share: number options that refuse nonsense where they are parsed (``--rounds 0`` is an
+error, not "the spec's rounds"), the line that names a command's database, and install hints.
 
-Each helper returns an argparse ``type=``: a value out of range exits 2 with argparse's usage line and a
+Each number helper returns an argparse ``type=``: a value out of range exits 2 with argparse's usage line and a
 message that says what was expected, before anything is loaded.
 
 Example:
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from collections.abc import Callable
 
 
@@ -49,3 +52,23 @@ def seconds(text: str) -> float:
 
 
 __all__ = ["count", "seconds"]
+
+
+SERVE_INSTALL_HINT = "evolve serve needs FastAPI and uvicorn: pip install 'evolve[serve]'"
+
+
+def quiet_loading(quiet: bool) -> None:
+    """``--quiet`` also hides the model loaders' progress bars (transformers, hub)."""
+    if quiet:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def say_database(command: str, url: str | None) -> None:
+    """Which database a command works on (password hidden), on stderr: stdout stays the command's output.
+
+    A spec's relative SQLite path is relative to the spec file; this line shows where that put it.
+    """
+    from connectors.db import default_url
+    from connectors.redact import redact_url
+
+    print(f"evolve {command}: database {redact_url(url or default_url())}", file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from connectors import ConfigError
 from evolve import PromptVersion, RoundMetrics
-from evolve.serving import FeedbackReceipt
+from evolve.deploy.serving import FeedbackReceipt
 from memory import MemoryItem
 
 Outcome = Literal["all", "successes", "failures"]

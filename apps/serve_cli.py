@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
 from apps.options import count
 from connectors import ConfigError
 
 log = logging.getLogger(__name__)
-
-INSTALL_HINT = "evolve serve needs FastAPI and uvicorn: pip install 'evolve[serve]'"
 
 
 def parse_pairs(items: Sequence[str], where: str) -> list[tuple[str, str]]:
@@ -106,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     except ImportError as e:
         raise ConfigError(INSTALL_HINT) from e
     from apps.server import create_app
-    from evolve.serving import Deployment
+    from evolve.deploy.serving import Deployment
     from evolve.spec import load_spec
 
     keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))

@@ -3,7 +3,7 @@
 Any app that speaks the OpenAI API talks to an evolved team by changing its base URL:
 
 - ``POST /v1/chat/completions`` answers with the tenant's team (memory recall plus the HEAD prompts,
-  ``evolve.serving.Deployment``), plain or streamed; the response id is the handle for feedback, and an
+  ``evolve.deploy.serving.Deployment``), plain or streamed; the response id is the handle for feedback, and an
   ``evolve`` field (ignored by apps that do not know it) carries the recall ids and the prompt version;
 - ``POST /v1/feedback`` ``{"response_id", "score" (0..1), "comment"?, "key"?}`` reinforces exactly the
   memories that response recalled (once per idempotency key: the body's ``key`` or the
@@ -50,9 +50,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from apps.serve_cli import INSTALL_HINT
+from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
 from connectors import ConfigError, ConnectorError, EvolveError, Message, ProviderTimeout, RateLimited
-from evolve.serving import Answer, Deployment, UnknownResponse
+from evolve.deploy.serving import Answer, Deployment, UnknownResponse
 from evolve.spec import check_tenant
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class ChatRequest(_Lenient):
         ]
 
     def params(self) -> dict[str, Any]:
-        """The sampling parameters the request set (``evolve.serving.REQUEST_PARAMS``)."""
+        """The sampling parameters the request set (``evolve.deploy.serving.REQUEST_PARAMS``)."""
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": max_tokens}
         params |= {"seed": self.seed, "stop": self.stop}

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.index import load_faiss
+from memory.mirror.index import load_faiss
 
 
 def machine() -> dict[str, Any]:

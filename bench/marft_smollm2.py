@@ -37,7 +37,7 @@ EVAL_EPISODES = 40
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from evolve import load_tasks
-    from evolve.escalation import TeamTask
+    from evolve.weights.escalation import TeamTask
     from optimizers.marft import Args, Trainer, evaluate
     from optimizers.marft.policy import AgentPolicies
 

@@ -29,11 +29,11 @@ from tqdm import tqdm
 from bench.common import machine, merge_summary
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.index import VectorIndex, load_faiss
+from memory.mirror.index import VectorIndex, load_faiss
+from memory.mirror.sync import index_file
 from memory.records import Recall
 from memory.scoring import select
 from memory.store import MemoryStore
-from memory.sync import index_file
 
 RESULTS = Path(__file__).parent / "results"
 DIM = 384

@@ -31,7 +31,7 @@ from apps.playground_cli import DEFAULT_SPEC, playground_env
 from bench.common import machine
 from connectors import make_engine
 from evolve import list_runs
-from evolve.textmatch import matches_normalised
+from evolve.envs.textmatch import matches_normalised
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from bench.common import machine, merge_summary
 from connectors import ChatClient, load_chat, make_engine
 from evolve import Agent, PromptEvolution, PromptGraph, Team, load_tasks, make_evaluate, split_tasks
-from evolve.tasks import TaskEnv
+from evolve.envs.tasks import TaskEnv
 from optimizers.types import Candidate, Evaluate, PromptOptimizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Reliability: backups and exports give back exactly what was stored.
 
 `python -m bench.reliability_backup [--full]` prints JSON. The harness here (``populate``,
-``snapshot``, ``differences``, ``backup_while_writing``) is also what tests/memory/test_memory_backup.py
+``snapshot``, ``differences``, ``backup_while_writing``) is also what tests/evolve/deploy/test_backup.py
 runs, so the figures and the tests check the same thing.
 
 - SQLite: backup → restore into a new file; every row of every table compared field by field (floats
@@ -31,8 +31,8 @@ from sqlalchemy.pool import NullPool
 
 from connectors import make_engine
 from connectors.embedders import HashEmbedder
-from memory.backup import backup, restore
-from memory.backup_pg import bundled_bin
+from evolve.deploy.backup import backup, restore
+from evolve.deploy.backup_pg import bundled_bin
 from memory.store import MemoryStore
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
@@ -46,8 +46,8 @@ def embedder() -> HashEmbedder:
 def populate(url: str, *, n: int, root: Path, seed: int = 0) -> list[str]:
     """Fill the database at ``url``: ``n`` memories in two namespaces with learned Q-values, recalls and
     feedback, a prompt graph whose HEAD was rolled back, and two adapter versions. The feedback ids."""
-    from evolve.adapter_versions import AdapterRegistry
-    from evolve.prompt_graph import PromptGraph
+    from evolve.prompts.graph import PromptGraph
+    from evolve.weights.registry import AdapterRegistry
 
     rng = np.random.default_rng(seed)
     feedback_ids = []

@@ -30,17 +30,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("connectors", "memory", "optimizers", "evolve", "apps")
 SQL_ALLOWED = {
     ("connectors/pglock.py", "_THE_LOCK"): "a constant predicate naming the advisory lock's fixed key",
-    ("memory/pgvector.py", "vector({int(dim)})"): "the embedder's dimension, forced to int",
-    ("memory/pgvector.py", "INTENT_ID_INDEX"): "a constant index name",
-    ("memory/pgvector.py", "embedding_new {typed}"): "a column type built from the int dimension",
-    ("memory/pgvector.py", "format(ef=ef)"): "SET of the HNSW ef_search, an int computed from k",
-    ("memory/pgvector.py", "HNSW_INDEX"): "a constant index name and the int HNSW parameters",
+    ("memory/mirror/pgvector.py", "vector({int(dim)})"): "the embedder's dimension, forced to int",
+    ("memory/mirror/pgvector.py", "INTENT_ID_INDEX"): "a constant index name",
+    ("memory/mirror/pgvector.py", "embedding_new {typed}"): "a column type built from the int dimension",
+    ("memory/mirror/pgvector.py", "format(ef=ef)"): "SET of the HNSW ef_search, an int computed from k",
+    ("memory/mirror/pgvector.py", "HNSW_INDEX"): "a constant index name and the int HNSW parameters",
     ("connectors/db.py", "BUSY_TIMEOUT_MS"): "PRAGMA takes no bound parameters; an int constant",
     ("connectors/db.py", "POLL_BUSY_MS"): "PRAGMA takes no bound parameters; an int constant",
     ("connectors/db.py", "PRAGMA {pragma}"): "the engine's own pragma list: constants and a checked durability level",
     ("connectors/db.py", "BEGIN {mode}"): "the begin mode, checked against BEGIN_MODES just before",
     ("memory/database.py", "SQLITE_CACHE_KIB"): "PRAGMA takes no bound parameters; an int constant",
-    ("memory/backup.py", "quote(n)"): "table names read from the schema, quoted by the dialect's preparer",
+    ("evolve/deploy/backup.py", "quote(n)"): "table names read from the schema, quoted by the dialect's preparer",
 }
 """Formatted SQL that interpolates trusted constants, never a caller's value: (file, snippet) -> why."""
 
@@ -144,7 +144,7 @@ def served_app(folder: Path) -> Iterator[Any]:
     from starlette.testclient import TestClient
 
     from apps.server import create_app
-    from evolve.serving import Deployment
+    from evolve.deploy.serving import Deployment
 
     spec = json.loads(json.dumps(BASE_SPEC))
     spec["run"]["database"] = f"sqlite:///{folder / 'serve.db'}"

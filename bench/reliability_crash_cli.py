@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.reliability_crash import integrity_ok, visit_mismatches
 from connectors import HashEmbedder, make_engine
-from evolve.jobs import job_history
+from evolve.deploy.jobs import job_history
 from memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,8 +23,8 @@ from typing import Any
 from connectors import ConnectorError, HashEmbedder, Message, load_chat
 from evolve import Agent, Episode, Evolver, MemoryView, Task, Team
 from evolve.executors import InProcess, Rollout
-from evolve.prompt_graph import PromptGraph
-from evolve.prompt_loop import PromptEvolution, split_tasks
+from evolve.prompts.evolution import PromptEvolution, split_tasks
+from evolve.prompts.graph import PromptGraph
 from memory import MemoryStore, RetrievalConfig
 from optimizers import TextualGradientOptimizer
 from tests.evolve.helpers import copying_reply

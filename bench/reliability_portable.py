@@ -33,7 +33,7 @@ from sqlalchemy import select
 
 from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError, StoreError
-from memory import portable
+from memory import jsonl as portable
 from memory.schema import intents, memory_items
 from memory.store import MemoryStore
 

@@ -267,3 +267,20 @@ def storage_faults(url: object) -> Iterator[None]:
         if error is None:
             raise
         raise error from e
+
+
+def check_chars(name: str, value: str) -> str:
+    """``value`` unchanged when every database can store it: no NUL and no lone surrogate.
+
+    PostgreSQL refuses NUL in text and JSON, and a lone surrogate (``"\\ud800"``) has no UTF-8
+    encoding, so both are refused on every backend (a store behaves the same on SQLite and PostgreSQL).
+    """
+    if "\x00" in value:
+        raise ConfigError(f"{name} must not contain NUL characters (\\x00), got {value!r:.120}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"{name} must be valid Unicode text, got a lone surrogate {value[e.start]!r} at position {e.start}"
+        ) from None
+    return value

@@ -35,6 +35,7 @@ def redact_url(url: object) -> str:
 
     Works on plain strings and on SQLAlchemy ``URL`` objects (whose ``str`` already hides it).
     """
+
     def mask(m: re.Match[str]) -> str:
         return f"{m['head']}{MASK}{m['at']}" if m["pw"] else m.group()
 

@@ -8,7 +8,7 @@ environment also checks output rules that the task text never states. Every task
     max_words:7    at most seven words ("2 + 3 = 5" is three: tokens without a letter or digit do not count)
     one_sentence   a single sentence: no explanation or derivation after the answer
 
-The ``rules`` checker (``evolve.rules``) gives reward 1 only when both rules hold and the content is
+The ``rules`` checker (``evolve.envs.rules``) gives reward 1 only when both rules hold and the content is
 right; its feedback names each broken rule ("The answer must be a single sentence; it had 2
 sentences.") and says whether the content was right; the "reveal" mode adds the expected answer.
 

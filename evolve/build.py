@@ -9,13 +9,14 @@ from sqlalchemy import Engine
 
 from connectors import ChatClient, ConfigError, Embedder, ResponseCache, evolve_home, load_chat, load_embedder
 from evolve.agent import Agent, MemoryView, Team
+from evolve.envs.tasks import Task, load_tasks
 from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
-from evolve.executors import Executor, make_executor
-from evolve.prompt_graph import PromptGraph
-from evolve.prompt_loop import PromptEvolution, split_tasks
+from evolve.executors import Executor
+from evolve.prompts.evolution import PromptEvolution, split_tasks
+from evolve.prompts.graph import PromptGraph
+from evolve.ray_executor import make_executor
 from evolve.spec import RunSpec
-from evolve.tasks import Task, load_tasks
-from evolve.weights import WeightUpdates
+from evolve.weights.switch import WeightUpdates
 from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
 from optimizers.types import PromptOptimizer
 

@@ -32,15 +32,16 @@ from sqlalchemy import Engine
 from tqdm.auto import tqdm
 
 from connectors import ChatClient, ConfigError, Environment
-from evolve.adapter_versions import AdapterRegistry
 from evolve.agent import Team
+from evolve.envs.tasks import Task, TaskEnv
 from evolve.episode import Episode, Step
-from evolve.escalation import plateaued, weights_blocker
-from evolve.executors import Executor, Rollout, make_executor
-from evolve.prompt_loop import PromptEvolution, PromptUpdate, make_evaluate
-from evolve.records import RoundMetrics, RunLog, episode_from_row
-from evolve.tasks import Task, TaskEnv
-from evolve.weights import (
+from evolve.executors import Executor, Rollout
+from evolve.prompts.evolution import PromptEvolution, PromptUpdate, make_evaluate
+from evolve.ray_executor import make_executor
+from evolve.run_log import RoundMetrics, RunLog, episode_from_row
+from evolve.weights.escalation import plateaued, weights_blocker
+from evolve.weights.registry import AdapterRegistry
+from evolve.weights.switch import (
     WeightsReport,
     WeightUpdates,
     adapter_registry,
@@ -104,7 +105,7 @@ class Evolver:
 
     Args:
         team: the agents.
-        tasks: the task set (``Task``s, e.g. from ``evolve.tasks.load_tasks``).
+        tasks: the task set (``Task``s, e.g. from ``evolve.envs.tasks.load_tasks``).
         memory: the store the team's memory views point at; None for a memory-less baseline.
         env_factory: builds one environment per episode (default: ``TaskEnv`` over ``tasks``).
         engine: the database for the run log (default: the memory store's engine).
@@ -200,7 +201,7 @@ class Evolver:
     def run_round(self, round_: int, *, extra_traces: Sequence[Trace] = ()) -> RoundMetrics:
         """One round: every scheduled task once, memory learning after each batch, then a prompt step.
 
-        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.serving``) are handed
+        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.deploy.serving``) are handed
         to the prompt optimizer as more examples to learn from; it still gates on the tasks alone.
         """
         start = time.perf_counter()

@@ -25,12 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from connectors import ConfigError, Environment, EvolveError
 from evolve.agent import Team, TeamAct
+from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step
-from evolve.records import MAX_EPISODE_ID
-from evolve.tasks import Task
+from evolve.run_log import MAX_EPISODE_ID
 from memory import fit_id
-
-EXECUTORS = ("inprocess", "ray")
 
 
 @runtime_checkable
@@ -125,7 +123,7 @@ class Rollout:
     Example:
         >>> from connectors import load_chat
         >>> from evolve.agent import Agent
-        >>> from evolve.tasks import TaskEnv
+        >>> from evolve.envs.tasks import TaskEnv
         >>> tasks = [Task(id="t1", prompt="2 + 2?", answer="4")]
         >>> team = Team([Agent("a", load_chat("fake/scripted", replies=["4"]))])
         >>> Rollout(team, lambda: TaskEnv(tasks), run="r", round=1)(tasks)[0].id
@@ -163,7 +161,7 @@ class InProcess:
     Example:
         >>> from connectors import load_chat
         >>> from evolve.agent import Agent
-        >>> from evolve.tasks import TaskEnv
+        >>> from evolve.envs.tasks import TaskEnv
         >>> tasks = [Task(id="t1", prompt="2 + 2?", answer="4")]
         >>> rollout = Rollout(Team([Agent("a", load_chat("fake/scripted", replies=["5"]))]), lambda: TaskEnv(tasks))
         >>> InProcess().run(rollout, tasks)[0].success
@@ -175,28 +173,6 @@ class InProcess:
 
     def __repr__(self) -> str:
         return "InProcess()"
-
-
-def make_executor(executor: str | Executor = "inprocess", **options: Any) -> Executor:
-    """An executor by name (``"inprocess"``, ``"ray"``; ``options`` go to ``RayExecutor``), or the
-    given object when it has ``run(rollout, tasks)``."""
-    if isinstance(executor, str):
-        if executor == "inprocess":
-            if options:
-                raise ConfigError(f"the inprocess executor takes no options, got {sorted(options)}")
-            return InProcess()
-        if executor == "ray":
-            from evolve.ray_executor import RayExecutor
-
-            return RayExecutor(**options)
-        raise ConfigError(f"unknown executor {executor!r}; expected one of {list(EXECUTORS)} or an Executor object")
-    if not isinstance(executor, Executor):
-        raise ConfigError(
-            f"executor must be one of {list(EXECUTORS)} or an object with run(rollout, tasks), got {executor!r}"
-        )
-    if options:
-        raise ConfigError(f"executor options {sorted(options)} apply only to an executor given by name")
-    return executor
 
 
 def split(tasks: Sequence[Task], parts: int) -> list[list[Task]]:
@@ -217,4 +193,4 @@ def split(tasks: Sequence[Task], parts: int) -> list[list[Task]]:
     return out
 
 
-__all__ = ["EXECUTORS", "Executor", "InProcess", "Rollout", "make_executor", "split"]
+__all__ = ["Executor", "InProcess", "Rollout", "split"]

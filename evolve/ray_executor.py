@@ -35,10 +35,12 @@ from typing import Any
 
 from connectors import ConfigError, ConnectorError
 from connectors.db import sqlite_path
+from evolve.envs.tasks import Task
 from evolve.episode import Episode
-from evolve.executors import Rollout, split
-from evolve.tasks import Task
+from evolve.executors import Executor, InProcess, Rollout, split
 from memory import MemoryConfig, MemoryStore
+
+EXECUTORS = ("inprocess", "ray")  # the executors make_executor builds by name
 
 OPEN_STORES = 8
 """How many stores a worker process keeps open; the least recently used beyond that is closed."""
@@ -282,4 +284,35 @@ class RayExecutor:
         return episodes
 
 
-__all__ = ["OPEN_STORES", "RayExecutor", "StoreAddress", "open_store", "pack", "run_chunk", "store_address", "unpack"]
+def make_executor(executor: str | Executor = "inprocess", **options: Any) -> Executor:
+    """An executor by name (``"inprocess"``, ``"ray"``; ``options`` go to ``RayExecutor``), or the
+    given object when it has ``run(rollout, tasks)``."""
+    if isinstance(executor, str):
+        if executor == "inprocess":
+            if options:
+                raise ConfigError(f"the inprocess executor takes no options, got {sorted(options)}")
+            return InProcess()
+        if executor == "ray":
+            return RayExecutor(**options)
+        raise ConfigError(f"unknown executor {executor!r}; expected one of {list(EXECUTORS)} or an Executor object")
+    if not isinstance(executor, Executor):
+        raise ConfigError(
+            f"executor must be one of {list(EXECUTORS)} or an object with run(rollout, tasks), got {executor!r}"
+        )
+    if options:
+        raise ConfigError(f"executor options {sorted(options)} apply only to an executor given by name")
+    return executor
+
+
+__all__ = [
+    "EXECUTORS",
+    "OPEN_STORES",
+    "RayExecutor",
+    "StoreAddress",
+    "make_executor",
+    "open_store",
+    "pack",
+    "run_chunk",
+    "store_address",
+    "unpack",
+]

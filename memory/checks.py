@@ -21,13 +21,19 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
+from sqlalchemy import Connection
 
+from connectors.db import check_chars
+from connectors.embedders import normalise_rows
 from connectors.errors import ConfigError, StoreError
+from connectors.redact import redact_url
 from memory.records import MemoryItem
+from memory.schema import read_state, record_embedder
 
 MAX_NAMESPACE = 200
 MAX_ID = 64  # the id columns are VARCHAR(64)
 MAX_FEEDBACK_ID = 128  # memory_feedback.id is VARCHAR(128)
+UNIT_TOLERANCE = 1e-6  # |norm - 1| below this counts as unit length (float32 rounding)
 MAX_VALUE = 1e12
 """The largest magnitude of a reward or a Q-value (see ``check_reward``)."""
 MAX_META_DEPTH = 64
@@ -78,23 +84,6 @@ def check_owner(item: MemoryItem, namespace: str) -> MemoryItem:
             "(ids are unique across the store); choose another id"
         )
     return item
-
-
-def check_chars(name: str, value: str) -> str:
-    """``value`` unchanged when every database can store it: no NUL and no lone surrogate.
-
-    PostgreSQL refuses NUL in text and JSON, and a lone surrogate (``"\\ud800"``) has no UTF-8
-    encoding, so both are refused on every backend (a store behaves the same on SQLite and PostgreSQL).
-    """
-    if "\x00" in value:
-        raise ConfigError(f"{name} must not contain NUL characters (\\x00), got {value!r:.120}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ConfigError(
-            f"{name} must be valid Unicode text, got a lone surrogate {value[e.start]!r} at position {e.start}"
-        ) from None
-    return value
 
 
 def check_text(name: str, value: object, *, limit: int = MAX_TEXT) -> None:
@@ -211,3 +200,47 @@ def _check_json_text(value: object, where: str) -> None:
                     stack.append((v, f"{path}[{k!r:.40}]", depth + 1))
             else:
                 stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+
+
+def check_embedder(conn: Connection, name: str, dim: int, url: str) -> None:
+    """Record the embedder on a new store; refuse a different one on an existing store."""
+    st = read_state(conn)
+    if st.embedder is None:
+        record_embedder(conn, name, dim)
+    elif st.embedder != name or st.dim != dim:
+        raise StoreError(
+            f"the memory store at {redact_url(url)} was built with embedder {st.embedder!r} (dim {st.dim}), "
+            f"but was opened with {name!r} (dim {dim}); open it with the same embedder, "
+            "or export it and import into a new store"
+        )
+
+
+def check_embeddings(vecs: Any, n: int, dim: int, *, source: str = "embeddings") -> np.ndarray:
+    """An (n, dim) finite float32 matrix with unit rows (zero rows stay zero)."""
+    try:
+        arr = np.asarray(vecs, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"{source}: expected an ({n}, {dim}) array of numbers, got {type(vecs).__name__} ({e})"
+        ) from None
+    if arr.shape != (n, dim):
+        raise ConfigError(f"{source}: expected shape ({n}, {dim}), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ConfigError(f"{source}: embeddings contain NaN or infinite values")
+    # Rows already of unit length are kept bit for bit: normalising them again moves some by one ulp,
+    # and an export -> import round trip must give back exactly the stored vectors.
+    norms = np.linalg.norm(arr.astype(np.float64), axis=1)
+    off = np.abs(norms - 1.0) > UNIT_TOLERANCE
+    if off.any():
+        arr = arr.copy()
+        arr[off] = normalise_rows(arr[off])
+    return arr
+
+
+def check_feedback_id(value: object) -> str:
+    """A feedback id the ``memory_feedback`` table can key: a non-empty string of at most 128 characters."""
+    if not isinstance(value, str) or not value or len(value) > MAX_FEEDBACK_ID:
+        raise ConfigError(
+            f"feedback_id must be a non-empty string of at most {MAX_FEEDBACK_ID} characters, got {value!r:.120}"
+        )
+    return check_chars("feedback_id", value)

@@ -132,7 +132,7 @@ class MemoryConfig:
         if not isinstance(self.retrieval, RetrievalConfig):
             raise ConfigError(f"{owner}.retrieval must be a RetrievalConfig, got {type(self.retrieval).__name__}")
         _check_range(owner, "alpha", self.alpha, 0.0, 1.0)
-        _check_range(owner, "q_init", self.q_init, -1e12, 1e12)  # memory.batch.MAX_VALUE: Q stays finite
+        _check_range(owner, "q_init", self.q_init, -1e12, 1e12)  # memory.inserts.MAX_VALUE: Q stays finite
         ok = isinstance(self.group_threshold, (int, float)) and not isinstance(self.group_threshold, bool)
         if not ok or not 0.0 < self.group_threshold <= 1.0:
             raise ConfigError(f"{owner}.group_threshold must be a number in (0, 1], got {self.group_threshold!r}")

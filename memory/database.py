@@ -30,7 +30,7 @@ from connectors.db import Durability, make_engine, opened_read_only, sqlite_path
 from connectors.errors import ConfigError
 from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind
-from memory.sync import MirrorSet
+from memory.mirror.sync import MirrorSet
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def mirror_set(db: Database, *, dim: int, kind: str, index_path: str | Path | No
     read-only), or with one the database serves (``"pgvector"``)."""
     served = None
     if kind == "pgvector":
-        from memory.pgvector import PgVectorIndex
+        from memory.mirror.pgvector import PgVectorIndex
 
         served = partial(PgVectorIndex, db.transaction, dim=dim)
     folder = index_dir(db.url, index_path)

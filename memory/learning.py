@@ -16,9 +16,8 @@ import numpy as np
 from sqlalchemy import Connection, bindparam, insert, update
 
 from connectors.errors import ConfigError
-from memory import report
-from memory.checks import as_list, check_id, check_namespace, check_reward, new_ids
-from memory.portable import check_feedback_id
+from memory import reads
+from memory.checks import as_list, check_feedback_id, check_id, check_namespace, check_reward, new_ids
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items
 from memory.scoring import credit_weights
@@ -77,11 +76,11 @@ def plan_updates(
     """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied.
 
     Recall ids are looked up in the entry's namespace, else ``namespace``, else ``"default"``;
-    ``Recall`` objects in their own (``report.recall_targets``); every update is bound to the
+    ``Recall`` objects in their own (``reads.recall_targets``); every update is bound to the
     recall's namespace as well.
     """
     plan = Updates()
-    seen = report.feedback_applied(conn, [e[2] for e in entries if e[2] is not None])
+    seen = reads.feedback_applied(conn, [e[2] for e in entries if e[2] is not None])
     now = time.time()
     fresh = iter(new_ids(len(entries)))
     for recall, reward, fid, entry_ns in entries:
@@ -89,7 +88,7 @@ def plan_updates(
         if fid in seen:
             continue
         seen.add(fid)
-        recall_id, ns, item_ids, scores = report.recall_targets(conn, recall, entry_ns or namespace)
+        recall_id, ns, item_ids, scores = reads.recall_targets(conn, recall, entry_ns or namespace)
         rates = np.minimum(1.0, alpha * credit_weights(scores, credit))
         for item_id, rate in zip(item_ids, rates, strict=True):
             plan.params.append({"b_item": item_id, "b_ns": ns, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
@@ -109,7 +108,7 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
         generation, _ = bump(conn)
         now = time.time()
         execute_many(conn, Q_UPDATE, [{**p, "b_gen": generation, "b_at": now} for p in plan.params])
-        after = report.read_values(conn, sorted({p["b_item"] for p in plan.params}))
+        after = reads.read_values(conn, sorted({p["b_item"] for p in plan.params}))
     present = {row[0] for row in after}
     applied = Counter(p["b_fb"] for p in plan.params if p["b_item"] in present)
     for fb in plan.feedback_rows:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from memory.config import RetrievalConfig
-from memory.mirror import NamespaceMirror
+from memory.mirror.arrays import NamespaceMirror
 from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import Selection, select
 

@@ -51,14 +51,14 @@ metadata = MetaData()
 
 class Embedding(TypeDecorator[bytes]):
     """An intent key's vector as little-endian float32 bytes: a BLOB on SQLite, a pgvector ``vector``
-    on PostgreSQL (``memory.pgvector``, where the column also gets its dimension and an HNSW index)."""
+    on PostgreSQL (``memory.mirror.pgvector``, where the column also gets its dimension and an HNSW index)."""
 
     impl = LargeBinary
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
-            from memory.pgvector import VectorBytes
+            from memory.mirror.pgvector import VectorBytes
 
             return dialect.type_descriptor(VectorBytes())
         return dialect.type_descriptor(LargeBinary())
@@ -172,7 +172,7 @@ def create_schema(engine: Engine, *, dim: int | None = None, vector_index: bool 
     """Create the tables and the state row if they are missing (safe when several processes race).
 
     On PostgreSQL the pgvector extension is created first, the vector column gets dimension ``dim``
-    and, with ``vector_index``, its HNSW index (``memory.pgvector``). A database that cannot be
+    and, with ``vector_index``, its HNSW index (``memory.mirror.pgvector``). A database that cannot be
     written (read-only media, a read-only server) is used as it is when it holds a memory store: reads
     work and writes raise ``StoreError`` naming read-only. Other storage faults (disk full, locked)
     are a ``StoreError`` naming them.
@@ -198,7 +198,7 @@ def _create(engine: Engine, dim: int | None, vector_index: bool) -> None:
     postgres = engine.dialect.name == "postgresql"
     with engine.begin() as conn:
         if postgres:
-            from memory import pgvector
+            from memory.mirror import pgvector
 
             pgvector.before_tables(conn)
         metadata.create_all(conn, checkfirst=True)

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Executable
 
+IN_CHUNK = 5000  # bound on bound parameters per IN (...) list
 GENERATION_SQL = "SELECT generation FROM memory_state WHERE id = 1"
 
 
@@ -98,3 +99,8 @@ def read_generation(conn: Connection, *, lock: bool = False) -> int:
         return int(cursor.execute(GENERATION_SQL).fetchone()[0])
     finally:
         cursor.close()
+
+
+def chunks(values: Sequence[Any], size: int = IN_CHUNK) -> list[Sequence[Any]]:
+    """``values`` in slices of at most ``size``: one IN (...) list each."""
+    return [values[i : i + size] for i in range(0, len(values), size)]

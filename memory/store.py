@@ -35,8 +35,7 @@ from connectors.db import default_url
 from connectors.embedders import Embedder
 from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact_url
-from memory import portable, report
-from memory.batch import BULK_CHUNK, BULK_PAUSE, NewItems, chunk_size, insert_batches, remove_items
+from memory import checks, jsonl, reads
 from memory.checks import (
     check_id,
     check_namespace,
@@ -49,8 +48,9 @@ from memory.checks import (
 )
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.database import Database, mirror_set, resolve_index
+from memory.inserts import BULK_CHUNK, BULK_PAUSE, NewItems, chunk_size, insert_batches, remove_items
 from memory.learning import apply_updates, check_entries, plan_updates
-from memory.mirror import NamespaceMirror
+from memory.mirror.arrays import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
@@ -103,7 +103,7 @@ class MemoryStore:
             self.config = replace(self.config, index=resolve_index(self.config.index, self._db))
             create_schema(self._db.engine, dim=self.dim, vector_index=self.config.index == "pgvector")
             with self._db.transaction() as conn:
-                portable.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
+                checks.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
             self._db.keep_connection()  # every use is under the store's lock
         except BaseException:
             self._db.close()
@@ -171,7 +171,7 @@ class MemoryStore:
             return []
         intents_ = [r[0] for r in rows]
         given = embeddings is not None
-        vecs = portable.check_embeddings(embeddings, len(rows), self.dim) if given else self._embed(intents_)
+        vecs = checks.check_embeddings(embeddings, len(rows), self.dim) if given else self._embed(intents_)
         batch = NewItems.build(
             intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
         )
@@ -306,14 +306,14 @@ class MemoryStore:
             planner = Planner(vecs, cfg, self._rng)
             plans = planner(mirror)
             with self._db.transaction(write=record) as conn:
-                mirror, plans, found = report.select_memories(
+                mirror, plans, found = reads.select_memories(
                     conn, self._mirrors, namespace, planner, plans, self._texts
                 )
                 out = [
                     to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
                 ]
                 if record:
-                    report.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
+                    reads.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
             return out
 
     def _load(self, namespace: str) -> NamespaceMirror:
@@ -375,7 +375,7 @@ class MemoryStore:
 
     def _find_many(self, memory_ids: list[str], namespace: str | None) -> list[MemoryItem]:
         """Memories by id, of one namespace (or of any: only to refuse ids taken elsewhere)."""
-        return self._read(lambda conn: report.fetch_items(conn, memory_ids, namespace))
+        return self._read(lambda conn: reads.fetch_items(conn, memory_ids, namespace))
 
     @property
     def engine(self) -> Engine:
@@ -385,25 +385,25 @@ class MemoryStore:
     def items(self, namespace: str | None = None) -> list[MemoryItem]:
         """Every memory (of one namespace, or all), oldest first."""
         namespace = None if namespace is None else check_namespace(namespace)
-        return self._read(lambda conn: report.all_items(conn, namespace))
+        return self._read(lambda conn: reads.all_items(conn, namespace))
 
     def explain(self, recall_id: str, *, namespace: str = "default") -> dict[str, Any]:
         """The logged recall of ``namespace``: query, config, every candidate's sim, Q, z-scores, score,
         whether it was selected or filtered by δ, and the feedback applied to it since."""
         check_id("recall_id", recall_id)
         namespace = check_namespace(namespace)
-        return self._read(lambda conn: report.explain(conn, recall_id, namespace))
+        return self._read(lambda conn: reads.explain(conn, recall_id, namespace))
 
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
         namespace = None if namespace is None else check_namespace(namespace)
-        return self._read(lambda conn: report.stats(conn, namespace))
+        return self._read(lambda conn: reads.stats(conn, namespace))
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:
         """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count.
-        Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.portable``)."""
-        target = portable.as_path(path, "export")
-        return self._read(lambda conn: portable.export_jsonl(conn, target, namespace, self.embedder, self.dim))
+        Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.jsonl``)."""
+        target = jsonl.as_path(path, "export")
+        return self._read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
 
     def import_(self, path: str | Path) -> int:
         """Read an ``export`` file; memories already stored in their namespace are skipped. Returns how
@@ -412,16 +412,16 @@ class MemoryStore:
         Every record is checked before anything is written (a bad field, an id twice, an id held in
         another namespace: a ``ConfigError`` naming the line and field, and nothing is imported); an
         import stopped half way is completed by running it again. With the exporting store's embedder
-        the vectors are reused bit for bit, else the intents are embedded again (``memory.portable``).
+        the vectors are reused bit for bit, else the intents are embedded again (``memory.jsonl``).
         """
-        checked = portable.check_file(portable.as_path(path, "import"))
-        skip = self._read(partial(portable.already_stored, checked=checked))
-        reuse = portable.same_embedder(checked.header, self.embedder, self.dim)
+        checked = jsonl.check_file(jsonl.as_path(path, "import"))
+        skip = self._read(partial(jsonl.already_stored, checked=checked))
+        reuse = jsonl.same_embedder(checked.header, self.embedder, self.dim)
         added = 0
-        for namespace, records in portable.records(checked, skip):
+        for namespace, records in jsonl.records(checked, skip):
             if added // BULK_CHUNK != (added + len(records)) // BULK_CHUNK:
                 self._yield_to_writers()  # a turn for other writers about every BULK_CHUNK rows
-            batch, reused = portable.to_batch(records, self.embedder, self.dim, reuse=reuse)
+            batch, reused = jsonl.to_batch(records, self.embedder, self.dim, reuse=reuse)
             self._insert({namespace: batch}, group=not reused, skip_existing=True)
             added += len(batch)
         return added
@@ -495,4 +495,4 @@ class MemoryStore:
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
-        return portable.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")
+        return checks.check_embeddings(vecs, len(texts), self.dim, source=f"embedder {self.embedder!r}")

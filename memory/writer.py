@@ -25,8 +25,8 @@ from connectors.chat import ChatModel
 from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
-from memory.batch import NewItems
 from memory.checks import check_chars, check_id, check_meta, check_namespace, check_success, check_text, new_id
+from memory.inserts import NewItems
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from evolve.serving import Deployment
+from evolve.deploy.serving import Deployment
 
 QUESTION = "What is the door code of the Harbor warehouse?"
 ANSWER = "The door code is 4471."

@@ -9,7 +9,7 @@ import pytest
 
 from apps.cli import main
 from connectors import HashEmbedder, make_engine
-from evolve.prompt_graph import PromptGraph
+from evolve.prompts.graph import PromptGraph
 from memory import MemoryStore
 
 TASKS = [

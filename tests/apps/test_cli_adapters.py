@@ -10,7 +10,7 @@ import pytest
 
 from apps.cli import main
 from connectors import make_engine
-from evolve.adapter_versions import AdapterRegistry, AdapterVersion
+from evolve.weights.registry import AdapterRegistry, AdapterVersion
 
 
 def fake_adapter(folder: Path, weights: bytes) -> Path:

@@ -15,8 +15,8 @@ from sqlalchemy import update
 
 from apps.cli import main
 from connectors import Message
-from evolve.jobs import job_history
-from evolve.serving import Deployment, feedback_rows
+from evolve.deploy.jobs import job_history
+from evolve.deploy.serving import Deployment, feedback_rows
 from evolve.spec import load_spec
 from memory import MAX_ID, MemoryItem
 
@@ -132,7 +132,7 @@ def test_a_job_quarantines_a_poisoned_rating_learns_the_rest_and_says_so(
     deployment = Deployment(load_spec(spec))
     with deployment.engine.begin() as conn:  # a row cut short by a copy through a tool with a length limit
         conn.execute(update(feedback_rows).where(feedback_rows.c.response_id == served[0]).values(applied=0))
-        from evolve.serving import responses
+        from evolve.deploy.serving import responses
 
         conn.execute(update(responses).where(responses.c.id == served[0]).values(steps='[{"agent": "réponse'))
     deployment.close()

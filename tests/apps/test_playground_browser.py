@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from apps.playground_browser import ask, chromium_page, find_chromium, open_expander, serve
 from connectors import make_engine
-from evolve.serving import Deployment, responses
+from evolve.deploy.serving import Deployment, responses
 from evolve.spec import load_spec
 from tests.apps.test_playground import QUESTION, write_spec
 

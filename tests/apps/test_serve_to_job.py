@@ -7,8 +7,8 @@ from pathlib import Path
 
 from apps.cli import main
 from connectors import Message
-from evolve.jobs import job_history
-from evolve.serving import Deployment
+from evolve.deploy.jobs import job_history
+from evolve.deploy.serving import Deployment
 from evolve.spec import load_spec
 
 TASKS = [{"id": "harbor-door", "prompt": "What is the door code of the Harbor warehouse?", "answer": "4471"}]

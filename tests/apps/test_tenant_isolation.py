@@ -17,8 +17,8 @@ from apps.cli import main
 from apps.server import check_keys
 from bench.security_probes import CRAFTED, QUESTION, DeploymentSurface, isolation_probe, q_state, seed
 from connectors import ConfigError, Message, StoreError
-from evolve.records import list_runs
-from evolve.serving import Deployment
+from evolve.deploy.serving import Deployment
+from evolve.run_log import list_runs
 from evolve.spec import RunSpec, check_tenant, load_spec
 from tests.apps.conftest import KEY_OF, Served, serving, write_serve_spec
 

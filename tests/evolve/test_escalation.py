@@ -10,7 +10,7 @@ import pytest
 from connectors import ConfigError, load_chat
 from evolve import Agent, Task, Team
 from evolve.agent import render_messages
-from evolve.escalation import TeamTask, plateaued, weights_blocker
+from evolve.weights.escalation import TeamTask, plateaued, weights_blocker
 
 TASK = Task(id="a", prompt="What is 2 + 2?", answer="4")
 

@@ -17,7 +17,7 @@ from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.episode import Episode
 from evolve.evolver import pooled_moments, task_envs
-from evolve.records import episodes
+from evolve.run_log import episodes
 from memory import MemoryStore, RetrievalConfig
 from tests.evolve.helpers import copying_reply
 

@@ -12,7 +12,8 @@ import pytest
 from connectors import ConfigError, HashEmbedder, Message, load_chat
 from connectors.env import Observation
 from evolve import Agent, Episode, Evolver, Executor, InProcess, MemoryView, Rollout, Task, Team
-from evolve.executors import make_executor, split
+from evolve.executors import split
+from evolve.ray_executor import make_executor
 from memory import MemoryStore, RetrievalConfig
 from tests.evolve.helpers import copying_reply
 

@@ -8,7 +8,7 @@ import pytest
 
 from connectors import load_chat, make_engine
 from evolve import Agent, PromptEvolution, PromptGraph, Team, load_tasks, make_evaluate
-from evolve.tasks import TaskEnv
+from evolve.envs.tasks import TaskEnv
 from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
 
 pytestmark = pytest.mark.slow

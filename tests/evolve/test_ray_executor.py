@@ -19,8 +19,8 @@ import pytest
 from connectors import ConfigError, ConnectorError, HashEmbedder, Message, load_chat
 from evolve import Agent, Evolver, InProcess, MemoryView, RoundMetrics, Task, Team
 from evolve.build import build
+from evolve.envs.tasks import TaskEnv
 from evolve.spec import load_spec
-from evolve.tasks import TaskEnv
 from memory import MemoryStore, RetrievalConfig
 from tests.conftest import ROOT
 from tests.evolve.helpers import copying_reply

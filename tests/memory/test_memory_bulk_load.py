@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.reliability_bulk import contended_load
-from memory.batch import chunk_size
+from memory.inserts import chunk_size
 
 BUSY_MS = 1500
 

@@ -19,9 +19,9 @@ from sqlalchemy import delete, update
 from bench.reliability_crash import FAILURES, check
 from connectors import HashEmbedder
 from memory import MemoryStore
-from memory.index import VectorIndex, meta_path
+from memory.mirror.index import VectorIndex, meta_path
+from memory.mirror.sync import index_file
 from memory.schema import feedback, memory_items
-from memory.sync import index_file
 
 
 def assert_nothing_lost(result: dict, *, trials: int) -> None:

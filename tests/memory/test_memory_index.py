@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import memory.index
+import memory.mirror.index
 from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.index import VectorIndex
+from memory.mirror.index import VectorIndex
+from memory.mirror.sync import index_file
 from memory.store import MemoryStore
-from memory.sync import index_file
 from tests.memory.conftest import sqlite_only
 
 Open = Callable[..., MemoryStore]
@@ -34,7 +34,7 @@ def recalls(store: MemoryStore) -> list[tuple[tuple[str, ...], tuple[float, ...]
 
 @pytest.fixture
 def numpy_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory.index, "load_faiss", lambda: None)
+    monkeypatch.setattr(memory.mirror.index, "load_faiss", lambda: None)
 
 
 def test_faiss_and_numpy_search_return_the_same_neighbours() -> None:
@@ -59,7 +59,7 @@ def test_store_without_faiss_returns_the_same_recalls(
     with_faiss = open_store()
     fill(with_faiss)
     expected = recalls(with_faiss)
-    monkeypatch.setattr(memory.index, "load_faiss", lambda: None)
+    monkeypatch.setattr(memory.mirror.index, "load_faiss", lambda: None)
     without = MemoryStore(f"sqlite:///{tmp_path / 'np.db'}", embedder=embedder)
     fill(without)
     assert without._mirrors.loaded("default").index.backend == "numpy"  # type: ignore[union-attr]
@@ -83,7 +83,7 @@ def test_pgvector_index_needs_postgres(embedder: HashEmbedder) -> None:
 
 @pytest.mark.parametrize(("version", "iterative"), [("0.8.5", True), ("0.10.0", True), ("0.7.4", False)])
 def test_pgvector_index_asks_for_iterative_scans_only_where_pgvector_has_them(version: str, iterative: bool) -> None:
-    from memory import pgvector
+    from memory.mirror import pgvector
 
     class Conn:
         def exec_driver_sql(self, sql: str) -> Any:
@@ -189,7 +189,7 @@ def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
 
 def test_ivf_index_is_exact_until_trained_then_finds_most_true_neighbours() -> None:
     pytest.importorskip("faiss")
-    dim, n = 32, memory.index.IVF_TRAIN_AT + 500
+    dim, n = 32, memory.mirror.index.IVF_TRAIN_AT + 500
     x = unit_rows(n, dim, 1)
     ivf, flat = VectorIndex(dim, kind="ivf"), VectorIndex(dim, kind="flat")
     ids = np.arange(n, dtype=np.int64) * 3 + 7
@@ -212,7 +212,7 @@ def test_ivf_store_groups_through_the_index_and_reloads(open_store: Open) -> Non
     cfg = MemoryConfig(index="ivf")
     store = open_store(cfg)
     dim = store.dim
-    n = memory.index.IVF_TRAIN_AT + 100
+    n = memory.mirror.index.IVF_TRAIN_AT + 100
     vecs = unit_rows(n, dim, 3)
     store.add_many([(f"task {i}", f"experience {i}") for i in range(n)], embeddings=vecs, group=False)
     index = store._mirrors.loaded("default").index  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests  # noqa
 from connectors.embedders import HashEmbedder  # noqa: E402
 from connectors.errors import ConfigError  # noqa: E402
 from memory.config import RetrievalConfig  # noqa: E402
-from memory.langchain import MemoryRetriever, recall_config  # noqa: E402
+from memory.integrations.langchain import MemoryRetriever, recall_config  # noqa: E402
 from memory.store import MemoryStore  # noqa: E402
 from tests.extras import import_without  # noqa: E402
 
@@ -143,8 +143,8 @@ def test_bad_arguments_are_config_errors(store: MemoryStore, make: Callable[[Mem
 
 
 def test_without_the_extra_importing_names_it_and_import_memory_does_not_need_it() -> None:
-    for module in ("memory.langchain", "memory.langchain_tracker"):
+    for module in ("memory.integrations.langchain", "memory.integrations.langchain_tracker"):
         out = import_without("langchain_core", module)
         assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
-    assert import_without("langgraph", "memory.langgraph_store").startswith("ConfigError")
+    assert import_without("langgraph", "memory.integrations.langgraph_store").startswith("ConfigError")
     assert import_without("langchain_core", "memory") == "imported"

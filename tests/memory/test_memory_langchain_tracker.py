@@ -15,8 +15,8 @@ from langchain_core.runnables import RunnableLambda, RunnableParallel  # noqa: E
 from langchain_core.tracers.context import collect_runs  # noqa: E402
 
 from connectors.errors import ConfigError, StoreError  # noqa: E402
-from memory.langchain import MemoryRetriever  # noqa: E402
-from memory.langchain_tracker import RecallTracker, RunFeedback  # noqa: E402
+from memory.integrations.langchain import MemoryRetriever  # noqa: E402
+from memory.integrations.langchain_tracker import RecallTracker, RunFeedback  # noqa: E402
 from memory.store import MemoryStore  # noqa: E402
 
 ROUTER = [("reset the home router", "hold reset for ten seconds"), ("router keeps dropping wifi", "change the channel")]

@@ -14,7 +14,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, PutOp, SearchOp  # noqa: E402
 
 from connectors.errors import ConfigError  # noqa: E402
-from memory.langgraph_store import MemorySearchItem, MemoryStoreAdapter  # noqa: E402
+from memory.integrations.langgraph_store import MemorySearchItem, MemoryStoreAdapter  # noqa: E402
 from memory.store import MemoryStore  # noqa: E402
 
 ALICE = ("users", "alice", "memories")

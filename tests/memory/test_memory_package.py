@@ -17,7 +17,7 @@ def test_all_names_resolve() -> None:
 
 def test_importing_memory_loads_no_upper_layer_and_no_faiss() -> None:
     code = (
-        "import sys, memory; assert memory.__file__, 'regular package'; import memory.store, memory.writer, memory.sync;"
+        "import sys, memory; assert memory.__file__, 'regular package'; import memory.store, memory.writer, memory.mirror.sync;"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'evolve', 'optimizers', 'apps', 'faiss', 'torch'});"
         "print(','.join(bad))"
     )
@@ -34,7 +34,7 @@ def test_the_examples_in_the_docstrings_run() -> None:
 
     failed = {}
     for info in pkgutil.iter_modules(memory.__path__, "memory."):
-        if info.name == "memory.pgvector":
+        if info.name == "memory.mirror.pgvector":
             continue  # its examples need a PostgreSQL server (tests/memory/test_memory_postgres.py has one)
         result = doctest.testmod(importlib.import_module(info.name))
         if result.failed:

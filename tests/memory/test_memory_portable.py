@@ -1,4 +1,4 @@
-"""Export → import gives back every memory bit for bit, and a bad file changes nothing (memory.portable).
+"""Export → import gives back every memory bit for bit, and a bad file changes nothing (memory.jsonl).
 
 Hostile texts (every character ``str.splitlines`` splits on, emoji, RTL, combining marks, 100k-character
 texts, texts that look like records or headers) round-trip exactly on SQLite and PostgreSQL; every
@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError, EvolveError, StoreError
-from memory import portable
+from memory import jsonl as portable
 from memory.schema import intents, memory_items
 from memory.store import MemoryStore
 

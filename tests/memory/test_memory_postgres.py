@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import Engine, select, text
 
 from connectors.embedders import HashEmbedder
-from memory import pgvector
+from memory.checks import check_embeddings
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.pgvector import PgVectorIndex
-from memory.portable import check_embeddings
+from memory.mirror import pgvector
+from memory.mirror.pgvector import PgVectorIndex
 from memory.schema import intents
 from memory.store import MemoryStore
 

@@ -1,0 +1,491 @@
+"""Serving an evolved team: answer chat requests from memory and HEAD prompts, learn from feedback.
+
+``Deployment`` is the seam ``evolve serve`` (HTTP) and ``evolve playground`` (Streamlit) stand on:
+
+- ``answer(messages, tenant=…)`` runs the tenant's team on a conversation (each agent recalls from its
+  namespace and speaks from the HEAD prompts) and records the response under a fresh id;
+- ``feedback(response_id, score, tenant=…)`` reinforces exactly the memories that response recalled,
+  once per idempotency key, and queues the rated response for the next job;
+- ``learn_served(evolver)`` (``evolve job`` calls it before its round) writes queued responses into
+  memory as experiences, so a lesson a user gave is recalled next time, and hands the rated answers to
+  the round's prompt step (``feedback_traces``), where textual gradients learn from the comments; a
+  rating that cannot be learned is quarantined with its reason (``quarantined``, ``retry_quarantined``)
+  instead of blocking the queue.
+
+A tenant's run is ``<run>@<tenant>`` (``RunSpec.for_tenant``): its memories, prompts, rounds and
+responses are keyed by that name, so one tenant never sees another's.
+
+Example:
+    >>> from evolve.spec import RunSpec
+    >>> spec = RunSpec.model_validate({"environment": {"tasks": "unused.jsonl"}, "run": {"database": "sqlite://"},
+    ...     "model": {"chat": "fake/scripted", "options": {"replies": ["4"]}}, "embedder": {"name": "hash"}})
+    >>> deployment = Deployment(spec)
+    >>> answer = deployment.answer([Message("user", "What is 2 + 2?")], tenant="alice")
+    >>> answer.text, deployment.feedback(answer.id, 1.0, tenant="alice").applied
+    ('4', True)
+    >>> deployment.close()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from connectors import (
+    ChatClient,
+    ConfigError,
+    ConnectorError,
+    Embedder,
+    EvolveError,
+    Message,
+    StoreError,
+    Usage,
+    make_engine,
+)
+from connectors.db import check_chars
+from connectors.errors import same_kind
+from evolve.agent import Team
+from evolve.build import agent_namespace, build_chat, build_store, build_team
+from evolve.deploy.responses import (
+    MAX_RESPONSE_ID,
+    QuarantinedRating,
+    feedback_rows,
+    open_tables,
+    quarantine,
+    quarantined,
+    release,
+    responses,
+    stored_steps,
+)
+from evolve.episode import Step, condense
+from evolve.evolver import Evolver, centred
+from evolve.prompts.graph import PromptGraph
+from evolve.run_log import steps_to_json
+from evolve.spec import RunSpec
+from evolve.weights.escalation import weights_blocker
+from evolve.weights.switch import adapter_registry, attach_adapters
+from memory import MAX_FEEDBACK_ID, MemoryStore, fit_id
+from optimizers.types import NodeCall, Trace
+
+log = logging.getLogger(__name__)
+
+# The parameters a request may set on the agents' calls; anything else is the deployment's business.
+REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop")
+
+
+class UnknownResponse(StoreError):
+    """No response with this id belongs to this tenant (or it never existed: the two look the same)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One served response: its id (the handle for feedback), the text and how the team got there."""
+
+    id: str
+    run: str
+    text: str
+    steps: tuple[Step, ...]
+    usage: Usage
+    prompt_version: str
+    created: int
+
+    @property
+    def recall_ids(self) -> tuple[str, ...]:
+        """The recalls the team made, in agent order: feedback reinforces their memories."""
+        return tuple(s.recall_id for s in self.steps if s.recall_id is not None)
+
+
+@dataclass(frozen=True)
+class FeedbackReceipt:
+    """What one feedback did: ``applied`` is False when its idempotency key was used before."""
+
+    response_id: str
+    feedback_id: str
+    applied: bool
+    reinforced: int
+    reward: float
+
+
+class Deployment:
+    """A run spec's team, served to tenants: answers from memory and HEAD prompts, learns from feedback.
+
+    Args:
+        spec: the run spec (its model, embedder, database, agents and memory settings).
+        chat: a loaded chat client to reuse (default: built from the spec).
+        embedder: a loaded embedder to reuse (default: loaded from the spec).
+
+    Example:
+        >>> # deployment = Deployment(load_spec("data/facility_codes.toml"))
+        >>> # deployment.answer([Message("user", "Door code of the Harbor warehouse?")], tenant="acme").text
+    """
+
+    def __init__(self, spec: RunSpec, *, chat: ChatClient | None = None, embedder: Embedder | None = None) -> None:
+        self.spec = spec
+        self.chat = chat or build_chat(spec)
+        self.store: MemoryStore | None = build_store(spec, embedder)
+        self.engine: Engine = self.store.engine if self.store is not None else make_engine(spec.run.database)
+        open_tables(self.engine)
+        self._graphs: dict[str, PromptGraph] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        """The name clients pass as ``model``: the run's name."""
+        return self.spec.run.name
+
+    def run_name(self, tenant: str | None) -> str:
+        return self.spec.for_tenant(tenant).run.name
+
+    def graph(self, tenant: str | None) -> PromptGraph:
+        """The tenant's versioned prompts, seeded from the spec's on first use."""
+        run = self.run_name(tenant)
+        with self._lock:
+            if run not in self._graphs:
+                graph = PromptGraph(self.engine, run)
+                seed = build_team(self.spec.for_tenant(tenant), self.chat, None)
+                graph.init(seed.prompts(), [(a, b, 1.0) for a, b in seed.edges])
+                self._graphs[run] = graph
+            return self._graphs[run]
+
+    def team(self, tenant: str | None) -> tuple[Team, str]:
+        """The tenant's team at its prompts' HEAD (and its HEAD adapters on a local model), and HEAD's id."""
+        head = self.graph(tenant).head()
+        team = build_team(self.spec.for_tenant(tenant), self.chat, self.store).with_prompts(head.nodes)
+        if weights_blocker(team) is None:
+            attach_adapters(team, adapter_registry(self.engine, self.run_name(tenant)))
+        return team, head.id
+
+    def answer(
+        self, messages: Sequence[Message], *, tenant: str | None = None, params: Mapping[str, Any] | None = None
+    ) -> Answer:
+        """Answer the conversation's last user message with the tenant's team; the answer is recorded.
+
+        Raises:
+            ConfigError: no user message, or a parameter the deployment does not take.
+            ConnectorError: the team's model failed (after its retries).
+        """
+        observation, query = conversation(messages)
+        extra = sorted(set(params or {}) - set(REQUEST_PARAMS))
+        if extra:
+            raise ConfigError(f"unsupported parameters {extra}; a request may set {list(REQUEST_PARAMS)}")
+        team, version = self.team(tenant)
+        act = team.act(
+            [observation], queries=[query], params={k: v for k, v in (params or {}).items() if v is not None}
+        )[0]
+        if act.error is not None:
+            raise same_kind(act.cause, f"the team could not answer: {act.error}")
+        usage = sum((s.usage for s in act.steps), Usage())
+        answer = Answer(
+            id=f"chatcmpl-{secrets.token_hex(12)}",
+            run=self.run_name(tenant),
+            text=act.answer,
+            steps=act.steps,
+            usage=usage,
+            prompt_version=version,
+            created=int(time.time()),
+        )
+        with self.engine.begin() as conn:
+            conn.execute(insert(responses).values(**_response_row(answer, query, messages)))
+        return answer
+
+    def feedback(
+        self,
+        response_id: str,
+        score: float,
+        *,
+        tenant: str | None = None,
+        comment: str = "",
+        key: str | None = None,
+    ) -> FeedbackReceipt:
+        """Reinforce the memories ``response_id`` recalled with ``score`` in [0, 1] (1: good, 0: bad).
+
+        One feedback per ``(response_id, key)``: a repeat returns ``applied=False`` and changes nothing.
+        The score maps to a reward in [-1, 1] as the loop's rewards do (``evolve.evolver.centred``).
+
+        Raises:
+            ConfigError: a score outside [0, 1] or not a number, or a malformed key or comment.
+            UnknownResponse: the tenant has no response with this id.
+        """
+        score = check_score(score)
+        key = _check_text(key if key is not None else "default", "key", 200)
+        comment = _check_text(comment, "comment", 20_000, empty=True)
+        run = self.run_name(tenant)
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(responses.c.steps).where(responses.c.id == _response_id(response_id), responses.c.run == run)
+            ).first()
+        if row is None:
+            raise UnknownResponse(f"no response {response_id!r:.80} for this tenant")
+        feedback_id = f"{response_id}:{key}"
+        reward = centred(score)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(feedback_rows).values(
+                        id=feedback_id,
+                        response_id=response_id,
+                        run=run,
+                        score=score,
+                        comment=comment,
+                        created_at=time.time(),
+                        applied=0,
+                        learned=0,
+                    )
+                )
+        except IntegrityError:
+            return FeedbackReceipt(response_id, feedback_id, False, 0, reward)
+        reinforced = self._reinforce(run, feedback_id, stored_steps(response_id, row[0]), reward)
+        return FeedbackReceipt(response_id, feedback_id, True, reinforced, reward)
+
+    def _reinforce(self, run: str, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
+        reinforced = reinforce_recalls(self.store, run, feedback_id, steps, reward)
+        with self.engine.begin() as conn:
+            conn.execute(update(feedback_rows).where(feedback_rows.c.id == feedback_id).values(applied=1))
+        return reinforced
+
+    def response(self, response_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """A recorded response of this tenant (query, answer, steps with recall ids, prompt version)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(responses).where(
+                    responses.c.id == _response_id(response_id), responses.c.run == self.run_name(tenant)
+                )
+            ).first()
+        if row is None:
+            raise UnknownResponse(f"no response {response_id!r:.80} for this tenant")
+        out = dict(row._mapping)
+        out["steps"], out["messages"] = json.loads(out["steps"]), json.loads(out["messages"])
+        return out
+
+    def quarantined(self, *, tenant: str | None = None) -> list[QuarantinedRating]:
+        """The tenant's ratings that no job could learn, and why (``evolve job`` passes over them)."""
+        return quarantined(self.engine, self.run_name(tenant))
+
+    def retry_quarantined(self, *, tenant: str | None = None, feedback_ids: Sequence[str] | None = None) -> int:
+        """Queue the tenant's quarantined ratings (all, or those of ``feedback_ids``) for the next job
+        again, once their cause is fixed; returns how many."""
+        return release(self.engine, self.run_name(tenant), feedback_ids)
+
+    def close(self) -> None:
+        """Save the vector index and release the database."""
+        if self.store is not None:
+            self.store.close()
+
+
+def conversation(messages: Sequence[Message]) -> tuple[str, str]:
+    """``(observation, query)`` for a chat: the team answers the observation, memory recalls by the query.
+
+    The query is the last user message. The observation is that message alone when it is the whole
+    conversation; otherwise the app's instructions and the earlier turns come first, quoted, so the
+    agents' own (evolved) system prompts stay in charge.
+    """
+    if not messages:
+        raise ConfigError("messages must hold at least one message")
+    for i, m in enumerate(messages):
+        check_chars(f"messages[{i}].content", m.content)  # recorded, recalled by and learned from
+    users = [i for i, m in enumerate(messages) if m.role == "user"]
+    if not users:
+        raise ConfigError("messages must hold at least one user message; the team answers the last one")
+    last = users[-1]
+    query = messages[last].content
+    if not query.strip():
+        raise ConfigError("the last user message is empty")
+    context = [m for i, m in enumerate(messages) if i != last]
+    if not context:
+        return query, query
+    instructions = [m.content for m in context if m.role == "system"]
+    turns = [f"{m.role}: {m.content}" for m in context if m.role != "system"]
+    parts = []
+    if instructions:
+        parts.append("Instructions from the app:\n" + "\n".join(instructions))
+    if turns:
+        parts.append("Conversation so far:\n" + "\n".join(turns))
+    parts.append(f"Reply to: {query}")
+    return "\n\n".join(parts), query
+
+
+def reinforce_recalls(
+    store: MemoryStore | None, run: str, feedback_id: str, steps: Sequence[Step], reward: float
+) -> int:
+    """Reinforce every recall the steps made, each in the namespace it was made in (responses recorded
+    before steps kept it: the agent's namespace in ``run``), once per feedback id (a repeat updates nothing).
+
+    A recall's feedback key is ``<feedback id>/<recall id>``, shortened with a hash (``fit_id``) when a long
+    idempotency key makes it longer than the store's feedback keys may be."""
+    if store is None:
+        return 0
+    items = [
+        (s.recall_id, reward, fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID), namespace_of(s, run))
+        for s in steps
+        if s.recall_id is not None
+    ]
+    return store.reinforce_many(items) if items else 0
+
+
+def namespace_of(step: Step, run: str) -> str:
+    """Where a served step recalled (rows recorded before steps kept it: its agent's namespace in ``run``)."""
+    return step.recall_namespace or agent_namespace(run, step.agent)
+
+
+def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatClient | None = None) -> int:
+    """Finish the run's queued feedback: reinforce what was not yet reinforced, write each rated response
+    into the memory of every agent that answered it (idempotent ids), mark it learned; returns how many.
+
+    ``evolve job`` calls this before its round, so a killed server or job loses nothing and applies
+    nothing twice. A rating that cannot be learned (its stored response cannot be read, or memory refuses
+    it) is quarantined with the error as its reason and a warning, and the rest are learned: one bad
+    rating never blocks the queue (``evolve.deploy.responses``). A model or embedder that fails in a way
+    that may pass (``ConnectorError.retryable``) leaves it queued and stops here, for the next job to
+    retry. Without a memory store there is nothing to learn into.
+    """
+    if store is None:
+        return 0
+    open_tables(store.engine)
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(feedback_rows, responses.c.query, responses.c.answer, responses.c.steps)
+            .join(responses, responses.c.id == feedback_rows.c.response_id)
+            .where(feedback_rows.c.run == run, feedback_rows.c.learned == 0, feedback_rows.c.quarantined.is_(None))
+            .order_by(feedback_rows.c.created_at)
+        ).all()
+    learned = 0
+    for row in rows:
+        r = dict(row._mapping)
+        try:
+            steps = stored_steps(r["response_id"], r["steps"])
+            if not r["applied"]:
+                reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
+            _write(store, team, r, steps, writer)
+        except EvolveError as e:
+            if isinstance(e, ConnectorError) and e.retryable:
+                raise
+            reason = f"{type(e).__name__}: {e}"
+            log.warning("run %s: rating %s quarantined, not learned: %s", run, r["id"], reason)
+            quarantine(store.engine, r["id"], reason)
+            continue
+        with store.engine.begin() as conn:
+            conn.execute(update(feedback_rows).where(feedback_rows.c.id == r["id"]).values(applied=1, learned=1))
+        learned += 1
+    return learned
+
+
+def learn_served(evolver: Evolver, *, since: float = 0.0) -> list[Trace]:
+    """What ``evolve job`` does with served feedback before its round: learn the queue into the run's
+    memory (``learn_from_feedback``) and return the answers rated since ``since`` for its prompt step."""
+    learn_from_feedback(evolver.memory, evolver.team, evolver.run_name, writer=evolver.writer)
+    return feedback_traces(evolver.log.engine, evolver.run_name, since=since)
+
+
+def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int = 50) -> list[Trace]:
+    """The run's rated answers since ``since`` (Unix time), newest first, as traces a prompt optimizer
+    learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
+    ``extra_traces``)."""
+    open_tables(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(feedback_rows.c.response_id, feedback_rows.c.score, feedback_rows.c.comment, responses)
+            .join(responses, responses.c.id == feedback_rows.c.response_id)
+            .where(
+                feedback_rows.c.run == run, feedback_rows.c.created_at > since, feedback_rows.c.quarantined.is_(None)
+            )
+            .order_by(feedback_rows.c.created_at.desc())
+            .limit(limit)
+        ).all()
+    traces = []
+    for row in rows:
+        r = row._mapping
+        try:
+            steps = stored_steps(r["response_id"], r["steps"])
+        except StoreError as e:
+            log.warning("run %s: %s; the rating is left out of the prompt step", run, e)
+            continue
+        calls = tuple(
+            NodeCall(s.agent, (f"{s.agent}.system", f"{s.agent}.library"), r["query"], s.output) for s in steps
+        )
+        feedback = rating_text(r["score"], r["comment"])
+        traces.append(Trace(f"served:{r['response_id']}", calls, r["answer"], float(r["score"]), feedback))
+    return traces
+
+
+def rating_text(score: float, comment: str) -> str:
+    """A user's rating as the feedback text memory and optimizers learn from."""
+    verdict = f"A user rated this answer {score:g} out of 1 ({'good' if score >= 0.5 else 'bad'})."
+    return f"{verdict} Their comment: {comment}" if comment else verdict
+
+
+def _write(
+    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatClient | None
+) -> None:
+    success = r["score"] >= 0.5
+    feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
+    for agent in dict.fromkeys(s.agent for s in steps):
+        view = team.agents[agent].memory if agent in team.agents else None
+        if view is None:
+            continue
+        store.write(
+            r["query"],
+            trajectory=trajectory,
+            feedback=feedback,
+            success=success,
+            namespace=view.namespace,
+            llm=writer,
+            provenance={"response": r["response_id"], "feedback": r["id"], "score": r["score"]},
+            id=fit_id(f"served:{r['response_id']}/{view.namespace}"),  # the same id every time: written once
+        )
+
+
+def check_score(score: object) -> float:
+    """A feedback score: a finite number in [0, 1] (True/False count as 1/0)."""
+    if not isinstance(score, Real) or isinstance(score, complex):
+        raise ConfigError(f"score must be a number in [0, 1] (1: good, 0: bad), got {score!r:.80}")
+    value = float(score)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"score must be a number in [0, 1] (1: good, 0: bad), got {value!r}")
+    return value
+
+
+def _check_text(value: object, name: str, limit: int, *, empty: bool = False) -> str:
+    """A key or comment every database can store (PostgreSQL refuses NUL; memory refuses it when learning)."""
+    if not isinstance(value, str) or (not empty and not value.strip()) or len(value) > limit:
+        raise ConfigError(
+            f"{name} must be a {'' if empty else 'non-empty '}string of at most {limit} characters, got {value!r:.80}"
+        )
+    return check_chars(name, value)
+
+
+def _response_id(value: object) -> str:
+    """A response id as a query may use it; anything that cannot be one is just an unknown id."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_RESPONSE_ID and value.isprintable():
+        return value
+    raise UnknownResponse(f"no response {value!r:.80} for this tenant")
+
+
+def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dict[str, Any]:
+    return {
+        "id": answer.id,
+        "run": answer.run,
+        "created_at": float(answer.created),
+        "query": query,
+        "messages": json.dumps([m.to_dict() for m in messages]),
+        "answer": answer.text,
+        "steps": steps_to_json(answer.steps),
+        "prompt_version": answer.prompt_version,
+        "tokens": answer.usage.total_tokens,
+    }
+
+
+__all__ = [
+    "Answer", "Deployment", "FeedbackReceipt", "QuarantinedRating", "UnknownResponse", "check_score", "conversation",
+    "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "reinforce_recalls",
+]  # fmt: skip

@@ -1,0 +1,235 @@
+"""What the loop keeps in the database: runs, episodes (the checkpoint) and per-round metrics.
+
+Tables live in the same database as memory, so one file (or one PostgreSQL schema) holds everything an
+agent learned and how it got there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    insert,
+    select,
+    update,
+)
+
+from connectors import ConfigError
+from connectors.db import check_chars
+from evolve.envs.tasks import MAX_TASK_ID
+from evolve.episode import Episode, Step
+
+MAX_RUN = 200
+"""The most characters in a run's name (``<run>@<tenant>`` included): the run columns are VARCHAR(200)."""
+MAX_EPISODE_ID = 300
+"""Episode ids (``<run>:<round>:<task id>``) longer than this are shortened with a hash (``memory.fit_id``)."""
+
+metadata = MetaData()
+
+runs = Table(
+    "evolve_runs",
+    metadata,
+    Column("name", String(MAX_RUN), primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("config", Text, nullable=False, default="{}"),
+)
+
+episodes = Table(
+    "evolve_episodes",
+    metadata,
+    Column("id", String(MAX_EPISODE_ID), primary_key=True),
+    Column("run", String(MAX_RUN), nullable=False, index=True),
+    Column("round", Integer, nullable=False),
+    Column("task_id", String(MAX_TASK_ID), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("reward", Float, nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("feedback", Text, nullable=False),
+    Column("error", Text),
+    Column("tokens", Integer, nullable=False, default=0),
+    Column("cost", Float, nullable=False, default=0.0),
+    Column("steps", Text, nullable=False, default="[]"),
+    Column("learned", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("run", "round", "task_id", name="uq_episode_run_round_task"),
+)
+
+rounds = Table(
+    "evolve_rounds",
+    metadata,
+    Column("run", String(MAX_RUN), primary_key=True),
+    Column("round", Integer, primary_key=True),
+    Column("metrics", Text, nullable=False),
+    Column("completed_at", Float, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class RoundMetrics:
+    """One round of the loop, as stored and reported."""
+
+    round: int
+    episodes: int
+    success_rate: float
+    mean_reward: float
+    errors: int
+    tokens: int
+    cost: float
+    seconds: float
+    memory_size: int = 0
+    q_mean: float = 0.0
+    q_std: float = 0.0
+    prompt_updates: int = 0
+    prompt_version: str = ""
+    prompt_note: str = ""
+    optimizer_tokens: int = 0
+    weight_updates: int = 0
+    weights_note: str = ""
+
+
+class RunLog:
+    """Reads and writes one run's rows."""
+
+    def __init__(self, engine: Engine, run: str, config: dict[str, Any] | None = None) -> None:
+        self.engine = engine
+        self.run = check_run(run)
+        metadata.create_all(engine)
+        with engine.begin() as conn:
+            if conn.execute(select(runs.c.name).where(runs.c.name == run)).first() is None:
+                conn.execute(insert(runs).values(name=run, created_at=time.time(), config=json.dumps(config or {})))
+
+    def done_task_ids(self, round_: int) -> set[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(episodes.c.task_id).where(episodes.c.run == self.run, episodes.c.round == round_)
+            )
+            return {r[0] for r in rows}
+
+    def unlearned(self, round_: int) -> list[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(episodes.c.id).where(
+                    episodes.c.run == self.run, episodes.c.round == round_, episodes.c.learned == 0
+                )
+            )
+            return [r[0] for r in rows]
+
+    def record_episodes(self, eps: Sequence[Episode], *, learned: Sequence[str] = ()) -> None:
+        """Store a batch's episodes as not yet learned from; ``learned`` ids (an earlier batch's) are marked
+        learned in the same transaction, which saves the loop a commit per batch."""
+        now = time.time()
+        rows = [
+            {
+                "id": e.id,
+                "run": self.run,
+                "round": e.round,
+                "task_id": e.task_id,
+                "reward": e.reward,
+                "answer": e.answer,
+                "feedback": e.feedback,
+                "error": e.error,
+                "tokens": e.usage.total_tokens,
+                "cost": e.usage.cost,
+                "prompt": e.prompt,
+                "steps": steps_to_json(e.steps),
+                "learned": 0,
+                "created_at": now,
+            }
+            for e in eps
+        ]
+        if rows or learned:
+            with self.engine.begin() as conn:
+                if rows:
+                    conn.execute(insert(episodes), rows)
+                if learned:
+                    conn.execute(update(episodes).where(episodes.c.id.in_(list(learned))).values(learned=1))
+
+    def mark_learned(self, ids: Sequence[str]) -> None:
+        """Note that these episodes' lessons reached memory (a resumed run does not learn them again)."""
+        if ids:
+            with self.engine.begin() as conn:
+                conn.execute(update(episodes).where(episodes.c.id.in_(list(ids))).values(learned=1))
+
+    def round_rows(self, round_: int) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(episodes).where(episodes.c.run == self.run, episodes.c.round == round_))
+            return [dict(r._mapping) for r in rows]
+
+    def completed(self) -> dict[int, RoundMetrics]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(rounds.c.round, rounds.c.metrics).where(rounds.c.run == self.run))
+            return {r[0]: RoundMetrics(**json.loads(r[1])) for r in rows}
+
+    def record_round(self, m: RoundMetrics) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(rounds).values(
+                    run=self.run, round=m.round, metrics=json.dumps(asdict(m)), completed_at=time.time()
+                )
+            )
+
+
+def check_run(run: object) -> str:
+    """A run's name as every table keyed by it can store it: 1-200 characters, no NUL or lone surrogate."""
+    if not isinstance(run, str) or not run.strip() or len(run) > MAX_RUN:
+        size = f" ({len(run)} characters)" if isinstance(run, str) else ""
+        raise ConfigError(f"a run name is a non-empty string of at most {MAX_RUN} characters, got {run!r:.80}{size}")
+    return check_chars("the run name", run)
+
+
+def steps_to_json(steps: Sequence[Step]) -> str:
+    """What a row keeps of the steps: agent, output, recall id and namespace, and turn (messages are not stored)."""
+    return json.dumps([
+        {"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "namespace": s.recall_namespace, "turn": s.turn}
+        for s in steps
+    ])  # fmt: skip
+
+
+def steps_from_json(text: str) -> tuple[Step, ...]:
+    """The steps ``steps_to_json`` stored, without their messages (rows written before the recall's
+    namespace was kept have none)."""
+    return tuple(
+        Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"], recall_namespace=s.get("namespace"))
+        for s in json.loads(text)
+    )
+
+
+def episode_from_row(row: dict[str, Any]) -> Episode:
+    """A recorded episode, complete enough to learn from again after a restart."""
+    steps = steps_from_json(row["steps"])
+    return Episode(
+        row["id"],
+        row["task_id"],
+        row["prompt"],
+        steps,
+        row["answer"],
+        row["reward"],
+        row["feedback"],
+        row["round"],
+        row["error"],
+    )
+
+
+def list_runs(engine: Engine) -> dict[str, list[RoundMetrics]]:
+    """Every run in the database with its completed rounds, in order."""
+    metadata.create_all(engine)
+    out: dict[str, list[RoundMetrics]] = {}
+    with engine.connect() as conn:
+        for name, _round, m in conn.execute(
+            select(rounds.c.run, rounds.c.round, rounds.c.metrics).order_by(rounds.c.run, rounds.c.round)
+        ):
+            out.setdefault(name, []).append(RoundMetrics(**json.loads(m)))
+    return out

@@ -1,0 +1,1 @@
+"""Weight updates: the MARFT training switch, escalation when prompts plateau, and the adapter registry."""

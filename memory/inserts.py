@@ -1,0 +1,277 @@
+"""Writing new memories: intent grouping, one INSERT per table, capacity eviction, bulk chunks, removal.
+
+``insert_items`` runs inside the store's write transaction and returns what the mirror must append
+once the transaction has committed (the mirror never runs ahead of SQL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, delete, insert, select
+
+from connectors.errors import ConfigError
+from memory.checks import check_meta, check_namespace, check_owner, check_success, new_ids
+from memory.config import MemoryConfig
+from memory.mirror.arrays import Inserted, NamespaceMirror, Rows
+from memory.mirror.sync import MirrorSet
+from memory.reads import fetch_items
+from memory.records import MemoryItem
+from memory.schema import bump, intents, memory_items, tombstones
+from memory.scoring import assign_groups
+from memory.statements import execute_many
+
+BULK_CHUNK = 10_000  # rows of a bulk load's first transaction; later ones are sized to take BULK_SECONDS
+BULK_SECONDS = 0.8  # how long one chunk of a bulk load may hold the write lock
+BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
+INTENT_INSERT = insert(intents)
+ITEM_INSERT = insert(memory_items)
+
+
+def chunk_size(rows: int, seconds: float) -> int:
+    """Rows for the next chunk of a bulk load: as many as take ``BULK_SECONDS`` at the rate the last
+    chunk of ``rows`` rows ran at, within [1,000, 200,000]."""
+    return int(min(200_000, max(1_000, rows * BULK_SECONDS / max(seconds, 1e-3))))
+
+
+@dataclass
+class NewItems:
+    """Column-wise memories about to be inserted (ids and timestamps may come from an import)."""
+
+    ids: list[str]
+    intents: list[str]
+    experiences: list[str]
+    vecs: np.ndarray
+    q: np.ndarray
+    visits: np.ndarray
+    success: list[bool | None]
+    created: np.ndarray
+    updated: np.ndarray
+    metas: list[dict[str, Any]]
+
+    @classmethod
+    def build(
+        cls,
+        intents_: list[str],
+        experiences: list[str],
+        vecs: np.ndarray,
+        *,
+        q: float | Sequence[float],
+        success: Sequence[bool | None],
+        meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+        ids: Sequence[str] | None = None,
+        visits: Sequence[int] | None = None,
+        created: Sequence[float] | None = None,
+        updated: Sequence[float] | None = None,
+    ) -> NewItems:
+        n = len(intents_)
+        now = time.time()
+        if meta is None or isinstance(meta, Mapping):
+            metas = [check_meta(meta, "meta")] * n
+        else:
+            if len(meta) != n:
+                raise ConfigError(f"meta must be one mapping or one per row ({n}), got {len(meta)} mappings")
+            metas = [check_meta(m, f"meta[{i}]") for i, m in enumerate(meta)]
+        created_ = np.full(n, now) if created is None else np.asarray(created, dtype=np.float64)
+        return cls(
+            ids=new_ids(n) if ids is None else list(ids),
+            intents=list(intents_),
+            experiences=list(experiences),
+            vecs=vecs,
+            q=np.broadcast_to(np.asarray(q, dtype=np.float64), (n,)).copy(),
+            visits=np.zeros(n, dtype=np.int64) if visits is None else np.asarray(visits, dtype=np.int64),
+            success=[check_success(s, "success") for s in success],
+            created=created_,
+            updated=created_.copy() if updated is None else np.asarray(updated, dtype=np.float64),
+            metas=metas,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, keep: np.ndarray | slice) -> NewItems:
+        """The rows where the boolean mask ``keep`` is true (or the rows of a slice)."""
+        pos = np.arange(len(self))[keep] if isinstance(keep, slice) else np.flatnonzero(keep)
+        return NewItems(
+            ids=[self.ids[i] for i in pos],
+            intents=[self.intents[i] for i in pos],
+            experiences=[self.experiences[i] for i in pos],
+            vecs=self.vecs[pos],
+            q=self.q[pos],
+            visits=self.visits[pos],
+            success=[self.success[i] for i in pos],
+            created=self.created[pos],
+            updated=self.updated[pos],
+            metas=[self.metas[i] for i in pos],
+        )
+
+    def items(self, namespace: str) -> list[MemoryItem]:
+        """The ``MemoryItem`` values these rows become once stored in ``namespace``."""
+        return [
+            MemoryItem(self.ids[i], namespace, self.intents[i], self.experiences[i], float(self.q[i]),
+                       int(self.visits[i]), float(self.created[i]), {**self.metas[i], "success": self.success[i]})
+            for i in range(len(self.ids))
+        ]  # fmt: skip
+
+
+def eviction_rows(mirror: NamespaceMirror, incoming: int, capacity: int | None) -> np.ndarray:
+    """Mirror rows to drop so the namespace holds ``capacity`` items after ``incoming`` arrive.
+
+    Lowest Q goes first; at equal Q a never-visited item before a visited one, then the oldest. The
+    incoming items are never evicted by their own insert.
+    """
+    if capacity is None:
+        return np.zeros(0, dtype=np.int64)
+    excess = min(len(mirror) + incoming - capacity, len(mirror))
+    if excess <= 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((mirror.seqs, mirror.visits > 0, mirror.q))
+    return np.sort(order[:excess]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Which intent key each new item joins (``labels``: positions in the mirror's keys followed by
+    the new keys), which rows found new keys, and each item's stored vector and intent id."""
+
+    labels: np.ndarray
+    new_rows: np.ndarray
+    key_ids: np.ndarray
+    emb: np.ndarray
+    intent_ids: np.ndarray
+
+
+def group_items(mirror: NamespaceMirror, vecs: np.ndarray, *, threshold: float, group: bool) -> Grouping:
+    """Intent grouping against the namespace's keys; grouped items take their key's vector."""
+    n, n_old = len(vecs), len(mirror.key_ids)
+    if group:
+        nearest = nearest_by_index(mirror, vecs) if mirror.index.kind != "flat" and len(mirror) else None
+        labels, new_rows = assign_groups(vecs, mirror.keys, threshold, nearest=nearest)
+    else:
+        labels, new_rows = n_old + np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    key_ids = np.array(new_ids(len(new_rows)), dtype=object)
+    old = labels < n_old
+    emb = np.empty((n, mirror.dim), dtype=np.float32)
+    emb[old] = mirror.keys[labels[old]]
+    emb[~old] = vecs[new_rows[labels[~old] - n_old]]
+    intent_ids = np.empty(n, dtype=object)
+    intent_ids[old] = mirror.key_ids[labels[old]]
+    intent_ids[~old] = key_ids[labels[~old] - n_old]
+    return Grouping(labels.astype(np.int64), new_rows, key_ids, emb, intent_ids)
+
+
+def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each vector's best existing key found through the (approximate) index: the key of its
+    nearest item, whose vector is that key's. O(rows × log n) instead of O(rows × keys); a key
+    the index misses only means a new group where an exact scan might have joined one."""
+    sims, seqs = mirror.index.search(vecs, 1)
+    rows = mirror.rows_of_seqs(seqs[:, 0])
+    found = rows >= 0
+    best = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
+    return best, np.where(found, sims[:, 0], -np.inf).astype(np.float32)
+
+
+def insert_items(
+    conn: Connection, mirror: NamespaceMirror, batch: NewItems, *, threshold: float, group: bool, capacity: int | None
+) -> Inserted:
+    """Group, insert and evict inside the caller's transaction (the mirror is current and locked)."""
+    n, ns = len(batch), mirror.namespace
+    g = group_items(mirror, batch.vecs, threshold=threshold, group=group)
+    generation, first = bump(conn, seqs=len(g.new_rows) + n)
+    key_seqs = first + np.arange(len(g.new_rows), dtype=np.int64)
+    item_seqs = first + len(g.new_rows) + np.arange(n, dtype=np.int64)
+    now = time.time()
+    key_vecs = np.ascontiguousarray(batch.vecs[g.new_rows], dtype="<f4")
+    execute_many(conn, INTENT_INSERT, [
+        {"id": g.key_ids[j], "seq": int(key_seqs[j]), "namespace": ns, "text": batch.intents[r],
+         "embedding": key_vecs[j].tobytes(), "created_at": now, "gen": generation}
+        for j, r in enumerate(g.new_rows.tolist())
+    ])  # fmt: skip
+    seqs, q, visits, created, updated = (
+        a.tolist() for a in (item_seqs, batch.q, batch.visits, batch.created, batch.updated)
+    )
+    execute_many(conn, ITEM_INSERT, [
+        {"id": batch.ids[i], "seq": seqs[i], "namespace": ns, "intent_id": g.intent_ids[i],
+         "intent": batch.intents[i], "experience": batch.experiences[i], "q": q[i], "visits": visits[i],
+         "success": batch.success[i], "created_at": created[i], "updated_at": updated[i],
+         "updated_gen": generation, "meta": batch.metas[i]}
+        for i in range(n)
+    ])  # fmt: skip
+    evicted = eviction_rows(mirror, n, capacity)
+    delete_items(conn, ns, mirror.seqs[evicted], generation)
+    rows = Rows(item_seqs, np.array(batch.ids, dtype=object), batch.q.copy(), batch.visits.copy(),
+                batch.created.copy(), g.labels, g.emb)  # fmt: skip
+    return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted)
+
+
+def insert_batches(
+    conn: Connection,
+    mirrors: MirrorSet,
+    batches: Mapping[str, NewItems],
+    *,
+    config: MemoryConfig,
+    group: bool,
+    skip_existing: bool,
+) -> tuple[dict[str, MemoryItem], list[tuple[NamespaceMirror, Inserted]]]:
+    """``insert_items`` for per-namespace batches inside the caller's write transaction (mirrors synced).
+
+    Returns the memories that were already stored (``skip_existing``: an id stored since the caller
+    looked comes back as stored; one stored in another namespace is a ``StoreError``) and what each
+    insert adds to its mirror once the transaction has committed.
+    """  # fmt: skip
+    out: dict[str, MemoryItem] = {}
+    done = []
+    for ns, batch in batches.items():
+        if skip_existing:
+            found = [check_owner(item, ns) for item in fetch_items(conn, batch.ids)]
+            out.update((item.id, item) for item in found)
+            if found:
+                batch = batch.take(np.array([i not in out for i in batch.ids], dtype=bool))
+        if len(batch):
+            mirror = mirrors.get(conn, check_namespace(ns))
+            inserted = insert_items(
+                conn, mirror, batch, threshold=config.group_threshold, group=group, capacity=config.capacity
+            )
+            done.append((mirror, inserted))
+    return out, done
+
+
+def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation: int) -> None:
+    """Delete items and leave tombstones, so other processes drop them from their mirrors.
+
+    Only rows this statement deleted get a tombstone: on PostgreSQL a concurrent writer that deleted
+    one first (its DELETE waited for ours, or ours for its) must not make the tombstone insert fail.
+    """
+    wanted = [int(s) for s in seqs]
+    dead: list[int] = []
+    for part in range(0, len(wanted), 5000):
+        stmt = delete(memory_items).where(memory_items.c.seq.in_(wanted[part : part + 5000]))
+        dead.extend(int(r[0]) for r in conn.execute(stmt.returning(memory_items.c.seq)))
+    if dead:
+        conn.execute(insert(tombstones), [{"seq": s, "namespace": namespace, "gen": generation} for s in dead])
+
+
+def remove_items(conn: Connection, ids: Sequence[str], namespace: str) -> tuple[int | None, dict[str, np.ndarray]]:
+    """Delete the memories of ``namespace`` with these ids inside the caller's transaction (ids unknown
+    there are skipped).
+
+    Returns the generation the delete was stamped with (None when nothing matched) and the removed
+    seqs per namespace, for the caller's mirrors once the transaction has committed.
+    """
+    seqs: list[int] = []
+    unique = list(dict.fromkeys(ids))
+    for part in range(0, len(unique), 5000):
+        query = select(memory_items.c.seq).where(
+            memory_items.c.id.in_(unique[part : part + 5000]), memory_items.c.namespace == namespace
+        )
+        seqs.extend(int(r[0]) for r in conn.execute(query))
+    if not seqs:
+        return None, {}
+    generation, _ = bump(conn)
+    out = {namespace: np.array(sorted(seqs), dtype=np.int64)}
+    delete_items(conn, namespace, out[namespace], generation)
+    return generation, out

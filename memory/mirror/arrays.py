@@ -1,0 +1,247 @@
+"""The NumPy mirror of one namespace: ids, Q-values, visits and intent keys in arrays.
+
+The mirror is what makes phase B cost microseconds: retrieval reads Q from here, never from SQL. It
+is kept in ``seq`` order (oldest first), which is what the tie-break "older item first" relies on.
+An item's vector is its intent key's, so vectors are held once per key (``keys``) and items point at
+their key (``intent_codes``). The store keeps the mirror current; this module only holds arrays and
+does vectorised bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memory.mirror.index import SearchIndex
+from memory.records import MemoryItem
+from memory.scoring import phase_a
+
+# float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
+SIM_MARGIN = 1e-4
+
+
+class Column:
+    """A growable NumPy column (amortised O(1) append), 1-D or (n, width).
+
+    Example:
+        >>> col = Column(np.int64)
+        >>> col.extend(np.arange(40))
+        >>> col.values[-1], len(col.values)
+        (np.int64(39), 40)
+    """
+
+    def __init__(self, dtype: type | str, width: int | None = None) -> None:
+        shape = (16,) if width is None else (16, width)
+        self._data = np.empty(shape, dtype=dtype)
+        self.n = 0
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._data[: self.n]
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self._data):
+            grown = np.empty((max(need, 2 * len(self._data)),) + self._data.shape[1:], dtype=self._data.dtype)
+            grown[: self.n] = self._data[: self.n]
+            self._data = grown
+        self._data[self.n : need] = values
+        self.n = need
+
+    def replace(self, values: np.ndarray) -> None:
+        self.n = 0
+        self.extend(values)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows to add to a mirror, in ``seq`` order."""
+
+    seqs: np.ndarray
+    ids: np.ndarray
+    q: np.ndarray
+    visits: np.ndarray
+    created: np.ndarray
+    intent_codes: np.ndarray  # positions in the mirror's intent keys
+    emb: np.ndarray  # their vectors (the keys'), for the vector index
+
+
+class NamespaceMirror:
+    """Arrays for one namespace plus its vector index (ids = the items' ``seq``)."""
+
+    def __init__(self, namespace: str, dim: int, index: SearchIndex) -> None:
+        self.namespace = namespace
+        self.dim = dim
+        self.index: SearchIndex = index
+        self._seqs = Column(np.int64)
+        self._ids = Column(object)
+        self._q = Column(np.float64)
+        self._visits = Column(np.int64)
+        self._created = Column(np.float64)
+        self._intents = Column(np.int64)
+        self._key_ids = Column(object)
+        self._key_seqs = Column(np.int64)
+        self._keys = Column(np.float32, dim)
+        self.key_pos: dict[str, int] = {}
+        self._group_sizes: np.ndarray | None = None
+
+    # -- read access ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._seqs.n
+
+    @property
+    def seqs(self) -> np.ndarray:
+        return self._seqs.values
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids.values
+
+    @property
+    def q(self) -> np.ndarray:
+        return self._q.values
+
+    @property
+    def visits(self) -> np.ndarray:
+        return self._visits.values
+
+    @property
+    def created(self) -> np.ndarray:
+        return self._created.values
+
+    @property
+    def intent_codes(self) -> np.ndarray:
+        return self._intents.values
+
+    def vectors(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The vectors of the given rows (all rows when None): their intent keys' vectors."""
+        codes = self.intent_codes if rows is None else self.intent_codes[rows]
+        return self.keys[codes]
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self._keys.values
+
+    @property
+    def key_ids(self) -> np.ndarray:
+        return self._key_ids.values
+
+    def rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
+        """Row of each seq, or -1 for seqs this mirror does not hold."""
+        seqs = np.asarray(seqs, dtype=np.int64)
+        if not len(self):
+            return np.full(len(seqs), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.seqs, seqs), len(self) - 1)
+        return np.where(self.seqs[pos] == seqs, pos, -1).astype(np.int64)
+
+    # -- mutation ------------------------------------------------------------------------------
+    def append(self, rows: Rows, *, index: bool = True) -> None:
+        """Add rows (and to the index unless ``index`` is false); keeps seq order even if a late
+        writer's rows interleave with ours."""
+        if not len(rows.seqs):
+            return
+        in_order = not len(self) or int(rows.seqs.min()) > int(self.seqs[-1])
+        self._group_sizes = None
+        for col, values in self._columns(rows):
+            col.extend(values)
+        if index:
+            self.index.add(rows.seqs, rows.emb)
+        if not in_order or np.any(np.diff(rows.seqs) <= 0):
+            self._reorder(np.argsort(self.seqs, kind="stable"))
+
+    def set_values(self, rows: np.ndarray, q: np.ndarray, visits: np.ndarray) -> None:
+        self.q[rows] = q
+        self.visits[rows] = visits
+
+    def remove(self, rows: np.ndarray) -> None:
+        """Drop rows by position (and from the index)."""
+        if not len(rows):
+            return
+        self.index.remove(self.seqs[rows])
+        keep = np.ones(len(self), dtype=bool)
+        keep[rows] = False
+        self._reorder(np.flatnonzero(keep))
+
+    def add_keys(self, ids: np.ndarray, seqs: np.ndarray, keys: np.ndarray) -> None:
+        """Register intent keys (group representatives), oldest first."""
+        for i, key_id in enumerate(ids):
+            self.key_pos[str(key_id)] = self._key_ids.n + i
+        self._key_ids.extend(np.asarray(ids, dtype=object))
+        self._key_seqs.extend(np.asarray(seqs, dtype=np.int64))
+        self._keys.extend(np.asarray(keys, dtype=np.float32).reshape(-1, self.dim))
+
+    def _columns(self, rows: Rows) -> list[tuple[Column, np.ndarray]]:
+        return [
+            (self._seqs, rows.seqs),
+            (self._ids, rows.ids),
+            (self._q, rows.q),
+            (self._visits, rows.visits),
+            (self._created, rows.created),
+            (self._intents, rows.intent_codes),
+        ]
+
+    def _reorder(self, take: np.ndarray) -> None:
+        self._group_sizes = None
+        for col in (self._seqs, self._ids, self._q, self._visits, self._created, self._intents):
+            col.replace(col.values[take])
+
+    # -- search --------------------------------------------------------------------------------
+    def exact_sims(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Cosine of the query with the given rows, in float64.
+
+        Row-wise products summed per row: the result depends only on the two vectors, so the items of
+        one intent group (identical key vectors) always tie exactly, whichever search produced them.
+        """
+        return (self.vectors(rows).astype(np.float64) * np.asarray(query, dtype=np.float64)).sum(axis=1)
+
+    def candidates(
+        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows (ascending) that surely contain the k1 nearest items, their exact similarities, and the
+        positions of the k1 nearest among them (``phase_a`` order: best first, older first on ties).
+
+        ``ids`` and ``sims`` are the index's answer for this query, best first (searched with a margin
+        beyond k1; an index holds each id once, -1 pads). Only ids whose float32 similarity comes
+        within ``SIM_MARGIN`` of the k1-th are re-scored exactly: rounding cannot move the others
+        into the k1 nearest. When the k1-th nearest ties with group members the index did not
+        return, the whole group joins, so "equal similarity → older item" is decided here and not by
+        the index.
+        """
+        if len(ids) > k1:
+            ids = ids[sims >= sims[k1 - 1] - SIM_MARGIN]
+        rows = self.rows_of_seqs(ids)
+        rows = np.sort(rows[rows >= 0])
+        exact = self.exact_sims(rows, query)
+        nearest = phase_a(exact, k1, -np.inf)
+        if len(rows) < len(self) and len(nearest) == k1:
+            tied = self.intent_codes[rows[exact == exact[nearest[-1]]]]
+            sizes = self.group_sizes[tied]
+            if sizes.max() > 1:  # the tie may reach into a group; are all its members here?
+                groups, present = np.unique(tied, return_counts=True)
+                if np.any(self.group_sizes[groups] > present):
+                    members = np.flatnonzero(np.isin(self.intent_codes, groups))
+                    rows = np.union1d(rows, members)
+                    exact = self.exact_sims(rows, query)
+                    nearest = phase_a(exact, k1, -np.inf)
+        return rows, exact, nearest
+
+    @property
+    def group_sizes(self) -> np.ndarray:
+        """Items per intent key (cached until the rows change)."""
+        if self._group_sizes is None:
+            self._group_sizes = np.bincount(self.intent_codes, minlength=len(self.key_ids))
+        return self._group_sizes
+
+
+@dataclass(frozen=True)
+class Inserted:
+    """What one committed insert adds to the mirror: new intent keys, rows, and evicted rows."""
+
+    generation: int
+    items: list[MemoryItem]
+    rows: Rows
+    key_ids: np.ndarray
+    key_seqs: np.ndarray
+    key_vecs: np.ndarray
+    evicted_rows: np.ndarray

@@ -1,0 +1,324 @@
+"""Keeping the in-process mirrors equal to SQL, across processes, and the saved index files current.
+
+Every write bumps one generation counter. Before reading, a store compares the counter with the
+generation its mirrors reflect (one tiny SELECT); when another process wrote, it reads exactly the
+rows stamped with a newer generation — new items, changed Q-values, intents, tombstones — and
+applies them. A namespace is loaded on first use; its vector index comes from the saved file when
+that file agrees with SQL (caught up when it is behind), and is rebuilt from the mirror otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlalchemy import Connection, select
+
+from memory.mirror.arrays import NamespaceMirror, Rows
+from memory.mirror.index import SearchIndex, VectorIndex
+from memory.schema import from_blobs, intents, memory_items, tombstones
+from memory.statements import chunks, read_generation
+
+if TYPE_CHECKING:
+    from memory.mirror.arrays import Inserted
+
+log = logging.getLogger(__name__)
+
+BUILD_CHUNK = 65536  # rows per call when an index is built from the mirror
+ITEM_COLUMNS = (
+    memory_items.c.seq,
+    memory_items.c.id,
+    memory_items.c.namespace,
+    memory_items.c.q,
+    memory_items.c.visits,
+    memory_items.c.created_at,
+    memory_items.c.intent_id,
+)
+
+
+def index_file(index_dir: Path, namespace: str) -> Path:
+    """The file of one namespace's index: a readable slug plus a hash (namespaces are free text)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", namespace)[:40]
+    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:10]
+    return index_dir / f"{slug}-{digest}.faiss"
+
+
+class MirrorSet:
+    """The mirrors of the namespaces this process has used, and the generation they reflect.
+
+    Every method runs inside the caller's transaction (and under the store's lock). ``served_index``
+    makes each namespace's index one that the database serves (``memory.mirror.pgvector``): nothing is
+    built, loaded or saved in the process.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        kind: str,
+        index_dir: Path | None,
+        served_index: Callable[[str], SearchIndex] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.dim = dim
+        self.kind = kind
+        self.index_dir = index_dir if served_index is None else None
+        self.read_only = read_only  # a read-only database: saved indexes are loaded, never written
+        self._served_index = served_index
+        self.generation = -1  # unknown until the first sync
+        self.index_state: dict[str, str] = {}
+        self._mirrors: dict[str, NamespaceMirror] = {}
+        self._dirty: set[str] = set()
+
+    def sync(self, conn: Connection, *, lock: bool = False) -> int:
+        """Catch every loaded mirror up with the database (a no-op when nobody else wrote); returns the
+        generation the mirrors now reflect.
+
+        ``lock`` starts a write transaction: on PostgreSQL it locks the state row first (SQLite's
+        ``BEGIN IMMEDIATE`` already did), so writers follow each other like on SQLite and this one
+        catches up with everything committed before it.
+        """
+        generation = read_generation(conn, lock=lock)
+        if self.generation >= 0 and generation != self.generation and self._mirrors:
+            self._catch_up(conn, self.generation)
+        self.generation = generation
+        return generation
+
+    def get(self, conn: Connection, namespace: str) -> NamespaceMirror:
+        """The namespace's mirror, loaded from SQL on first use (call ``sync`` first)."""
+        mirror = self._mirrors.get(namespace)
+        if mirror is None:
+            mirror = self._load(conn, namespace)
+            self._mirrors[namespace] = mirror
+        return mirror
+
+    def loaded(self, namespace: str) -> NamespaceMirror | None:
+        return self._mirrors.get(namespace)
+
+    def advance(self, generation: int) -> bool:
+        """After a committed write: true when it directly follows what the mirrors reflect, so the
+        writer may apply its own change locally; false when someone wrote in between (then sync)."""
+        if generation == self.generation + 1:
+            self.generation = generation
+            return True
+        return False
+
+    def apply_values(self, rows: Sequence[Any]) -> None:
+        """Refresh Q and visits from ``(id, seq, namespace, q, visits)`` rows just written."""
+        for ns in {row[2] for row in rows}:
+            mirror = self._mirrors.get(ns)
+            if mirror is None:
+                continue
+            part = [row for row in rows if row[2] == ns]
+            pos = mirror.rows_of_seqs(np.array([r[1] for r in part], dtype=np.int64))
+            ok = pos >= 0
+            mirror.set_values(pos[ok], np.array([r[3] for r in part])[ok], np.array([r[4] for r in part])[ok])
+
+    def apply_inserts(self, done: Sequence[tuple[NamespaceMirror, Inserted]]) -> bool:
+        """Apply this process's committed inserts to its mirrors (evicted rows out, new keys and rows in).
+
+        False when another process wrote in between: then nothing more is applied and the caller syncs.
+        """
+        for mirror, d in done:
+            if not self.advance(d.generation):
+                return False
+            mirror.remove(d.evicted_rows)
+            mirror.add_keys(d.key_ids, d.key_seqs, d.key_vecs)
+            mirror.append(d.rows)
+            self.mark_dirty(mirror.namespace)
+        return True
+
+    def apply_removal(self, generation: int, removed: Mapping[str, np.ndarray]) -> bool:
+        """Drop this process's committed removals (sequence numbers per namespace) from its mirrors;
+        False when another process wrote in between (the caller syncs)."""
+        if not self.advance(generation):
+            return False
+        for ns, seqs in removed.items():
+            mirror = self._mirrors.get(ns)
+            if mirror is not None:
+                rows = mirror.rows_of_seqs(seqs)
+                mirror.remove(rows[rows >= 0])
+                self.mark_dirty(ns)
+        return True
+
+    def mark_dirty(self, namespace: str) -> None:
+        self._dirty.add(namespace)
+
+    def save(self) -> int:
+        """Write the changed indexes beside the database; returns how many files were written.
+
+        A failed write raises ``StoreError`` naming its cause (disk full, read-only); the namespaces
+        not yet written stay marked, so a later ``save`` tries them again.
+        """
+        if self.index_dir is None or self.read_only:
+            self._dirty.clear()
+            return 0
+        written = 0
+        for ns in sorted(self._dirty):
+            mirror = self._mirrors.get(ns)
+            if mirror is not None and mirror.index.save(index_file(self.index_dir, ns), self.generation):
+                written += 1
+            self._dirty.discard(ns)
+        return written
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self, conn: Connection, namespace: str) -> NamespaceMirror:
+        mirror = NamespaceMirror(namespace, self.dim, self._new_index(namespace))
+        keys = conn.execute(
+            select(intents.c.id, intents.c.seq, intents.c.embedding)
+            .where(intents.c.namespace == namespace)
+            .order_by(intents.c.seq)
+        ).all()
+        if keys:
+            ids, seqs, blobs = zip(*keys, strict=True)
+            mirror.add_keys(np.array(ids, dtype=object), np.array(seqs, dtype=np.int64), from_blobs(blobs, self.dim))
+        rows = conn.execute(
+            select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)
+        ).all()
+        self._add_missing_keys(conn, mirror, rows)
+        mirror.append(self._rows(mirror, rows, vectors=False), index=False)
+        self._attach_index(mirror)
+        return mirror
+
+    def _rows(self, mirror: NamespaceMirror, rows: Sequence[Any], *, vectors: bool = True) -> Rows:
+        """Mirror rows from ``ITEM_COLUMNS`` rows; ``vectors=False`` leaves out the vectors (the caller
+        builds the index itself)."""
+        if not rows:
+            empty = np.zeros(0)
+            return Rows(
+                empty.astype(np.int64),
+                empty.astype(object),
+                empty,
+                empty.astype(np.int64),
+                empty,
+                empty.astype(np.int64),
+                np.zeros((0, self.dim), np.float32),
+            )
+        seq, ids, _ns, q, visits, created, intent_ids = zip(*rows, strict=True)
+        codes = np.array([mirror.key_pos[i] for i in intent_ids], dtype=np.int64)
+        return Rows(
+            seqs=np.array(seq, dtype=np.int64),
+            ids=np.array(ids, dtype=object),
+            q=np.array(q, dtype=np.float64),
+            visits=np.array(visits, dtype=np.int64),
+            created=np.array(created, dtype=np.float64),
+            intent_codes=codes,
+            emb=mirror.keys[codes] if vectors else np.zeros((0, self.dim), np.float32),
+        )
+
+    def _new_index(self, namespace: str) -> SearchIndex:
+        if self._served_index is not None:
+            return self._served_index(namespace)
+        return VectorIndex(self.dim, kind=self.kind)
+
+    def _attach_index(self, mirror: NamespaceMirror) -> None:
+        ns = mirror.namespace
+        if self._served_index is not None:  # the database holds the index: nothing to build here
+            self.index_state[ns] = "database"
+            return
+        path = index_file(self.index_dir, ns) if self.index_dir is not None else None
+        loaded = VectorIndex.load(path, dim=self.dim, kind=self.kind) if path is not None else None
+        state = "built" if path is None or not path.exists() else "rebuilt"
+        if loaded is not None:
+            index, saved_gen = loaded
+            fixed = reconcile(mirror, index)
+            if fixed is not None:  # vectors never change for an id: equal ids mean a current index
+                mirror.index = index
+                state = "loaded" if fixed == 0 else "caught_up"
+                log.debug("memory index %s saved at generation %d, store at %d", path, saved_gen, self.generation)
+        if state in ("built", "rebuilt"):
+            mirror.index = VectorIndex(self.dim, kind=self.kind)
+            for lo in range(0, len(mirror), BUILD_CHUNK):  # bounded copies of the key vectors
+                rows = np.arange(lo, min(lo + BUILD_CHUNK, len(mirror)))
+                mirror.index.add(mirror.seqs[rows], mirror.vectors(rows), expect=len(mirror))
+        if state != "loaded":
+            self._dirty.add(ns)
+        self.index_state[ns] = state
+        log.info("memory index for namespace %r: %s (%d items)", ns, state, len(mirror))
+
+    # -- catching up ---------------------------------------------------------------------------
+    def _catch_up(self, conn: Connection, since: int) -> None:
+        names = list(self._mirrors)
+        new_keys = conn.execute(
+            select(intents.c.id, intents.c.seq, intents.c.namespace, intents.c.embedding)
+            .where(intents.c.gen > since, intents.c.namespace.in_(names))
+            .order_by(intents.c.seq)
+        ).all()
+        for key_id, seq, ns, blob in new_keys:
+            mirror = self._mirrors[ns]
+            if key_id not in mirror.key_pos:
+                mirror.add_keys(np.array([key_id], dtype=object), np.array([seq]), from_blobs([blob], self.dim))
+        changed = conn.execute(
+            select(memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits).where(
+                memory_items.c.updated_gen > since, memory_items.c.namespace.in_(names)
+            )
+        ).all()
+        unknown: list[int] = []
+        for ns in {row[1] for row in changed}:
+            part = [row for row in changed if row[1] == ns]
+            mirror = self._mirrors[ns]
+            seqs = np.array([r[0] for r in part], dtype=np.int64)
+            rows = mirror.rows_of_seqs(seqs)
+            known = rows >= 0
+            mirror.set_values(rows[known], np.array([r[2] for r in part])[known], np.array([r[3] for r in part])[known])
+            unknown.extend(int(s) for s in seqs[~known])
+        self._append_new(conn, sorted(unknown))
+        dead = conn.execute(
+            select(tombstones.c.seq, tombstones.c.namespace).where(
+                tombstones.c.gen > since, tombstones.c.namespace.in_(names)
+            )
+        ).all()
+        for ns in {row[1] for row in dead}:
+            mirror = self._mirrors[ns]
+            rows = mirror.rows_of_seqs(np.array([r[0] for r in dead if r[1] == ns], dtype=np.int64))
+            mirror.remove(rows[rows >= 0])
+            self._dirty.add(ns)
+
+    def _append_new(self, conn: Connection, seqs: list[int]) -> None:
+        fetched: list[Any] = []
+        for part in chunks(seqs):
+            fetched.extend(conn.execute(select(*ITEM_COLUMNS).where(memory_items.c.seq.in_(part))).all())
+        for ns in {row[2] for row in fetched}:
+            mirror = self._mirrors[ns]
+            part = sorted((r for r in fetched if r[2] == ns), key=lambda r: r[0])
+            self._add_missing_keys(conn, mirror, part)
+            mirror.append(self._rows(mirror, part))
+            self._dirty.add(ns)
+
+    def _add_missing_keys(self, conn: Connection, mirror: NamespaceMirror, rows: Sequence[Any]) -> None:
+        """Load the intent keys of ``ITEM_COLUMNS`` rows that the mirror lacks.
+
+        On PostgreSQL (READ COMMITTED) each statement sees what was committed when it started, so an
+        item read after the keys were read may belong to a key committed in between.
+        """
+        missing = sorted({str(r[6]) for r in rows} - mirror.key_pos.keys())
+        for part in chunks(missing):
+            keys = conn.execute(
+                select(intents.c.id, intents.c.seq, intents.c.embedding).where(intents.c.id.in_(part))
+            ).all()
+            for key_id, seq, blob in keys:
+                mirror.add_keys(np.array([key_id], dtype=object), np.array([seq]), from_blobs([blob], self.dim))
+
+
+def reconcile(mirror: NamespaceMirror, index: VectorIndex, *, spot_checks: int = 8) -> int | None:
+    """Bring a loaded index in line with the mirror; the number of ids added or removed, or None
+    when the index cannot be trusted (duplicate ids, or vectors that differ from SQL's)."""
+    ids = index.ids()
+    if len(np.unique(ids)) != len(ids):
+        return None
+    present = np.intersect1d(ids, mirror.seqs)
+    if len(present):
+        sample = present[np.linspace(0, len(present) - 1, min(spot_checks, len(present))).astype(np.int64)]
+        stored = np.stack([index.reconstruct(int(s)) for s in sample])
+        if not np.allclose(stored, mirror.vectors(mirror.rows_of_seqs(sample)), atol=1e-6):
+            return None
+    extra = np.setdiff1d(ids, mirror.seqs)
+    missing = np.setdiff1d(mirror.seqs, ids)
+    index.remove(extra)
+    index.add(missing, mirror.vectors(mirror.rows_of_seqs(missing)))
+    return len(extra) + len(missing)

@@ -1,0 +1,296 @@
+"""Reading the store back: items, the recall log (``explain``), statistics, and feedback lookups.
+
+Functions here take an open connection and return plain values; ``MemoryStore`` wraps them in its
+lock and transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, func, insert, select
+
+from connectors.errors import ConfigError, StoreError
+from memory.config import RetrievalConfig
+from memory.mirror.arrays import NamespaceMirror
+from memory.mirror.sync import MirrorSet
+from memory.records import ItemCache, MemoryItem, Recall, item_from_row
+from memory.retrieval import Plan, Planner, log_rows
+from memory.schema import feedback, intents, memory_items, recall_items, recalls
+from memory.statements import chunks, execute_many
+
+SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
+RECALL_INSERT = insert(recalls)
+RECALL_ITEM_INSERT = insert(recall_items)
+ITEM_FIELDS = [c for c in memory_items.c if c.name not in ("embedding", "updated_gen")]
+HISTOGRAM_BINS = 10
+
+
+def fetch_items(conn: Connection, ids: Sequence[str], namespace: str | None = None) -> list[MemoryItem]:
+    """The memories with these ids (of ``namespace`` when given; others are left out), in the order asked."""
+    found: dict[str, MemoryItem] = {}
+    for part in chunks(list(ids)):
+        query = select(*ITEM_FIELDS).where(memory_items.c.id.in_(part))
+        if namespace is not None:
+            query = query.where(memory_items.c.namespace == namespace)
+        for row in conn.execute(query).mappings():
+            found[row["id"]] = item_from_row(row)
+    return [found[i] for i in ids if i in found]
+
+
+def all_items(conn: Connection, namespace: str | None) -> list[MemoryItem]:
+    query = select(*ITEM_FIELDS).order_by(memory_items.c.seq)
+    if namespace is not None:
+        query = query.where(memory_items.c.namespace == namespace)
+    return [item_from_row(row) for row in conn.execute(query).mappings()]
+
+
+def existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for part in chunks(list(ids)):
+        out.update(r[0] for r in conn.execute(select(memory_items.c.id).where(memory_items.c.id.in_(part))))
+    return out
+
+
+def read_values(conn: Connection, ids: Sequence[str]) -> list[Any]:
+    """``(id, seq, namespace, q, visits)`` rows, to refresh the mirror after an update."""
+    out: list[Any] = []
+    cols = (memory_items.c.id, memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits)
+    for part in chunks(list(ids)):
+        out.extend(conn.execute(select(*cols).where(memory_items.c.id.in_(part))).all())
+    return out
+
+
+def feedback_applied(conn: Connection, feedback_ids: Sequence[str]) -> set[str]:
+    """Which of these feedback ids were applied before (one query per 5,000 ids)."""
+    out: set[str] = set()
+    for part in chunks(list(dict.fromkeys(feedback_ids))):
+        out.update(r[0] for r in conn.execute(select(feedback.c.id).where(feedback.c.id.in_(part))))
+    return out
+
+
+def recall_targets(
+    conn: Connection, recall: Recall | str, namespace: str | None
+) -> tuple[str, str, list[str], np.ndarray]:
+    """The recall's id and namespace, and its selected item ids (best first) with their selection
+    scores, checked to belong
+    to ``namespace``: a recall id is looked up in the log of that namespace (``None``: ``"default"``); a
+    ``Recall`` object must be its own namespace's (and ``namespace``'s when given) and match the log.
+
+    A ``Recall`` made with ``record=False`` has no log: its items must then all be memories of its
+    namespace (items removed since are skipped later, as for any recall).
+    """
+    if isinstance(recall, Recall):
+        if namespace is not None and recall.namespace != namespace:
+            raise StoreError(
+                f"recall {recall.id!r} was made in namespace {recall.namespace!r}, not {namespace!r}; "
+                "a recall can only reinforce memories of the namespace it was made in"
+            )
+        logged = logged_recall(conn, recall.id, recall.namespace)
+        if logged is not None:
+            if tuple(logged[0]) != recall.ids:
+                raise StoreError(
+                    f"recall {recall.id!r} lists memories {list(recall.ids)!r:.200} but the log selected "
+                    f"{logged[0]!r:.200}; pass the Recall that retrieve returned, or its id"
+                )
+            return recall.id, recall.namespace, logged[0], logged[1]
+        foreign = foreign_ids(conn, recall.ids, recall.namespace)
+        if foreign:
+            raise StoreError(
+                f"recall {recall.id!r} (namespace {recall.namespace!r}) lists memories outside its namespace: "
+                f"{sorted(foreign)!r:.200}"
+            )
+        return recall.id, recall.namespace, list(recall.ids), np.asarray(recall.scores, dtype=np.float64)
+    if not isinstance(recall, str):
+        raise ConfigError(f"reinforce takes a Recall or a recall id (str), got {type(recall).__name__}")
+    ns = namespace if namespace is not None else "default"
+    logged = logged_recall(conn, recall, ns)
+    if logged is None:
+        raise StoreError(
+            f"unknown recall id {recall!r} in namespace {ns!r}: no recall with this id was logged there "
+            "(pass namespace= for another namespace; recalls made with record=False must be passed as Recall objects)"
+        )
+    return recall, ns, logged[0], logged[1]
+
+
+def logged_recall(conn: Connection, recall_id: str, namespace: str) -> tuple[list[str], np.ndarray] | None:
+    """The logged selection of a recall of ``namespace`` (ids best first, scores), or None when the
+    log has no recall with this id in this namespace."""
+    head = conn.execute(select(recalls.c.id).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
+    if head.first() is None:
+        return None
+    rows = conn.execute(
+        select(recall_items.c.item_id, recall_items.c.score)
+        .where(recall_items.c.recall_id == recall_id, recall_items.c.rank.is_not(None))
+        .order_by(recall_items.c.rank)
+    ).all()
+    return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
+
+
+def foreign_ids(conn: Connection, ids: Sequence[str], namespace: str) -> set[str]:
+    """Which of these ids belong to memories of another namespace (unknown ids are not foreign)."""
+    out: set[str] = set()
+    for part in chunks(list(dict.fromkeys(ids))):
+        query = select(memory_items.c.id).where(memory_items.c.id.in_(part), memory_items.c.namespace != namespace)
+        out.update(r[0] for r in conn.execute(query))
+    return out
+
+
+def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, generation: int) -> dict[str, Any]:
+    """The ``memory_recalls`` row of one recall."""
+    return {
+        "id": recall.id,
+        "namespace": recall.namespace,
+        "query": recall.query,
+        "created_at": now,
+        "config": {f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip")},
+        "pool_size": recall.pool_size,
+        "filtered": plan.filtered,
+        "explored": recall.explored,
+        "generation": generation,
+    }
+
+
+def log_recalls(
+    conn: Connection, out: list[Recall], plans: list[Plan], item_ids: np.ndarray, cfg: RetrievalConfig, generation: int
+) -> None:
+    """Log recalls and every candidate's numbers (what ``explain`` and ``reinforce`` by id read)."""
+    now = time.time()
+    execute_many(conn, RECALL_INSERT, [recall_row(r, p, cfg, now, generation) for r, p in zip(out, plans, strict=True)])
+    execute_many(
+        conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p, item_ids)]
+    )
+
+
+def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
+    """Everything logged about one recall of ``namespace``, candidates in similarity order."""
+    head = (
+        conn.execute(select(recalls).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
+        .mappings()
+        .first()
+    )
+    if head is None:
+        raise StoreError(
+            f"unknown recall id {recall_id!r} in namespace {namespace!r}: nothing was logged under it there "
+            "(was record=False, or was it made in another namespace?)"
+        )
+    candidates = [
+        {
+            "id": r["item_id"],
+            "position": r["position"],
+            "sim": r["sim"],
+            "q": r["q"],
+            "z_sim": r["z_sim"],
+            "z_q": r["z_q"],
+            "score": r["score"],
+            "in_pool": r["in_pool"],
+            "filtered": not r["in_pool"],
+            "selected": r["rank"] is not None,
+            "rank": r["rank"],
+        }
+        for r in conn.execute(
+            select(recall_items).where(recall_items.c.recall_id == recall_id).order_by(recall_items.c.position)
+        ).mappings()
+    ]
+    applied = [
+        {"id": r["id"], "reward": r["reward"], "applied_at": r["applied_at"], "items": r["items"]}
+        for r in conn.execute(
+            select(feedback).where(feedback.c.recall_id == recall_id).order_by(feedback.c.applied_at)
+        ).mappings()
+    ]
+    out = dict(head)
+    out["selected"] = [c["id"] for c in sorted((c for c in candidates if c["selected"]), key=lambda c: c["rank"])]
+    out["candidates"] = candidates
+    out["feedback"] = applied
+    return out
+
+
+def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
+    """Size, Q distribution, visits and intent groups of one namespace (or of all)."""
+    query = select(memory_items.c.q, memory_items.c.visits)
+    n_intents = select(func.count()).select_from(intents)
+    if namespace is not None:
+        query = query.where(memory_items.c.namespace == namespace)
+        n_intents = n_intents.where(intents.c.namespace == namespace)
+    rows = conn.execute(query).all()
+    q = np.array([r[0] for r in rows], dtype=np.float64)
+    visits = np.array([r[1] for r in rows], dtype=np.int64)
+    namespaces = conn.execute(select(func.count(func.distinct(memory_items.c.namespace)))).scalar_one()
+    out: dict[str, Any] = {
+        "namespace": namespace,
+        "count": len(rows),
+        "intents": int(conn.execute(n_intents).scalar_one()),
+        "namespaces": int(namespaces) if namespace is None else 1,
+        "q": {"mean": None, "std": None, "min": None, "max": None, "histogram": {"edges": [], "counts": []}},
+        "visits": {"total": int(visits.sum()), "mean": None, "max": None, "never_visited": int((visits == 0).sum())},
+    }
+    if len(rows):
+        counts, edges = np.histogram(q, bins=HISTOGRAM_BINS)
+        out["q"] = {
+            "mean": float(q.mean()),
+            "std": float(q.std()),
+            "min": float(q.min()),
+            "max": float(q.max()),
+            "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
+        }
+        out["visits"].update(mean=float(visits.mean()), max=int(visits.max()))
+    return out
+
+
+def selected_items(
+    conn: Connection, mirror: NamespaceMirror, plans: list[Plan], texts: ItemCache
+) -> dict[str, MemoryItem]:
+    """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL.
+
+    Items read from SQL are used as read, then offered to the cache: the cache is bounded, so reading
+    them back from it would lose those it evicted at once (any batch larger than the cache).
+    A selected memory SQL no longer holds is left out (the caller re-plans).
+    """
+    rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
+    ids = [str(i) for i in mirror.ids[rows]]
+    base: dict[str, MemoryItem] = {}
+    for item_id in ids:
+        cached = texts.get(item_id)
+        if cached is not None:
+            base[item_id] = cached
+    missing = [i for i in ids if i not in base]
+    if missing:
+        fetched = fetch_items(conn, missing, mirror.namespace)
+        base.update((item.id, item) for item in fetched)
+        texts.put(fetched)
+    return {
+        item_id: replace(
+            base[item_id], q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(base[item_id].meta)
+        )
+        for item_id, row in zip(ids, rows, strict=True)
+        if item_id in base
+    }
+
+
+def select_memories(
+    conn: Connection, mirrors: MirrorSet, namespace: str, planner: Planner, plans: list[Plan], texts: ItemCache
+) -> tuple[NamespaceMirror, list[Plan], dict[str, MemoryItem]]:
+    """Catch the mirrors up, plan again when another process wrote since ``plans`` were made, and read
+    every selected memory: the mirror, the plans and the memories a recall returns.
+
+    A recall returns exactly what it selected: when a selected memory is gone from SQL (removed by
+    another process after the catch-up, possible under READ COMMITTED), the mirror catches up again and
+    the queries are planned again.
+    """
+    for attempt in range(SELECT_ATTEMPTS):
+        seen = mirrors.generation
+        mirrors.sync(conn)
+        mirror = mirrors.get(conn, namespace)
+        if attempt or mirrors.generation != seen:
+            plans = planner(mirror)
+        found = selected_items(conn, mirror, plans, texts)
+        if all(str(mirror.ids[row]) in found for p in plans for row in p.selected_rows):
+            return mirror, plans, found
+    raise StoreError(
+        f"recall in namespace {namespace!r}: selected memories kept being removed by other processes "
+        f"({SELECT_ATTEMPTS} attempts); try again"
+    )
