@@ -17,22 +17,28 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from connectors.db import Durability, make_engine, opened_read_only, sqlite_path, storage_faults
-from connectors.errors import ConfigError
+from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind
+from memory.inserts import BULK_PAUSE
+from memory.mirror.arrays import NamespaceMirror
 from memory.mirror.sync import MirrorSet
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SQLITE_CACHE_KIB = 65536
 
@@ -132,3 +138,79 @@ def index_dir(url: str, index_path: str | Path | None) -> Path | None:
         return Path(index_path)
     path = sqlite_path(url) if url.startswith("sqlite") else None
     return path.with_name(path.name + ".faiss") if path is not None else None
+
+
+class OpenStore:
+    """What an open ``MemoryStore`` holds: its database, its mirrors, the lock that serialises every use
+    in this process, and whether it was closed.
+
+    ``locked`` is the lock on an open store; ``write`` a write transaction whose mirrors were caught
+    up under the database's write lock; ``read`` one read transaction (no write lock).
+    """
+
+    def __init__(self, db: Database, mirrors: MirrorSet) -> None:
+        self.db, self.mirrors = db, mirrors
+        self.lock = threading.RLock()
+        self.closed = False
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The lock, on a store that is still open (else ``StoreError``)."""
+        with self.lock:
+            if self.closed:
+                raise StoreError(f"this MemoryStore ({redact_url(self.db.url)}) is closed")
+            yield
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction with the mirrors caught up inside it; hold ``locked`` around it."""
+        with self.db.transaction() as conn:
+            self.mirrors.sync(conn, lock=True)
+            yield conn
+
+    def read(self, query: Callable[[Connection], T]) -> T:
+        """``query`` in one read transaction (no write lock), under the lock, on an open store."""
+        with self.locked(), self.db.transaction(write=False) as conn:
+            return query(conn)
+
+    def mirror(self, namespace: str) -> NamespaceMirror:
+        """The namespace's mirror as this process last saw it; loaded from SQL on first use."""
+        loaded = self.mirrors.loaded(namespace)
+        if loaded is not None:
+            return loaded
+        with self.db.transaction(write=False) as conn:
+            self.mirrors.sync(conn)
+            return self.mirrors.get(conn, namespace)
+
+    def index_status(self, namespace: str) -> str:
+        """How the namespace's vector index was obtained (``MemoryStore.index_status``)."""
+        with self.locked():
+            with self.db.transaction(write=False) as conn:
+                self.mirrors.sync(conn)
+                self.mirrors.get(conn, namespace)
+            return self.mirrors.index_state[namespace]
+
+    def resync(self) -> None:
+        """Catch the mirrors up after another process wrote between this one's write and its apply."""
+        with self.db.transaction(write=False) as conn:
+            self.mirrors.sync(conn)
+
+    def yield_to_writers(self) -> None:
+        """Between two chunks of a bulk load on SQLite, leave the write lock free long enough for the
+        other processes waiting for it (``connectors.db.begin_immediate`` polls every few milliseconds)
+        to take their turns; PostgreSQL queues lock waiters in order, so it needs no pause."""
+        if self.db.engine.dialect.name == "sqlite":
+            time.sleep(BULK_PAUSE)
+
+    def close(self) -> None:
+        """Save changed indexes and release the database. Idempotent."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.mirrors.save()
+            except Exception as e:  # the index is derived data: losing it costs a rebuild, not memories
+                log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
+            finally:
+                self.db.close()

@@ -18,17 +18,15 @@ Example:
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from connectors.chat import ChatModel
 from connectors.db import default_url
@@ -47,10 +45,9 @@ from memory.checks import (
     new_id,
 )
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.database import Database, mirror_set, resolve_index
-from memory.inserts import BULK_CHUNK, BULK_PAUSE, NewItems, chunk_size, insert_batches, remove_items
+from memory.database import Database, OpenStore, mirror_set, resolve_index
+from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
 from memory.learning import apply_updates, check_entries, plan_updates
-from memory.mirror.arrays import NamespaceMirror
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
@@ -58,7 +55,6 @@ from memory.writer import WriteEntry, check_write_entries, compose_entry, entry_
 
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -108,11 +104,10 @@ class MemoryStore:
         except BaseException:
             self._db.close()
             raise
-        self._lock = threading.RLock()
         self._rng = np.random.default_rng(seed)
         self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
+        self._open = OpenStore(self._db, self._mirrors)
         self._texts = ItemCache(self.config.item_cache)
-        self._closed = False
 
     # -- writing -------------------------------------------------------------------------------
     def add(
@@ -178,7 +173,7 @@ class MemoryStore:
         lo, size = 0, BULK_CHUNK
         while lo < len(batch):
             if lo:
-                self._yield_to_writers()
+                self._open.yield_to_writers()
             start = time.perf_counter()
             self._insert({namespace: batch.take(slice(lo, lo + size))}, group=group)
             lo, size = lo + size, chunk_size(size, time.perf_counter() - start)
@@ -239,17 +234,15 @@ class MemoryStore:
         process stored since the caller looked is returned as stored, not written twice (and one it
         stored in another namespace fails the whole transaction).
         """
-        with self._lock:
-            self._ensure_open()
-            with self._db.transaction() as conn:
-                self._mirrors.sync(conn, lock=True)
+        with self._open.locked():
+            with self._open.write() as conn:
                 out, done = insert_batches(
                     conn, self._mirrors, batches, config=self.config, group=group, skip_existing=skip_existing
                 )
             for _, d in done:
                 out.update((item.id, item) for item in d.items)
             if not self._mirrors.apply_inserts(done):
-                self._resync()
+                self._open.resync()
             return out
 
     def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
@@ -259,13 +252,11 @@ class MemoryStore:
         namespace = check_namespace(namespace)
         if not ids:
             return 0
-        with self._lock:
-            self._ensure_open()
-            with self._db.transaction() as conn:
-                self._mirrors.sync(conn, lock=True)
+        with self._open.locked():
+            with self._open.write() as conn:
                 generation, removed = remove_items(conn, ids, namespace)
             if generation is not None and not self._mirrors.apply_removal(generation, removed):
-                self._resync()
+                self._open.resync()
             return sum(len(seqs) for seqs in removed.values())
 
     # -- recalling -----------------------------------------------------------------------------
@@ -297,9 +288,8 @@ class MemoryStore:
         if not queries:
             return []
         vecs = self._embed(queries)
-        with self._lock:
-            self._ensure_open()
-            mirror = self._mirrors.loaded(namespace) or self._load(namespace)
+        with self._open.locked():
+            mirror = self._open.mirror(namespace)
             # Optimistic: search the mirror as this process last saw it, then check in the one
             # transaction that logs the recall (a read transaction when nothing is logged); only when
             # another process wrote in between is the search repeated on the caught-up mirror.
@@ -315,11 +305,6 @@ class MemoryStore:
                 if record:
                     reads.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
             return out
-
-    def _load(self, namespace: str) -> NamespaceMirror:
-        with self._db.transaction(write=False) as conn:
-            self._mirrors.sync(conn)
-            return self._mirrors.get(conn, namespace)
 
     # -- learning ------------------------------------------------------------------------------
     def reinforce(
@@ -349,10 +334,8 @@ class MemoryStore:
         namespace = None if namespace is None else check_namespace(namespace)
         if not entries:
             return 0
-        with self._lock:
-            self._ensure_open()
-            with self._db.transaction() as conn:
-                self._mirrors.sync(conn, lock=True)
+        with self._open.locked():
+            with self._open.write() as conn:
                 plan = plan_updates(
                     conn, entries, alpha=self.config.alpha, credit=self.config.credit, namespace=namespace
                 )
@@ -361,7 +344,7 @@ class MemoryStore:
                 if self._mirrors.advance(generation):
                     self._mirrors.apply_values(after)
                 else:
-                    self._resync()
+                    self._open.resync()
             return updated
 
     # -- reading -------------------------------------------------------------------------------
@@ -375,7 +358,7 @@ class MemoryStore:
 
     def _find_many(self, memory_ids: list[str], namespace: str | None) -> list[MemoryItem]:
         """Memories by id, of one namespace (or of any: only to refuse ids taken elsewhere)."""
-        return self._read(lambda conn: reads.fetch_items(conn, memory_ids, namespace))
+        return self._open.read(lambda conn: reads.fetch_items(conn, memory_ids, namespace))
 
     @property
     def engine(self) -> Engine:
@@ -385,25 +368,25 @@ class MemoryStore:
     def items(self, namespace: str | None = None) -> list[MemoryItem]:
         """Every memory (of one namespace, or all), oldest first."""
         namespace = None if namespace is None else check_namespace(namespace)
-        return self._read(lambda conn: reads.all_items(conn, namespace))
+        return self._open.read(lambda conn: reads.all_items(conn, namespace))
 
     def explain(self, recall_id: str, *, namespace: str = "default") -> dict[str, Any]:
         """The logged recall of ``namespace``: query, config, every candidate's sim, Q, z-scores, score,
         whether it was selected or filtered by δ, and the feedback applied to it since."""
         check_id("recall_id", recall_id)
         namespace = check_namespace(namespace)
-        return self._read(lambda conn: reads.explain(conn, recall_id, namespace))
+        return self._open.read(lambda conn: reads.explain(conn, recall_id, namespace))
 
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
         namespace = None if namespace is None else check_namespace(namespace)
-        return self._read(lambda conn: reads.stats(conn, namespace))
+        return self._open.read(lambda conn: reads.stats(conn, namespace))
 
     def export(self, path: str | Path, *, namespace: str | None = None) -> int:
         """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count.
         Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.jsonl``)."""
         target = jsonl.as_path(path, "export")
-        return self._read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
+        return self._open.read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
 
     def import_(self, path: str | Path) -> int:
         """Read an ``export`` file; memories already stored in their namespace are skipped. Returns how
@@ -415,12 +398,12 @@ class MemoryStore:
         the vectors are reused bit for bit, else the intents are embedded again (``memory.jsonl``).
         """
         checked = jsonl.check_file(jsonl.as_path(path, "import"))
-        skip = self._read(partial(jsonl.already_stored, checked=checked))
+        skip = self._open.read(partial(jsonl.already_stored, checked=checked))
         reuse = jsonl.same_embedder(checked.header, self.embedder, self.dim)
         added = 0
         for namespace, records in jsonl.records(checked, skip):
             if added // BULK_CHUNK != (added + len(records)) // BULK_CHUNK:
-                self._yield_to_writers()  # a turn for other writers about every BULK_CHUNK rows
+                self._open.yield_to_writers()  # a turn for other writers about every BULK_CHUNK rows
             batch, reused = jsonl.to_batch(records, self.embedder, self.dim, reuse=reuse)
             self._insert({namespace: batch}, group=not reused, skip_existing=True)
             added += len(batch)
@@ -431,31 +414,16 @@ class MemoryStore:
         """How the namespace's vector index was obtained: ``loaded`` (saved file, current), ``caught_up``
         (saved file, updated from SQL), ``rebuilt`` (file unusable), ``built`` (no file) or ``database``
         (the database serves it: ``index="pgvector"``)."""
-        with self._lock:
-            self._ensure_open()
-            with self._db.transaction(write=False) as conn:
-                self._mirrors.sync(conn)
-                self._mirrors.get(conn, check_namespace(namespace))
-            return self._mirrors.index_state[namespace]
+        return self._open.index_status(check_namespace(namespace))
 
     def save_index(self) -> int:
         """Save changed vector indexes beside the database now (``close`` does it too)."""
-        with self._lock:
-            self._ensure_open()
+        with self._open.locked():
             return self._mirrors.save()
 
     def close(self) -> None:
         """Save changed indexes and release the database. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                self._mirrors.save()
-            except Exception as e:  # the index is derived data: losing it costs a rebuild, not memories
-                log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
-            finally:
-                self._db.close()
+        self._open.close()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -468,28 +436,6 @@ class MemoryStore:
         return f"MemoryStore({redact_url(self.url)!r}, embedder={name!r}, index={self.config.index!r})"
 
     # -- helpers -------------------------------------------------------------------------------
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise StoreError(f"this MemoryStore ({redact_url(self.url)}) is closed")
-
-    def _read(self, query: Callable[[Connection], T]) -> T:
-        """``query`` in one read transaction (no write lock), under the lock, on an open store."""
-        with self._lock:
-            self._ensure_open()
-            with self._db.transaction(write=False) as conn:
-                return query(conn)
-
-    def _yield_to_writers(self) -> None:
-        """Between two chunks of a bulk load on SQLite, leave the write lock free long enough for the
-        other processes waiting for it (``connectors.db.begin_immediate`` polls every few milliseconds)
-        to take their turns; PostgreSQL queues lock waiters in order, so it needs no pause."""
-        if self._db.engine.dialect.name == "sqlite":
-            time.sleep(BULK_PAUSE)
-
-    def _resync(self) -> None:
-        with self._db.transaction(write=False) as conn:
-            self._mirrors.sync(conn)
-
     def _q0(self, q: float | None) -> float:
         return self.config.q_init if q is None else check_reward(q, "add", what="q")
 

@@ -278,7 +278,7 @@ class MemoryStoreAdapter(BaseStore):
             return [item_from_row(r) for r in rows]
 
         # The store's own read path (its lock and transaction): this module is part of the memory package.
-        found = self.store._read(read)
+        found = self.store._open.read(read)
         return [s for s in self._stored(found) if s.key == key and s.memory.namespace == namespace]
 
     def _namespaces(self) -> list[tuple[str, tuple[str, ...]]]:
@@ -287,7 +287,7 @@ class MemoryStoreAdapter(BaseStore):
         def read(conn: Connection) -> list[str]:
             return [r[0] for r in conn.execute(select(memory_items.c.namespace).distinct())]
 
-        out = [(ns, to_labels(ns)) for ns in sorted(self.store._read(read))]
+        out = [(ns, to_labels(ns)) for ns in sorted(self.store._open.read(read))]
         return [(ns, labels) for ns, labels in out if labels is not None]
 
     def _stored(self, memories: Sequence[MemoryItem]) -> list[_Stored]:
