@@ -6,8 +6,9 @@ version whose id is the sha256 of its canonical content (nodes, edges, parents),
 same text twice is a no-op. HEAD is a pointer: rollback moves it and nothing is deleted. Only two
 things ever change after a write: per-example validation scores merge into a version (they are
 measurements of an immutable text, so they may arrive later), and HEAD moves — each move is a row in
-``prompt_head_moves``, so a rollback is auditable. Tables carry a ``prompt_`` prefix and live in the
-same database as memory.
+``prompt_head_moves``, so a rollback is auditable. HEAD, its moves and its lock are the shared ledger
+of :mod:`evolve.versions` (adapters use the same one); this module stores and loads the versions.
+Tables carry a ``prompt_`` prefix and live in the same database as memory.
 """
 
 from __future__ import annotations
@@ -27,31 +28,27 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 
 from connectors.errors import ConfigError, StoreError
 from connectors.types import Usage
 from evolve.prompts.versions import (
-    HEX,
+    LEDGER,
     Edge,
     PromptVersion,
     as_usage,
-    canonical_json,
     check_edges,
     check_nodes,
     check_scores,
-    checked_text,
     diff_nodes,
     edge_text,
     metadata,
-    prompt_head_moves,
-    prompt_heads,
     prompt_rejections,
     prompt_scores,
     prompt_versions,
     usage_row,
     version_id,
 )
+from evolve.versions import canonical_json, check_limit, check_text, id_prefix, transaction
 from optimizers.types import Candidate, Version
 
 log = logging.getLogger(__name__)
@@ -76,6 +73,7 @@ class PromptGraph:
             raise ConfigError(f"a prompt graph name is a non-empty str of at most 200 chars, got {name!r:.220}")
         self.engine = engine
         self.name = name
+        self._key = {"graph": name}  # whose HEAD, in the shared ledger
         metadata.create_all(engine)
 
     # ---- reading ------------------------------------------------------------------------------------
@@ -99,7 +97,7 @@ class PromptGraph:
         v = prompt_versions.c
         query = select(prompt_versions).where(v.graph == self.name).order_by(v.seq.desc())
         if limit is not None:
-            query = query.limit(_limit(limit))
+            query = query.limit(check_limit(limit))
         with self.engine.connect() as conn:
             rows = [r._mapping for r in conn.execute(query)]
             by_version = self._scores(conn, None)
@@ -111,17 +109,13 @@ class PromptGraph:
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """HEAD moves, newest first: ``{"from": id | None, "to": id, "reason": str, "at": unix time}``."""
-        m = prompt_head_moves.c
-        query = select(m.from_version, m.to_version, m.reason, m.at).where(m.graph == self.name).order_by(m.seq.desc())
-        if limit is not None:
-            query = query.limit(_limit(limit))
         with self.engine.connect() as conn:
-            return [{"from": r[0], "to": r[1], "reason": r[2], "at": r[3]} for r in conn.execute(query)]
+            return LEDGER.history(conn, self._key, limit)
 
     def rejected(self, limit: int = 5) -> list[tuple[Candidate, str]]:
         """The most recent rejected proposals, newest first, as ``(nodes, reason)``."""
         r = prompt_rejections.c
-        query = select(r.nodes, r.reason).where(r.graph == self.name).order_by(r.seq.desc()).limit(_limit(limit))
+        query = select(r.nodes, r.reason).where(r.graph == self.name).order_by(r.seq.desc()).limit(check_limit(limit))
         with self.engine.connect() as conn:
             return [(json.loads(row[0]), row[1]) for row in conn.execute(query)]
 
@@ -140,16 +134,20 @@ class PromptGraph:
         Resuming a run calls ``init`` again with the team's prompts as written in code: HEAD (the evolved
         prompts) wins, and a warning says when the code's seed no longer matches the stored one.
         """
-        clean, edge_t, message = check_nodes(nodes), check_edges(edges), checked_text(message, "message")
+        clean, edge_t, message = check_nodes(nodes), check_edges(edges), check_text(message, "message")
         vid = version_id(clean, edge_t, ())
-        try:
-            with self.engine.begin() as conn:
-                if self._head_id(conn) is None:
-                    self._insert_version(conn, vid, (), clean, edge_t, Usage(), message)
-                    self._move_head(conn, None, vid, "init")
-                    return self._load(conn, vid)
-        except IntegrityError:  # another process initialised the graph first (PostgreSQL; SQLite serialises)
-            log.debug("prompt graph %r initialised concurrently", self.name)
+
+        def write(conn: Connection) -> PromptVersion | None:
+            if LEDGER.head(conn, self._key) is not None:
+                return None
+            self._insert_version(conn, vid, (), clean, edge_t, Usage(), message)
+            LEDGER.move(conn, self._key, None, vid, "init")
+            return self._load(conn, vid)
+
+        # A concurrent init that won (PostgreSQL; SQLite serialises) makes the retry find HEAD and return None.
+        made = transaction(self.engine, write)
+        if made is not None:
+            return made
         if vid not in self._root_ids():
             log.warning(
                 "prompt graph %r exists and its seed differs from the nodes or edges given to init(); keeping HEAD. "
@@ -177,25 +175,28 @@ class PromptGraph:
         the parents; ``allow_new=True`` lets a version add components.
         """
         clean, found = check_nodes(nodes), check_scores(scores)
-        spent, message = as_usage(usage), checked_text(message, "message")
+        spent, message = as_usage(usage), check_text(message, "message")
         edge_t = None if edges is None else check_edges(edges)
         if isinstance(parents, str) or not isinstance(parents, Sequence) or not parents:
             raise ConfigError(f"parents must be a non-empty list of version ids (e.g. [head.id]), got {parents!r}")
-        with self.engine.begin() as conn:
+
+        def write(conn: Connection) -> PromptVersion:
             ids = tuple(self._resolve(conn, p) for p in parents)
             if len(set(ids)) != len(ids):
                 raise ConfigError(f"parents must be distinct versions, got {list(ids)}")
             first = self._load(conn, ids[0])
             others = [self._load(conn, p) for p in ids[1:]]
             _check_components(clean, [first, *others], allow_new)
-            edge_t = first.edges if edge_t is None else edge_t
-            vid = version_id(clean, edge_t, ids)
-            self._insert_version(conn, vid, ids, clean, edge_t, spent, message)
+            edges_here = first.edges if edge_t is None else edge_t
+            vid = version_id(clean, edges_here, ids)
+            self._insert_version(conn, vid, ids, clean, edges_here, spent, message)
             self._merge_scores(conn, vid, found)
-            head = self._head_id(conn, lock=True)
-            if move_head and head != vid:
-                self._move_head(conn, head, vid, "commit")
+            head = LEDGER.head(conn, self._key, lock=True)  # locked after the insert, as before the shared ledger
+            if move_head:
+                LEDGER.move(conn, self._key, head, vid, "commit")
             return self._load(conn, vid)
+
+        return transaction(self.engine, write)
 
     def set_scores(self, version_id: str, scores: Mapping[str, float]) -> PromptVersion:
         """Merge per-example validation scores into a version (a new measurement of an example wins)."""
@@ -217,7 +218,7 @@ class PromptGraph:
         """Record a proposal that failed its gate, so later rewrites can be shown what did not work."""
         clean = check_nodes(nodes, strict=False)  # a failed proposal may be malformed
         found, spent = check_scores(scores), as_usage(usage)
-        if not checked_text(reason, "reason").strip():
+        if not check_text(reason, "reason").strip():
             raise ConfigError("reason must say why the proposal was rejected, got an empty str")
         with self.engine.begin() as conn:
             row = {"graph": self.name, "parent": self._resolve(conn, parent), "nodes": canonical_json(clean)}
@@ -232,45 +233,43 @@ class PromptGraph:
 
         Nothing is deleted: the version left behind stays in ``log()`` and the move in ``history()``.
         """
-        with self.engine.begin() as conn:
-            head = self._head_or_raise(conn, lock=True)
-            if to is None:
+        why = check_text(reason, "reason") or "rollback"
+
+        def write(conn: Connection) -> PromptVersion:
+            def pick(head: str | None) -> str:
+                if head is None:
+                    raise self._no_head()
+                if to is not None:
+                    return self._resolve(conn, to)
                 parents = self._load(conn, head).parents
                 if not parents:
                     raise StoreError(f"HEAD {head} of prompt graph {self.name!r} is the seed; there is no parent")
-                target = parents[0]
-            else:
-                target = self._resolve(conn, to)
-            if target != head:
-                self._move_head(conn, head, target, checked_text(reason, "reason") or "rollback")
-            return self._load(conn, target)
+                return parents[0]
+
+            return self._load(conn, LEDGER.rollback(conn, self._key, pick, why))
+
+        return transaction(self.engine, write)
 
     # ---- SQL helpers (each runs inside the caller's transaction) --------------------------------------
 
-    def _head_id(self, conn: Connection, *, lock: bool = False) -> str | None:
-        # FOR UPDATE makes read-then-move atomic on PostgreSQL; SQLite's BEGIN IMMEDIATE already is.
-        query = select(prompt_heads.c.version).where(prompt_heads.c.graph == self.name)
-        return conn.execute(query.with_for_update() if lock else query).scalar()
-
-    def _head_or_raise(self, conn: Connection, *, lock: bool = False) -> str:
-        head = self._head_id(conn, lock=lock)
+    def _head_or_raise(self, conn: Connection) -> str:
+        head = LEDGER.head(conn, self._key)
         if head is None:
-            raise StoreError(f"prompt graph {self.name!r} has no versions yet: call init(nodes) first")
+            raise self._no_head()
         return head
 
+    def _no_head(self) -> StoreError:
+        return StoreError(f"prompt graph {self.name!r} has no versions yet: call init(nodes) first")
+
     def _resolve(self, conn: Connection, ref: str) -> str:
-        if not isinstance(ref, str):
-            raise ConfigError(f"a version id is a str, got {type(ref).__name__}")
-        key = ref.strip().lower()
-        if not key or not set(key) <= HEX:
+        prefix = id_prefix(ref, "a version id")
+        if prefix is None:
             raise StoreError(f"unknown version {ref!r} in prompt graph {self.name!r} (ids are hex, see log())")
-        v = prompt_versions.c
-        query = select(v.id).where(v.graph == self.name, v.id.startswith(key)).limit(2)
-        found = list(conn.execute(query).scalars())
+        found = LEDGER.matches(conn, self._key, prefix, limit=2)
         if len(found) != 1:
             kind = "ambiguous version prefix" if found else "unknown version"
             raise StoreError(f"{kind} {ref!r} in prompt graph {self.name!r} (see log())")
-        return str(found[0])
+        return str(found[0].id)
 
     def _load(self, conn: Connection, vid: str) -> PromptVersion:
         v = prompt_versions.c
@@ -333,16 +332,6 @@ class PromptGraph:
         if new:
             conn.execute(insert(prompt_scores), new)
 
-    def _move_head(self, conn: Connection, frm: str | None, to: str, reason: str) -> None:
-        now = time.time()
-        if frm is None:
-            conn.execute(insert(prompt_heads).values(graph=self.name, version=to, moved_at=now))
-        else:
-            conn.execute(update(prompt_heads).where(prompt_heads.c.graph == self.name).values(version=to, moved_at=now))
-        move = {"graph": self.name, "from_version": frm, "to_version": to, "reason": reason, "at": now}
-        conn.execute(insert(prompt_head_moves).values(**move))
-        log.info("prompt graph %r: HEAD %s -> %s (%s)", self.name, frm, to, reason)
-
 
 def _version(row: RowMapping, found: Mapping[str, float]) -> PromptVersion:
     return PromptVersion(
@@ -365,9 +354,3 @@ def _check_components(nodes: Mapping[str, str], parents: Sequence[PromptVersion]
         raise ConfigError(f"components {missing} of the parent version are missing; every component must be kept")
     if extra and not allow_new:
         raise ConfigError(f"components {extra} are not in the parent version; pass allow_new=True to add them")
-
-
-def _limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ConfigError(f"limit must be an int >= 0, got {limit!r}")
-    return limit

@@ -1,11 +1,10 @@
 """Prompt versions at rest: the ``prompt_*`` tables, the immutable ``PromptVersion`` and the pure helpers
-that address, validate and diff versions. ``evolve.prompts.graph.PromptGraph`` moves HEAD over them."""
+that address, validate and diff versions. ``evolve.prompts.graph.PromptGraph`` moves HEAD over them
+through ``LEDGER``, the shared HEAD ledger of :mod:`evolve.versions`."""
 
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,10 +24,9 @@ from sqlalchemy import (
 
 from connectors.errors import ConfigError
 from connectors.types import Usage
+from evolve.versions import Ledger, content_address, head_tables
 from optimizers.types import Candidate
 
-ID_CHARS = 16  # hex chars of the sha256 kept as the id: 64 bits, and a collision is checked on write
-HEX = frozenset("0123456789abcdef")
 # An experience library is a list of lessons and may hold none; any other empty component is a broken rewrite.
 MAY_BE_EMPTY = frozenset({"library"})
 
@@ -63,24 +61,7 @@ prompt_scores = Table(
     Column("updated_at", Float, nullable=False),
 )
 
-prompt_heads = Table(
-    "prompt_heads",
-    metadata,
-    Column("graph", String(200), primary_key=True),
-    Column("version", String(64), nullable=False),
-    Column("moved_at", Float, nullable=False),
-)
-
-prompt_head_moves = Table(
-    "prompt_head_moves",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("graph", String(200), nullable=False, index=True),
-    Column("from_version", String(64), nullable=True),  # None for the move that set the first HEAD
-    Column("to_version", String(64), nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("at", Float, nullable=False),
-)
+prompt_heads, prompt_head_moves = head_tables(metadata, "prompt", ["graph"], may_be_empty=False)
 
 prompt_rejections = Table(
     "prompt_rejections",
@@ -96,6 +77,9 @@ prompt_rejections = Table(
     Column("cost", Float, nullable=False, default=0.0),
     Column("created_at", Float, nullable=False),
 )
+
+
+LEDGER = Ledger(prompt_versions, prompt_heads, prompt_head_moves, noun="prompt graph")
 
 
 @dataclass(frozen=True)
@@ -134,18 +118,12 @@ class PromptVersion:
         return sum(self.scores.values()) / len(self.scores) if self.scores else None
 
 
-def canonical_json(value: Any) -> str:
-    """The one JSON spelling of ``value``: sorted keys, no spaces, ASCII only (lone surrogates survive)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
 def version_id(nodes: Mapping[str, str], edges: Sequence[Edge], parents: Sequence[str]) -> str:
     """The content address of a version: sha256 over canonical JSON of (nodes, edges, parents).
 
     Parents keep their order (the first parent is where a rollback goes); edges are sorted by the caller.
     """
-    payload = {"nodes": dict(nodes), "edges": [list(e) for e in edges], "parents": list(parents)}
-    return hashlib.sha256(canonical_json(payload).encode("ascii")).hexdigest()[:ID_CHARS]
+    return content_address({"nodes": dict(nodes), "edges": [list(e) for e in edges], "parents": list(parents)})
 
 
 def check_nodes(nodes: Any, *, strict: bool = True) -> dict[str, str]:
@@ -246,9 +224,3 @@ def as_usage(usage: Usage | None) -> Usage:
 
 def usage_row(usage: Usage) -> dict[str, Any]:
     return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "cost": usage.cost}
-
-
-def checked_text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
-    return value

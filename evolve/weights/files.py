@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import uuid
@@ -28,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, StoreError
+from evolve.versions import content_address
 
-ID_CHARS = 16  # hex chars of the sha256 kept as the id, as for prompt versions
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 CHUNK = 1 << 20
@@ -58,9 +57,9 @@ def manifest(folder: Path) -> dict[str, str]:
 
 
 def content_id(files: Mapping[str, str]) -> str:
-    """The content address of an adapter: sha256 over the sorted (relative path, file sha256) pairs."""
-    text = json.dumps(sorted(files.items()), separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:ID_CHARS]
+    """The content address of an adapter: sha256 over the sorted (relative path, file sha256) pairs, cut
+    like a prompt version's id (:func:`evolve.versions.content_address`)."""
+    return content_address(sorted(files.items()))
 
 
 def check_adapter_folder(folder: Any) -> dict[str, str]:

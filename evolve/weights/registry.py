@@ -7,8 +7,9 @@ new. Files are copied into ``<root>/<run>/<agent>/<id>/`` through a temporary fo
 into place (:mod:`evolve.weights.files`), so a version folder is complete or absent. Rows live in
 ``adapter_*`` tables in the same database as memory and prompts; a row is never changed. Each agent of a
 run has a HEAD that says which adapter it runs with (none: the bare base model); every HEAD move is a
-row in ``adapter_head_moves``, so a rollback is auditable and nothing is ever deleted. This module only
-moves files and rows: it never imports torch or peft.
+row in ``adapter_head_moves``, so a rollback is auditable and nothing is ever deleted. HEAD, its moves
+and its lock are the shared ledger of :mod:`evolve.versions` (prompt graphs use the same one). This
+module only moves files and rows: it never imports torch or peft.
 """
 
 from __future__ import annotations
@@ -19,25 +20,23 @@ import logging
 import math
 import numbers
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Row, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, insert, select
 
 from connectors.errors import ConfigError, StoreError
+from evolve.versions import Ledger, check_limit, check_text, head_tables, id_prefix, transaction
 from evolve.weights.files import check_adapter_folder, content_id, manifest, store_files
 
 log = logging.getLogger(__name__)
 
-HEX = frozenset("0123456789abcdef")
 BASE = "base"  # rollback(to=BASE): the agent runs on the bare base model again
 FOLDER_BYTES = 200  # longest folder name used, in UTF-8 bytes (filesystems allow 255)
-T = TypeVar("T")
 
 metadata = sa.MetaData()
 
@@ -57,26 +56,9 @@ adapter_versions = sa.Table(
     sa.UniqueConstraint("run", "agent", "id", name="uq_adapter_versions_run_agent_id"),
 )
 
-adapter_heads = sa.Table(
-    "adapter_heads",
-    metadata,
-    sa.Column("run", sa.String(200), primary_key=True),
-    sa.Column("agent", sa.String(200), primary_key=True),
-    sa.Column("version", sa.String(64), nullable=True),  # None: back on the bare base model
-    sa.Column("moved_at", sa.Float, nullable=False),
-)
-
-adapter_head_moves = sa.Table(
-    "adapter_head_moves",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("run", sa.String(200), nullable=False, index=True),
-    sa.Column("agent", sa.String(200), nullable=False),
-    sa.Column("from_version", sa.String(64), nullable=True),  # None: the base model
-    sa.Column("to_version", sa.String(64), nullable=True),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("at", sa.Float, nullable=False),
-)
+# HEAD None: the agent runs on the bare base model, so a HEAD and a move may point at no version.
+adapter_heads, adapter_head_moves = head_tables(metadata, "adapter", ["run", "agent"], may_be_empty=True)
+LEDGER = Ledger(adapter_versions, adapter_heads, adapter_head_moves, noun="adapters", empty=BASE)
 
 
 @dataclass(frozen=True)
@@ -168,8 +150,8 @@ class AdapterRegistry:
     def head(self, agent: str) -> AdapterVersion | None:
         """The adapter ``agent`` runs with, or None when it runs on the bare base model."""
         with self.engine.connect() as conn:
-            head = self._head_row(conn, check_name(agent, "an agent name"), lock=False)
-            return None if head is None or head.version is None else self._load(conn, agent, head.version)
+            head = LEDGER.head(conn, self._key(agent))
+            return None if head is None else self._load(conn, agent, head)
 
     def path(self, agent: str) -> Path | None:
         """The folder of HEAD's adapter (what peft or vLLM loads), or None for the bare base model."""
@@ -188,9 +170,7 @@ class AdapterRegistry:
         query = select(adapter_versions).where(v.run == self.run, v.agent == check_name(agent, "an agent name"))
         query = query.order_by(v.seq.desc())
         if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-                raise ConfigError(f"limit must be an int >= 0, got {limit!r}")
-            query = query.limit(limit)
+            query = query.limit(check_limit(limit))
         with self.engine.connect() as conn:
             return [_version(r) for r in conn.execute(query)]
 
@@ -204,12 +184,8 @@ class AdapterRegistry:
 
     def history(self, agent: str, limit: int | None = None) -> list[dict[str, Any]]:
         """HEAD moves of ``agent``, newest first: ``{"from", "to", "reason", "at"}`` (None means base)."""
-        m = adapter_head_moves.c
-        query = select(m.from_version, m.to_version, m.reason, m.at)
-        query = query.where(m.run == self.run, m.agent == check_name(agent, "an agent name")).order_by(m.seq.desc())
         with self.engine.connect() as conn:
-            rows = list(conn.execute(query if limit is None else query.limit(limit)))
-        return [{"from": r[0], "to": r[1], "reason": r[2], "at": r[3]} for r in rows]
+            return LEDGER.history(conn, self._key(agent), limit)
 
     def verify(self, version_id: str, *, agent: str | None = None) -> AdapterVersion:
         """Recompute the stored files' hashes; StoreError when a file was changed, added or removed."""
@@ -247,8 +223,8 @@ class AdapterRegistry:
         committing them again stores nothing new (the stored parent, metrics and message stay) and only
         moves HEAD.
         """
-        agent = check_name(agent, "an agent name")
-        found, clean = check_metrics(metrics), _text(message, "message")
+        key = self._key(agent)
+        found, clean = check_metrics(metrics), check_text(message, "message")
         files = check_adapter_folder(folder)
         vid = content_id(files)
         if parent is not None:
@@ -257,16 +233,15 @@ class AdapterRegistry:
         target = store_files(Path(folder), self.root / folder_name(self.run) / folder_name(agent), vid, files)
 
         def write(conn: Connection) -> AdapterVersion:
-            head = self._head_row(conn, agent)
+            head = LEDGER.head(conn, key, lock=True)  # locked before the insert, as before the shared ledger
             if self._row(conn, agent, vid, missing_ok=True) is None:
                 row = {"run": self.run, "agent": agent, "id": vid, "parent": parent, "path": str(target)}
                 row |= {"files": json.dumps(files), "metrics": json.dumps(found), "message": clean}
                 conn.execute(insert(adapter_versions).values(**row, created_at=time.time()))
-            if head is None or head.version != vid:
-                self._move_head(conn, agent, head, vid, "commit")
+            LEDGER.move(conn, key, head, vid, "commit")
             return self._load(conn, agent, vid)
 
-        return self._write(write)
+        return transaction(self.engine, write)
 
     def rollback(self, agent: str, to: str | None = None, *, reason: str = "rollback") -> AdapterVersion | None:
         """Move ``agent``'s HEAD to version ``to`` (id or unique prefix), to ``"base"``, or by default to
@@ -274,63 +249,44 @@ class AdapterRegistry:
 
         Nothing is deleted: the version left behind stays in ``log()`` and the move in ``history()``.
         """
-        agent, why = check_name(agent, "an agent name"), _text(reason, "reason") or "rollback"
+        key, why = self._key(agent), check_text(reason, "reason") or "rollback"
 
         def write(conn: Connection) -> AdapterVersion | None:
-            head = self._head_row(conn, agent)
-            current = None if head is None else head.version
-            if to is None:
-                if current is None:
-                    raise StoreError(f"agent {agent!r} of run {self.run!r} is on the base model: nothing to undo")
-                target = self._row(conn, agent, current).parent
-            elif isinstance(to, str) and to.strip().lower() == BASE:
-                target = None
-            else:
-                target = self._resolve(conn, agent, to)[1]
-            if target != current:
-                self._move_head(conn, agent, head, target, why)
+            def pick(current: str | None) -> str | None:
+                if to is None:
+                    if current is None:
+                        raise StoreError(f"agent {agent!r} of run {self.run!r} is on the base model: nothing to undo")
+                    return self._row(conn, agent, current).parent  # None: trained from base, so back to base
+                if isinstance(to, str) and to.strip().lower() == BASE:
+                    return None
+                return self._resolve(conn, agent, to)[1]
+
+            target = LEDGER.rollback(conn, key, pick, why)
             return None if target is None else self._load(conn, agent, target)
 
-        return self._write(write)
+        return transaction(self.engine, write)
 
     # ---- SQL helpers (each runs inside the caller's transaction) --------------------------------------
 
-    def _write(self, fn: Callable[[Connection], T]) -> T:
-        # SQLite serialises writers (BEGIN IMMEDIATE); on PostgreSQL two first commits can race on the
-        # head or version row, and the loser retries once and then sees the winner's rows.
-        for attempt in (1, 2):
-            try:
-                with self.engine.begin() as conn:
-                    return fn(conn)
-            except IntegrityError:
-                if attempt == 2:
-                    raise
-                log.debug("adapter registry %r: concurrent write, retrying", self.run)
-        raise AssertionError("unreachable")
-
-    def _head_row(self, conn: Connection, agent: str, *, lock: bool = True) -> Row[Any] | None:
-        # FOR UPDATE makes read-then-move atomic on PostgreSQL; SQLite's BEGIN IMMEDIATE already is.
-        query = select(adapter_heads.c.version).where(adapter_heads.c.run == self.run, adapter_heads.c.agent == agent)
-        return conn.execute(query.with_for_update() if lock else query).first()
+    def _key(self, agent: str) -> dict[str, str]:
+        """Whose HEAD, in the shared ledger: this run's ``agent``."""
+        return {"run": self.run, "agent": check_name(agent, "an agent name")}
 
     def _resolve(self, conn: Connection, agent: str | None, ref: Any) -> tuple[str, str]:
         """(agent, full id) for an id or unique prefix; ConfigError lists the candidates otherwise."""
-        if not isinstance(ref, str):
-            raise ConfigError(f"an adapter version id is a str, got {type(ref).__name__}")
-        key, v = ref.strip().lower(), adapter_versions.c
-        where = [v.run == self.run] + ([] if agent is None else [v.agent == check_name(agent, "an agent name")])
-        found = []
-        if key and set(key) <= HEX:
-            found = list(conn.execute(select(v.agent, v.id).where(*where, v.id.startswith(key)).limit(20)))
+        prefix, v = id_prefix(ref, "an adapter version id"), adapter_versions.c
+        scope = {"run": self.run} if agent is None else self._key(agent)
+        found = [] if prefix is None else [(r.agent, r.id) for r in LEDGER.matches(conn, scope, prefix, limit=20)]
         if len(found) == 1:
             return str(found[0][0]), str(found[0][1])
-        scope = f"run {self.run!r}" + ("" if agent is None else f", agent {agent!r}")
+        where_said = f"run {self.run!r}" + ("" if agent is None else f", agent {agent!r}")
         if found:
             listed = ", ".join(f"{a}:{i}" for a, i in found)
-            raise ConfigError(f"adapter version prefix {ref!r} is ambiguous in {scope}: it matches {listed}")
+            raise ConfigError(f"adapter version prefix {ref!r} is ambiguous in {where_said}: it matches {listed}")
+        where = [v.run == self.run] + ([] if agent is None else [v.agent == agent])
         known = list(conn.execute(select(v.agent, v.id).where(*where).order_by(v.seq.desc()).limit(10)))
         listed = ", ".join(f"{a}:{i}" for a, i in known) or "none"
-        raise ConfigError(f"unknown adapter version {ref!r} in {scope}; known (newest first): {listed}, or 'base'")
+        raise ConfigError(f"unknown adapter version {ref!r} in {where_said}; known (newest first): {listed}, or 'base'")
 
     def _row(self, conn: Connection, agent: str, vid: str, *, missing_ok: bool = False) -> Any:
         v = adapter_versions.c
@@ -342,25 +298,7 @@ class AdapterRegistry:
     def _load(self, conn: Connection, agent: str, vid: str) -> AdapterVersion:
         return _version(self._row(conn, agent, vid))
 
-    def _move_head(self, conn: Connection, agent: str, head: Row[Any] | None, to: str | None, reason: str) -> None:
-        now, h = time.time(), adapter_heads.c
-        if head is None:
-            conn.execute(insert(adapter_heads).values(run=self.run, agent=agent, version=to, moved_at=now))
-        else:
-            where = (h.run == self.run, h.agent == agent)
-            conn.execute(update(adapter_heads).where(*where).values(version=to, moved_at=now))
-        frm = None if head is None else head.version
-        move = {"run": self.run, "agent": agent, "from_version": frm, "to_version": to, "reason": reason, "at": now}
-        conn.execute(insert(adapter_head_moves).values(**move))
-        log.info("adapters %r/%r: HEAD %s -> %s (%s)", self.run, agent, frm or BASE, to or BASE, reason)
-
 
 def _version(row: Any) -> AdapterVersion:
     metrics = MappingProxyType(json.loads(row.metrics))
     return AdapterVersion(row.id, row.run, row.agent, row.parent, Path(row.path), metrics, row.message, row.created_at)
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
-    return value
