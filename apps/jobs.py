@@ -79,9 +79,9 @@ def _build(spec: RunSpec, args: argparse.Namespace) -> Evolver:
 
 def served_feedback(evolver: Evolver) -> Callable[[], list[Trace]]:
     """The job's ``before_round``: learn what users rated through ``evolve serve`` since the last job
-    that finished (``evolve.deploy.serving.learn_served``)."""
+    that finished (``evolve.deploy.feedback.learn_served``)."""
+    from evolve.deploy.feedback import learn_served
     from evolve.deploy.jobs import job_history
-    from evolve.deploy.serving import learn_served
 
     def before_round() -> list[Trace]:
         done = next((j for j in job_history(evolver.log.engine, evolver.run_name) if j.status == "done"), None)

@@ -26,7 +26,8 @@ from apps import playground_data as data
 from apps.playground_cli import script_args
 from connectors import EvolveError, Message, StoreError
 from evolve import PromptGraph, list_runs
-from evolve.deploy.serving import Answer, Deployment, namespace_of
+from evolve.deploy.feedback import namespace_of
+from evolve.deploy.serving import Answer, Deployment
 from evolve.spec import check_tenant, load_spec
 from memory import MemoryItem, MemoryStore
 

@@ -1,4 +1,8 @@
-"""One attempt at a task: an ``Episode`` made of ``Step``s, with its reward and the recalls it used."""
+"""One attempt at a task: an ``Episode`` made of ``Step``s, with its reward and the recalls it used.
+
+``condense`` turns steps into the trajectory memory stores, ``to_trace`` into the ``Trace`` a prompt
+optimizer learns from.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors import Message, Usage
+from optimizers.types import NodeCall, Trace
 
 
 @dataclass(frozen=True)
@@ -68,3 +73,30 @@ def condense(steps: Sequence[Step]) -> str:
     if len(steps) == 1:
         return f"Answer given: {steps[0].output.strip()}"
     return "\n".join(f"[{s.agent}, turn {s.turn}] {s.output.strip()}" for s in steps)
+
+
+def to_trace(
+    example_id: str, steps: Sequence[Step], output: str, score: float, feedback: str, *, prompt: str = ""
+) -> Trace:
+    """Steps as the ``Trace`` a prompt optimizer learns from: one ``NodeCall`` per step, on the agent's
+    trainable components (``<agent>.system``, ``<agent>.library``), and the steps' summed usage.
+
+    A call's input is the step's last message; steps stored without their messages (a served response's:
+    ``evolve.run_log.steps_to_json`` keeps none) take ``prompt``, what the team was asked.
+
+    Example:
+        >>> step = Step("solver", (), "4")
+        >>> trace = to_trace("t1", [step], "4", 1.0, "correct", prompt="What is 2 + 2?")
+        >>> trace.calls[0].components, trace.calls[0].prompt
+        (('solver.system', 'solver.library'), 'What is 2 + 2?')
+    """
+    calls = tuple(
+        NodeCall(
+            s.agent,
+            (f"{s.agent}.system", f"{s.agent}.library"),
+            s.messages[-1].content if s.messages else prompt,
+            s.output,
+        )
+        for s in steps
+    )
+    return Trace(example_id, calls, output, score, feedback, sum((s.usage for s in steps), Usage()))

@@ -49,7 +49,7 @@ from evolve.weights.switch import (
     base_folder,
     train_adapters,
 )
-from memory import MAX_FEEDBACK_ID, MemoryStore, WriteEntry, fit_id
+from memory import MemoryStore, WriteEntry, fit_id, reinforcements
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ class Evolver:
     def run_round(self, round_: int, *, extra_traces: Sequence[Trace] = ()) -> RoundMetrics:
         """One round: every scheduled task once, memory learning after each batch, then a prompt step.
 
-        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.deploy.serving``) are handed
+        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.deploy.feedback``) are handed
         to the prompt optimizer as more examples to learn from; it still gates on the tasks alone.
         """
         start = time.perf_counter()
@@ -280,23 +280,21 @@ class Evolver:
         """Reinforce the memories each episode recalled with its reward, then write what it taught:
         one ``reinforce_many`` and one ``write_many`` for the whole batch.
 
-        Feedback keys (``<episode id>:<recall id>``) and memory ids (``<episode id>/<namespace>``) are built
-        from the run's, tasks' and agents' names, so ``fit_id`` shortens a long one with a hash: the same
-        key on every call, so a resumed run still applies no reward and writes no memory twice."""
+        Feedback keys (``memory.reinforcements`` of the episode id) and memory ids (``<episode id>/<namespace>``)
+        are built from the run's, tasks' and agents' names, so ``fit_id`` shortens a long one with a hash: the
+        same key on every call, so a resumed run still applies no reward and writes no memory twice."""
         if self.memory is None or not self.learn:
             return
         episodes = list(episodes)
         feedback = [
-            (
-                step.recall_id,
-                self.memory_reward(e.reward),
-                fit_id(f"{e.id}:{step.recall_id}", MAX_FEEDBACK_ID),
-                self._recall_namespace(step),
-            )
+            entry
             for e in episodes
             if e.error is None
-            for step in e.steps
-            if step.recall_id is not None
+            for entry in reinforcements(
+                [(s.recall_id, self._recall_namespace(s)) for s in e.steps if s.recall_id is not None],
+                self.memory_reward(e.reward),
+                e.id,
+            )
         ]
         if feedback:
             self.memory.reinforce_many(feedback)

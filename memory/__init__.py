@@ -14,6 +14,7 @@ This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
 
 from memory.checks import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, fit_id
 from memory.config import MemoryConfig, RetrievalConfig, similarity_only
+from memory.learning import Reinforcement, reinforcements
 from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import (
     Selection,
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryItem",
     "MemoryStore",
     "Recall",
+    "Reinforcement",
     "RetrievalConfig",
     "ScoredItem",
     "Selection",
@@ -46,6 +48,7 @@ __all__ = [
     "credit_weights",
     "fit_id",
     "phase_a",
+    "reinforcements",
     "select",
     "similarity_only",
     "td_update",

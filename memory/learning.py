@@ -2,29 +2,95 @@
 
 ``Q ← Q + α·w·(r − Q)`` and ``visits += 1`` are computed by the database (``q = q + :rate * (:reward
 - q)``), never from a value read into Python first, so concurrent writers never lose an update.
+
+``reinforcements`` builds the entries that reward the recalls one answer used (the loop's episodes,
+served responses, LangChain runs): one feedback id per recall, ``<answer's feedback id>/<recall id>``.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import Connection, bindparam, insert, update
 
 from connectors.errors import ConfigError
 from memory import reads
-from memory.checks import as_list, check_feedback_id, check_id, check_namespace, check_reward, new_ids
+from memory.checks import (
+    MAX_FEEDBACK_ID,
+    as_list,
+    check_feedback_id,
+    check_id,
+    check_namespace,
+    check_reward,
+    fit_id,
+    new_ids,
+)
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items
 from memory.scoring import credit_weights
 from memory.statements import execute_many
 
-Entry = tuple[Recall | str, float, str | None, str | None]
-"""``(recall, reward, feedback id, namespace)``: a recall id is looked up in that namespace."""
+
+class Reinforcement(NamedTuple):
+    """One entry of ``MemoryStore.reinforce_many``: a reward for the memories one recall selected.
+
+    Attributes:
+        recall: the ``Recall`` or its id (looked up in ``namespace``).
+        reward: the reward that followed.
+        feedback_id: the idempotency key: a feedback id applied before updates nothing (None: a fresh one).
+        namespace: where the recall was made (None: ``reinforce_many``'s ``namespace=``, else ``"default"``).
+        applied_as: older keys of the same feedback (``reinforcements``' legacy form): when one of them
+            was applied, this entry was too, and it updates nothing.
+
+    Example:
+        >>> Reinforcement("r1", 1.0, "answer-7/r1", "team/solver").feedback_id
+        'answer-7/r1'
+    """
+
+    recall: Recall | str
+    reward: float
+    feedback_id: str | None = None
+    namespace: str | None = None
+    applied_as: tuple[str, ...] = ()
+
+
+Entry = Reinforcement
+"""A checked ``reinforce_many`` entry (``check_entries``)."""
+
+
+def reinforcements(recalls: Iterable[tuple[str, str | None]], reward: float, feedback_id: str) -> list[Reinforcement]:
+    """The ``reinforce_many`` entries that give ``reward`` to every recall one answer used.
+
+    ``recalls`` are ``(recall id, namespace)`` pairs, in the order the answer made them; ``feedback_id``
+    is the answer's own key (an episode id, ``<response id>:<key>``, ``<run id>:<key>``). Each recall's
+    key is ``<feedback_id>/<recall id>``, shortened with a hash (``fit_id``) when longer than a feedback
+    key may be: the same key on every call, so a repeated or resumed answer rewards nothing twice.
+
+    Before issue 19 the loop keyed its episodes' recalls ``<episode id>:<recall id>`` (served ratings and
+    LangChain runs used the form above already): each entry carries that older key in ``applied_as``, so
+    a batch rewarded under it before an upgrade is not rewarded again after.
+
+    Example:
+        >>> entries = reinforcements([("r1", "team/solver"), ("r2", None)], 1.0, "answer-7")
+        >>> [(e.recall, e.feedback_id, e.namespace, e.applied_as) for e in entries]
+        [('r1', 'answer-7/r1', 'team/solver', ('answer-7:r1',)), ('r2', 'answer-7/r2', None, ('answer-7:r2',))]
+    """
+    return [
+        Reinforcement(
+            recall_id,
+            reward,
+            fit_id(f"{feedback_id}/{recall_id}", MAX_FEEDBACK_ID),
+            namespace,
+            (fit_id(f"{feedback_id}:{recall_id}", MAX_FEEDBACK_ID),),
+        )
+        for recall_id, namespace in recalls
+    ]
+
 
 # The TD rule computed by the database from the row's current Q (never from a value read first).
 Q_UPDATE = (
@@ -41,23 +107,28 @@ FEEDBACK_INSERT = insert(feedback)
 
 
 def check_entries(items: Sequence[Sequence[Any]]) -> list[Entry]:
-    """Validate ``(recall, reward[, feedback_id[, namespace]])`` tuples before anything is written."""
+    """Validate ``(recall, reward[, feedback_id[, namespace[, applied_as]]])`` tuples (``Reinforcement``s
+    among them) before anything is written."""
     out: list[Entry] = []
     for i, entry in enumerate(as_list(items, "reinforce_many: items")):
-        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3, 4):
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3, 4, 5):
             raise ConfigError(
-                f"feedback[{i}] must be (recall, reward), (recall, reward, feedback_id) or "
-                f"(recall, reward, feedback_id, namespace), got {entry!r:.120}"
+                f"feedback[{i}] must be (recall, reward), (recall, reward, feedback_id), "
+                f"(recall, reward, feedback_id, namespace) or a Reinforcement, got {entry!r:.120}"
             )
         if isinstance(entry[0], str):
             check_id(f"feedback[{i}] recall id", entry[0])
         fid = entry[2] if len(entry) >= 3 else None
-        ns = entry[3] if len(entry) == 4 else None
-        out.append((
+        ns = entry[3] if len(entry) >= 4 else None
+        older = entry[4] if len(entry) == 5 else ()
+        if not isinstance(older, (tuple, list)):
+            raise ConfigError(f"feedback[{i}] applied_as must be a tuple of feedback ids, got {older!r:.120}")
+        out.append(Reinforcement(
             entry[0],
             check_reward(entry[1], f"feedback[{i}]"),
             None if fid is None else check_feedback_id(fid),
             None if ns is None else check_namespace(ns),
+            tuple(check_feedback_id(o) for o in older),
         ))  # fmt: skip
     return out
 
@@ -73,19 +144,21 @@ class Updates:
 def plan_updates(
     conn: Connection, entries: list[Entry], *, alpha: float, credit: str, namespace: str | None
 ) -> Updates:
-    """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied.
+    """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied (under
+    their own id or one of their ``applied_as``).
 
     Recall ids are looked up in the entry's namespace, else ``namespace``, else ``"default"``;
     ``Recall`` objects in their own (``reads.recall_targets``); every update is bound to the
     recall's namespace as well.
     """
     plan = Updates()
-    seen = reads.feedback_applied(conn, [e[2] for e in entries if e[2] is not None])
+    keys = [e.feedback_id for e in entries if e.feedback_id is not None]
+    seen = reads.feedback_applied(conn, keys + [old for e in entries for old in e.applied_as])
     now = time.time()
     fresh = iter(new_ids(len(entries)))
-    for recall, reward, fid, entry_ns in entries:
+    for recall, reward, fid, entry_ns, applied_as in entries:
         fid = fid if fid is not None else next(fresh)
-        if fid in seen:
+        if fid in seen or seen.intersection(applied_as):
             continue
         seen.add(fid)
         recall_id, ns, item_ids, scores = reads.recall_targets(conn, recall, entry_ns or namespace)

@@ -183,7 +183,7 @@ def run_job(
             may take.
         holder: this job's lease holder id (default ``host:pid:random``).
         before_round: called inside the lease, before the round (e.g. to ingest feedback collected by
-            ``evolve serve``); it may return traces (``evolve.deploy.serving.feedback_traces``) that the round's
+            ``evolve serve``); it may return traces (``evolve.deploy.feedback.feedback_traces``) that the round's
             prompt step learns from (``Evolver.run_round``'s ``extra_traces``), or None.
         lease: the run's lease, already taken with ``take_lease`` (before the evolver was built); None
             takes it here. Either way ``run_job`` releases it. A lease lost since it was taken (it

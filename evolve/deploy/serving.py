@@ -5,12 +5,9 @@
 - ``answer(messages, tenant=…)`` runs the tenant's team on a conversation (each agent recalls from its
   namespace and speaks from the HEAD prompts) and records the response under a fresh id;
 - ``feedback(response_id, score, tenant=…)`` reinforces exactly the memories that response recalled,
-  once per idempotency key, and queues the rated response for the next job;
-- ``learn_served(evolver)`` (``evolve job`` calls it before its round) writes queued responses into
-  memory as experiences, so a lesson a user gave is recalled next time, and hands the rated answers to
-  the round's prompt step (``feedback_traces``), where textual gradients learn from the comments; a
-  rating that cannot be learned is quarantined with its reason (``quarantined``, ``retry_quarantined``)
-  instead of blocking the queue.
+  once per idempotency key, and queues the rated response for the next job, which learns it
+  (``evolve.deploy.feedback``); a rating that cannot be learned is quarantined with its reason
+  (``quarantined``, ``retry_quarantined``) instead of blocking the queue.
 
 A tenant's run is ``<run>@<tenant>`` (``RunSpec.for_tenant``): its memories, prompts, rounds and
 responses are keyed by that name, so one tenant never sees another's.
@@ -29,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import json
-import logging
 import math
 import secrets
 import threading
@@ -42,43 +38,30 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from connectors import (
-    ChatClient,
-    ConfigError,
-    ConnectorError,
-    Embedder,
-    EvolveError,
-    Message,
-    StoreError,
-    Usage,
-    make_engine,
-)
+from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Usage, make_engine
 from connectors.db import check_chars
 from connectors.errors import same_kind
 from evolve.agent import Team
-from evolve.build import agent_namespace, build_chat, build_store, build_team
+from evolve.build import build_chat, build_store, build_team
+from evolve.deploy.feedback import reinforce_recalls
 from evolve.deploy.responses import (
     MAX_RESPONSE_ID,
     QuarantinedRating,
     feedback_rows,
     open_tables,
-    quarantine,
     quarantined,
     release,
     responses,
     stored_steps,
 )
-from evolve.episode import Step, condense
-from evolve.evolver import Evolver, centred
+from evolve.episode import Step
+from evolve.evolver import centred
 from evolve.prompts.graph import PromptGraph
 from evolve.run_log import steps_to_json
 from evolve.spec import RunSpec
 from evolve.weights.escalation import weights_blocker
 from evolve.weights.switch import adapter_registry, attach_adapters
-from memory import MAX_FEEDBACK_ID, MemoryStore, fit_id
-from optimizers.types import NodeCall, Trace
-
-log = logging.getLogger(__name__)
+from memory import MemoryStore
 
 # The parameters a request may set on the agents' calls; anything else is the deployment's business.
 REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop")
@@ -315,136 +298,6 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     return "\n\n".join(parts), query
 
 
-def reinforce_recalls(
-    store: MemoryStore | None, run: str, feedback_id: str, steps: Sequence[Step], reward: float
-) -> int:
-    """Reinforce every recall the steps made, each in the namespace it was made in (responses recorded
-    before steps kept it: the agent's namespace in ``run``), once per feedback id (a repeat updates nothing).
-
-    A recall's feedback key is ``<feedback id>/<recall id>``, shortened with a hash (``fit_id``) when a long
-    idempotency key makes it longer than the store's feedback keys may be."""
-    if store is None:
-        return 0
-    items = [
-        (s.recall_id, reward, fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID), namespace_of(s, run))
-        for s in steps
-        if s.recall_id is not None
-    ]
-    return store.reinforce_many(items) if items else 0
-
-
-def namespace_of(step: Step, run: str) -> str:
-    """Where a served step recalled (rows recorded before steps kept it: its agent's namespace in ``run``)."""
-    return step.recall_namespace or agent_namespace(run, step.agent)
-
-
-def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatClient | None = None) -> int:
-    """Finish the run's queued feedback: reinforce what was not yet reinforced, write each rated response
-    into the memory of every agent that answered it (idempotent ids), mark it learned; returns how many.
-
-    ``evolve job`` calls this before its round, so a killed server or job loses nothing and applies
-    nothing twice. A rating that cannot be learned (its stored response cannot be read, or memory refuses
-    it) is quarantined with the error as its reason and a warning, and the rest are learned: one bad
-    rating never blocks the queue (``evolve.deploy.responses``). A model or embedder that fails in a way
-    that may pass (``ConnectorError.retryable``) leaves it queued and stops here, for the next job to
-    retry. Without a memory store there is nothing to learn into.
-    """
-    if store is None:
-        return 0
-    open_tables(store.engine)
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(feedback_rows, responses.c.query, responses.c.answer, responses.c.steps)
-            .join(responses, responses.c.id == feedback_rows.c.response_id)
-            .where(feedback_rows.c.run == run, feedback_rows.c.learned == 0, feedback_rows.c.quarantined.is_(None))
-            .order_by(feedback_rows.c.created_at)
-        ).all()
-    learned = 0
-    for row in rows:
-        r = dict(row._mapping)
-        try:
-            steps = stored_steps(r["response_id"], r["steps"])
-            if not r["applied"]:
-                reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
-            _write(store, team, r, steps, writer)
-        except EvolveError as e:
-            if isinstance(e, ConnectorError) and e.retryable:
-                raise
-            reason = f"{type(e).__name__}: {e}"
-            log.warning("run %s: rating %s quarantined, not learned: %s", run, r["id"], reason)
-            quarantine(store.engine, r["id"], reason)
-            continue
-        with store.engine.begin() as conn:
-            conn.execute(update(feedback_rows).where(feedback_rows.c.id == r["id"]).values(applied=1, learned=1))
-        learned += 1
-    return learned
-
-
-def learn_served(evolver: Evolver, *, since: float = 0.0) -> list[Trace]:
-    """What ``evolve job`` does with served feedback before its round: learn the queue into the run's
-    memory (``learn_from_feedback``) and return the answers rated since ``since`` for its prompt step."""
-    learn_from_feedback(evolver.memory, evolver.team, evolver.run_name, writer=evolver.writer)
-    return feedback_traces(evolver.log.engine, evolver.run_name, since=since)
-
-
-def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int = 50) -> list[Trace]:
-    """The run's rated answers since ``since`` (Unix time), newest first, as traces a prompt optimizer
-    learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
-    ``extra_traces``)."""
-    open_tables(engine)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(feedback_rows.c.response_id, feedback_rows.c.score, feedback_rows.c.comment, responses)
-            .join(responses, responses.c.id == feedback_rows.c.response_id)
-            .where(
-                feedback_rows.c.run == run, feedback_rows.c.created_at > since, feedback_rows.c.quarantined.is_(None)
-            )
-            .order_by(feedback_rows.c.created_at.desc())
-            .limit(limit)
-        ).all()
-    traces = []
-    for row in rows:
-        r = row._mapping
-        try:
-            steps = stored_steps(r["response_id"], r["steps"])
-        except StoreError as e:
-            log.warning("run %s: %s; the rating is left out of the prompt step", run, e)
-            continue
-        calls = tuple(
-            NodeCall(s.agent, (f"{s.agent}.system", f"{s.agent}.library"), r["query"], s.output) for s in steps
-        )
-        feedback = rating_text(r["score"], r["comment"])
-        traces.append(Trace(f"served:{r['response_id']}", calls, r["answer"], float(r["score"]), feedback))
-    return traces
-
-
-def rating_text(score: float, comment: str) -> str:
-    """A user's rating as the feedback text memory and optimizers learn from."""
-    verdict = f"A user rated this answer {score:g} out of 1 ({'good' if score >= 0.5 else 'bad'})."
-    return f"{verdict} Their comment: {comment}" if comment else verdict
-
-
-def _write(
-    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatClient | None
-) -> None:
-    success = r["score"] >= 0.5
-    feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
-    for agent in dict.fromkeys(s.agent for s in steps):
-        view = team.agents[agent].memory if agent in team.agents else None
-        if view is None:
-            continue
-        store.write(
-            r["query"],
-            trajectory=trajectory,
-            feedback=feedback,
-            success=success,
-            namespace=view.namespace,
-            llm=writer,
-            provenance={"response": r["response_id"], "feedback": r["id"], "score": r["score"]},
-            id=fit_id(f"served:{r['response_id']}/{view.namespace}"),  # the same id every time: written once
-        )
-
-
 def check_score(score: object) -> float:
     """A feedback score: a finite number in [0, 1] (True/False count as 1/0)."""
     if not isinstance(score, Real) or isinstance(score, complex):
@@ -487,5 +340,4 @@ def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> di
 
 __all__ = [
     "Answer", "Deployment", "FeedbackReceipt", "QuarantinedRating", "UnknownResponse", "check_score", "conversation",
-    "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "reinforce_recalls",
 ]  # fmt: skip

@@ -18,9 +18,10 @@ from typing import Any
 from connectors import ConfigError, Environment, Usage
 from evolve.agent import Team
 from evolve.envs.tasks import Task
+from evolve.episode import to_trace
 from evolve.executors import play
 from evolve.prompts.graph import PromptGraph
-from optimizers.types import Candidate, Evaluate, NodeCall, PromptOptimizer, Trace
+from optimizers import Candidate, Evaluate, PromptOptimizer, Trace
 
 log = logging.getLogger(__name__)
 
@@ -66,22 +67,7 @@ def _run(
     """One trace per task: what each agent was asked and said, and how the episode scored (0 on an error)."""
     attempts = play(team, tasks, env_factory, max_turns, sample_index=sample, params=params)
     return [
-        Trace(
-            task.id,
-            tuple(
-                NodeCall(
-                    s.agent,
-                    (f"{s.agent}.system", f"{s.agent}.library"),
-                    s.messages[-1].content if s.messages else "",
-                    s.output,
-                )
-                for s in a.steps
-            ),
-            a.answer,
-            0.0 if a.error is not None else a.reward,
-            a.feedback,
-            sum((s.usage for s in a.steps), Usage()),
-        )
+        to_trace(task.id, a.steps, a.answer, 0.0 if a.error is not None else a.reward, a.feedback)
         for task, a in zip(tasks, attempts, strict=True)
     ]
 
@@ -113,7 +99,7 @@ class PromptEvolution:
 
     Args:
         graph: the versioned prompts (initialised from the team's prompts on first use).
-        optimizer: a ``TextualGradientOptimizer`` or ``TrainingFreeGRPO`` (built with its ``critic=``).
+        optimizer: any ``PromptOptimizer`` (``TextualGradientOptimizer``, ``TrainingFreeGRPO``, built with ``critic=``).
         train_ids / val_ids: the minibatch pool and the validation set (see ``split_tasks``).
     """
 

@@ -42,6 +42,7 @@ from typing import Any
 from uuid import UUID
 
 from connectors.errors import ConfigError, StoreError
+from memory.learning import reinforcements
 from memory.store import MemoryStore
 
 INSTALL_HINT = "pip install 'evolve[langchain]'"
@@ -57,7 +58,9 @@ except ImportError as e:  # the optional extra is missing: say which one
 __all__ = ["RecallTracker", "RunFeedback"]
 
 MAX_KEY = 50
-MAX_FEEDBACK_ID = 95  # + "/" + a 32-character recall id fits the store's 128-character feedback key
+# With "/" and a store's 32-character recall id, a recall's key (``memory.reinforcements``) fits the store's
+# 128 characters unshortened: it reads as given, and keys applied before stay the same.
+MAX_FEEDBACK_ID = 95
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,7 @@ class RecallTracker(BaseCallbackHandler):
         recalls = self.recall_ids(run)
         with self._lock:
             where = dict(self._recalls.get(run, {}))
-        entries = [(recall_id, reward, f"{fid}/{recall_id}", where[recall_id]) for recall_id in recalls]
+        entries = reinforcements([(recall_id, where[recall_id]) for recall_id in recalls], reward, fid)
         reinforced = self.store.reinforce_many(entries) if entries else 0
         record = RunFeedback(run, key, reward, value, comment, fid, recalls, reinforced, time.time())
         with self._lock:

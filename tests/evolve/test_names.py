@@ -15,9 +15,10 @@ from sqlalchemy import Engine, inspect, text, update
 from connectors import ConfigError, HashEmbedder, Message, RateLimited, load_chat
 from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.build import agent_namespace
+from evolve.deploy.feedback import learn_from_feedback, learn_served
 from evolve.deploy.jobs import run_job
 from evolve.deploy.responses import open_tables
-from evolve.deploy.serving import Deployment, UnknownResponse, feedback_rows, learn_from_feedback, learn_served
+from evolve.deploy.serving import Deployment, UnknownResponse, feedback_rows
 from evolve.envs.tasks import MAX_TASK_ID, TaskEnv, load_tasks
 from evolve.executors import Rollout
 from evolve.run_log import MAX_EPISODE_ID, RunLog, episode_from_row

@@ -71,6 +71,28 @@ def test_the_same_feedback_id_is_applied_once(seeded: MemoryStore) -> None:
     assert tracker.feedback(run, 1.0, key="again", feedback_id="ticket-7").reinforced == 0  # an explicit id repeats
 
 
+@pytest.mark.parametrize(
+    "feedback_id",
+    [None, "ticket-Zürich-Nordhafen-Logistik-Genossenschaft-ß-東京-ロジスティクス-" + "ü" * 34],  # 95 characters
+)
+def test_a_feedback_applied_by_the_older_tracker_is_not_applied_again(
+    seeded: MemoryStore, feedback_id: str | None
+) -> None:
+    tracker = RecallTracker(seeded)
+    run = uuid4()
+    chain = MemoryRetriever(store=seeded, k=2) | RunnableLambda(lambda docs: docs)
+    chain.invoke("printer paper jam", config={"callbacks": [tracker], "run_id": run})
+    key = "user_rating-évaluation-nordique-Ålesund-北京-περιγρα"  # the longest key, 50 characters
+    fid = feedback_id or f"{run}:{key}"
+    [recall_id] = tracker.recall_ids(run)
+    assert seeded.reinforce_many([(recall_id, 1.0, f"{fid}/{recall_id}", "default")]) == 2  # the older code's key
+    once = snapshot(seeded)
+
+    record = tracker.feedback(run, 1.0, key=key, feedback_id=feedback_id)
+
+    assert record.feedback_id == fid and record.reinforced == 0 and snapshot(seeded) == once
+
+
 def test_feedback_on_the_root_run_of_a_chain_covers_every_recall_under_it(seeded: MemoryStore) -> None:
     tracker = RecallTracker(seeded)
     router = MemoryRetriever(store=seeded, k=1)

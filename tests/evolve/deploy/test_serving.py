@@ -10,14 +10,8 @@ import pytest
 from sqlalchemy import update
 
 from connectors import ConfigError, ConnectorError, Message, load_chat
-from evolve.deploy.serving import (
-    Deployment,
-    UnknownResponse,
-    conversation,
-    feedback_rows,
-    feedback_traces,
-    learn_from_feedback,
-)
+from evolve.deploy.feedback import feedback_traces, learn_from_feedback
+from evolve.deploy.serving import Deployment, UnknownResponse, conversation, feedback_rows
 from evolve.spec import RunSpec
 
 QUESTION = "What is the door code of the Harbor warehouse?"

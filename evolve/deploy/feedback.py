@@ -1,0 +1,177 @@
+"""Turning served ratings into learning: the memories a rated answer recalled, the lessons it teaches,
+and the traces a prompt optimizer learns from.
+
+A rating arrives through ``Deployment.feedback`` (``evolve.deploy.serving``), which reinforces the recalls
+of the rated response at once (``reinforce_recalls``) and queues the rating in ``evolve_feedback``
+(``evolve.deploy.responses``). ``evolve job`` then, before its round:
+
+- ``learn_from_feedback`` finishes the queue: reinforces what was not yet reinforced, writes each rated
+  response into the memory of the agents that answered it, marks it learned; a rating that cannot be
+  learned is quarantined with its reason instead of blocking the queue;
+- ``feedback_traces`` hands the answers rated since the last job to the round's prompt step, where
+  textual gradients learn from the users' comments.
+
+``learn_served(evolver)`` does both.
+
+Example:
+    >>> from connectors import Message
+    >>> from evolve.deploy.serving import Deployment
+    >>> from evolve.spec import RunSpec
+    >>> spec = RunSpec.model_validate({"environment": {"tasks": "unused.jsonl"}, "run": {"database": "sqlite://"},
+    ...     "model": {"chat": "fake/scripted", "options": {"replies": ["4"]}}, "embedder": {"name": "hash"}})
+    >>> deployment = Deployment(spec)
+    >>> answer = deployment.answer([Message("user", "What is 2 + 2?")], tenant="alice")
+    >>> _ = deployment.feedback(answer.id, 0.0, tenant="alice", comment="show the working")
+    >>> [t.feedback for t in feedback_traces(deployment.engine, deployment.run_name("alice"))]
+    ['A user rated this answer 0 out of 1 (bad). Their comment: show the working']
+    >>> deployment.close()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+
+from connectors import ChatClient, ConnectorError, EvolveError, StoreError
+from evolve.agent import Team
+from evolve.build import agent_namespace
+from evolve.deploy.responses import feedback_rows, open_tables, quarantine, responses, stored_steps
+from evolve.episode import Step, condense, to_trace
+from evolve.evolver import Evolver, centred
+from memory import MemoryStore, fit_id, reinforcements
+from optimizers.types import Trace
+
+log = logging.getLogger(__name__)
+
+
+def reinforce_recalls(
+    store: MemoryStore | None, run: str, feedback_id: str, steps: Sequence[Step], reward: float
+) -> int:
+    """Reinforce every recall the steps made, each in the namespace it was made in (``namespace_of``),
+    once per feedback id (a repeat updates nothing); returns how many memories moved.
+
+    A recall's feedback key is ``memory.reinforcements``' (``<feedback id>/<recall id>``, shortened with a
+    hash when a long idempotency key makes it longer than the store's feedback keys may be)."""
+    if store is None:
+        return 0
+    recalls = [(s.recall_id, namespace_of(s, run)) for s in steps if s.recall_id is not None]
+    entries = reinforcements(recalls, reward, feedback_id)
+    return store.reinforce_many(entries) if entries else 0
+
+
+def namespace_of(step: Step, run: str) -> str:
+    """Where a served step recalled (rows recorded before steps kept it: its agent's namespace in ``run``)."""
+    return step.recall_namespace or agent_namespace(run, step.agent)
+
+
+def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatClient | None = None) -> int:
+    """Finish the run's queued feedback: reinforce what was not yet reinforced, write each rated response
+    into the memory of every agent that answered it (idempotent ids), mark it learned; returns how many.
+
+    ``evolve job`` calls this before its round, so a killed server or job loses nothing and applies
+    nothing twice. A rating that cannot be learned (its stored response cannot be read, or memory refuses
+    it) is quarantined with the error as its reason and a warning, and the rest are learned: one bad
+    rating never blocks the queue (``evolve.deploy.responses``). A model or embedder that fails in a way
+    that may pass (``ConnectorError.retryable``) leaves it queued and stops here, for the next job to
+    retry. Without a memory store there is nothing to learn into.
+    """
+    if store is None:
+        return 0
+    open_tables(store.engine)
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(feedback_rows, responses.c.query, responses.c.answer, responses.c.steps)
+            .join(responses, responses.c.id == feedback_rows.c.response_id)
+            .where(feedback_rows.c.run == run, feedback_rows.c.learned == 0, feedback_rows.c.quarantined.is_(None))
+            .order_by(feedback_rows.c.created_at)
+        ).all()
+    learned = 0
+    for row in rows:
+        r = dict(row._mapping)
+        try:
+            steps = stored_steps(r["response_id"], r["steps"])
+            if not r["applied"]:
+                reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
+            _write(store, team, r, steps, writer)
+        except EvolveError as e:
+            if isinstance(e, ConnectorError) and e.retryable:
+                raise
+            reason = f"{type(e).__name__}: {e}"
+            log.warning("run %s: rating %s quarantined, not learned: %s", run, r["id"], reason)
+            quarantine(store.engine, r["id"], reason)
+            continue
+        with store.engine.begin() as conn:
+            conn.execute(update(feedback_rows).where(feedback_rows.c.id == r["id"]).values(applied=1, learned=1))
+        learned += 1
+    return learned
+
+
+def learn_served(evolver: Evolver, *, since: float = 0.0) -> list[Trace]:
+    """What ``evolve job`` does with served feedback before its round: learn the queue into the run's
+    memory (``learn_from_feedback``) and return the answers rated since ``since`` for its prompt step."""
+    learn_from_feedback(evolver.memory, evolver.team, evolver.run_name, writer=evolver.writer)
+    return feedback_traces(evolver.log.engine, evolver.run_name, since=since)
+
+
+def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int = 50) -> list[Trace]:
+    """The run's rated answers since ``since`` (Unix time), newest first, as traces a prompt optimizer
+    learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
+    ``extra_traces``)."""
+    open_tables(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(feedback_rows.c.response_id, feedback_rows.c.score, feedback_rows.c.comment, responses)
+            .join(responses, responses.c.id == feedback_rows.c.response_id)
+            .where(
+                feedback_rows.c.run == run, feedback_rows.c.created_at > since, feedback_rows.c.quarantined.is_(None)
+            )
+            .order_by(feedback_rows.c.created_at.desc())
+            .limit(limit)
+        ).all()
+    traces = []
+    for row in rows:
+        r = row._mapping
+        try:
+            steps = stored_steps(r["response_id"], r["steps"])
+        except StoreError as e:
+            log.warning("run %s: %s; the rating is left out of the prompt step", run, e)
+            continue
+        feedback = rating_text(r["score"], r["comment"])
+        served = f"served:{r['response_id']}"
+        traces.append(to_trace(served, steps, r["answer"], float(r["score"]), feedback, prompt=r["query"]))
+    return traces
+
+
+def rating_text(score: float, comment: str) -> str:
+    """A user's rating as the feedback text memory and optimizers learn from."""
+    verdict = f"A user rated this answer {score:g} out of 1 ({'good' if score >= 0.5 else 'bad'})."
+    return f"{verdict} Their comment: {comment}" if comment else verdict
+
+
+def _write(
+    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatClient | None
+) -> None:
+    success = r["score"] >= 0.5
+    feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
+    for agent in dict.fromkeys(s.agent for s in steps):
+        view = team.agents[agent].memory if agent in team.agents else None
+        if view is None:
+            continue
+        store.write(
+            r["query"],
+            trajectory=trajectory,
+            feedback=feedback,
+            success=success,
+            namespace=view.namespace,
+            llm=writer,
+            provenance={"response": r["response_id"], "feedback": r["id"], "score": r["score"]},
+            id=fit_id(f"served:{r['response_id']}/{view.namespace}"),  # the same id every time: written once
+        )
+
+
+__all__ = [
+    "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "rating_text", "reinforce_recalls",
+]  # fmt: skip
