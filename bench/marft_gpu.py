@@ -9,131 +9,25 @@ one ``LoRARequest`` per agent, bfloat16).
 
 Run: python -m bench.marft_gpu [--agents 4] [--prompts 64] [--max-new-tokens 64]
 Writes bench/results/marft_gpu.{json,md} and ``marft_gpu_*`` keys of bench/results/summary.json. On a
-machine without CUDA it says so and exits 0, writing nothing.
+machine without CUDA it says so and exits 0, writing nothing. The measuring functions are
+``tests/support/marft_gpu.py``'s (the GPU tests assert on the same numbers).
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.common import machine, merge_summary
+from tests.support.marft_gpu import PROMPTS, agent_names, bases_peak, rollout_speed, team_peak
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-PROMPTS = (
-    "What is the capital of France?",
-    "Name a colour and say why you like it.",
-    "Say hello to a friend in one sentence.",
-    "What is two plus two? Explain briefly.",
-    "Give me three words that rhyme with cat.",
-    "Describe the sea in ten words.",
-    "Which animal says moo, and where does it live?",
-    "Write a greeting for a birthday card.",
-)
-
-
-def agent_names(count: int) -> tuple[str, ...]:
-    return tuple(f"agent{i}" for i in range(count))
-
-
-def peak_bytes(work: Callable[[], Any]) -> int:
-    """Peak CUDA bytes allocated by ``work()`` above what was allocated before it; what it built is freed."""
-    import torch
-
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    kept = work()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    del kept
-    gc.collect()
-    torch.cuda.empty_cache()
-    return int(peak)
-
-
-def team_peak(agents: int, prompts: Sequence[str], *, max_new_tokens: int) -> int:
-    """Peak bytes of one SmolLM2 base with ``agents`` LoRA adapters on CUDA, every agent generating once."""
-    from optimizers.marft.policy import AgentPolicies
-
-    def work() -> Any:
-        policy = AgentPolicies.from_smollm2(agent_names(agents), device="cuda", critic=False)
-        ids = policy.encode(prompts)
-        for agent in policy.agents:
-            policy.generate(agent, ids, max_new_tokens=max_new_tokens, temperature=0.0)
-        return policy
-
-    return peak_bytes(work)
-
-
-def bases_peak(count: int, prompts: Sequence[str], *, max_new_tokens: int) -> int:
-    """Peak bytes of ``count`` separate SmolLM2 models on CUDA (float32), each generating once (greedy)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from connectors.smollm2 import smollm2_path
-
-    folder = smollm2_path()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    tokenizer.padding_side = "left"
-    texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
-
-    def work() -> Any:
-        models = []
-        for _ in range(count):
-            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
-            models.append(model.to("cuda").eval())
-        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
-        with torch.no_grad():
-            for model in models:
-                model.generate(
-                    **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id
-                )
-        return models
-
-    return peak_bytes(work)
-
-
-def rollout_speed(
-    engine: Any, agents: Sequence[str], prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, seed: int = 0
-) -> dict[str, Any]:
-    """Every agent answers every prompt (temperature 1) through ``engine`` (a ``RolloutEngine``): tokens, seconds,
-    tokens/s, and the tokens per agent."""
-    import torch
-
-    def sync() -> None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-
-    generator = torch.Generator().manual_seed(seed)
-    engine.generate(agents[0], prompt_ids[:2], max_new_tokens=4, temperature=1.0, generator=generator)  # warm-up
-    per_agent: dict[str, int] = {}
-    sync()
-    started = time.perf_counter()
-    for agent in agents:
-        out = engine.generate(agent, prompt_ids, max_new_tokens=max_new_tokens, temperature=1.0, generator=generator)
-        per_agent[agent] = sum(len(r) for r in out)
-    sync()
-    seconds = time.perf_counter() - started
-    tokens = sum(per_agent.values())
-    return {
-        "tokens": tokens,
-        "seconds": round(seconds, 3),
-        "tokens_per_s": round(tokens / seconds, 1),
-        "per_agent": per_agent,
-    }
 
 
 def gpu() -> dict[str, Any]:

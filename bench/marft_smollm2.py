@@ -41,13 +41,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from optimizers.marft import Args, Trainer, evaluate
     from optimizers.marft.policy import AgentPolicies
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    opts = parser.parse_args(argv)
+    opts = parse(argv)
 
     task = TeamTask(load_tasks(TASKS), ("drafter", "editor"), ROLES)
     args = Args(
@@ -97,15 +91,30 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "load_seconds": round(load_seconds, 1),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "marft_smollm2.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (opts.out / "marft_smollm2.md").write_text(markdown(result), encoding="utf-8")
-    merge_summary(
-        opts.out / "summary.json",
-        {"marft_smollm2_reward_before": result["reward_before"], "marft_smollm2_reward_after": result["reward_after"]},
-    )
+    write(result, opts.out)
     print(markdown(result))
     return result
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args(argv)
+
+
+def write(result: dict[str, Any], out: Path) -> None:
+    """The JSON and markdown results, and the before/after rewards merged into summary.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "marft_smollm2.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "marft_smollm2.md").write_text(markdown(result), encoding="utf-8")
+    merge_summary(
+        out / "summary.json",
+        {"marft_smollm2_reward_before": result["reward_before"], "marft_smollm2_reward_after": result["reward_after"]},
+    )
 
 
 def markdown(result: dict[str, Any]) -> str:

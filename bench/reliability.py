@@ -59,7 +59,7 @@ def run_part(part: str, quick: bool, pg_url: str | None = None) -> dict[str, Any
         f"from bench.reliability_{part} import run\n"
         "kw = {}\n"
         f"if {pg_url!r} and 'pg_url' in inspect.signature(run).parameters:\n"
-        "    from tests.postgres import create_database\n"
+        "    from tests.support.postgres import create_database\n"
         f"    kw['pg_url'] = create_database({pg_url!r}, 'reliability_{part}')\n"
         f"out = run(quick={quick}, **kw)\n"
         f"print({MARK!r} + json.dumps(out, default=str), flush=True)\n"
@@ -78,11 +78,11 @@ def run_part(part: str, quick: bool, pg_url: str | None = None) -> dict[str, Any
 
 @contextmanager
 def postgres(wanted: bool) -> Iterator[str | None]:
-    """The PostgreSQL + pgvector test server (``tests/postgres.py``) for the parts that measure it."""
+    """The PostgreSQL + pgvector test server (``tests/support/postgres.py``) for the parts that measure it."""
     if not wanted:
         yield None
         return
-    from tests.postgres import start_postgres, stop_postgres
+    from tests.support.postgres import start_postgres, stop_postgres
 
     folder = Path(tempfile.mkdtemp(prefix="evolve-reliability-pg-"))
     try:

@@ -1,7 +1,8 @@
 """Security figures for the reliability report: tenant isolation, prompt injection, secrets.
 
-Runs the probes the tests run (``bench/security_probes.py``, ``bench/secret_probes.py``) and counts what
-got through — every "succeeded", "changed", "escaped" and "occurrences" figure should be 0.
+Runs the probes the tests run (``tests/reliability/security_probes.py``, ``secret_probes.py`` and
+``tenant_probes.py``) and counts what got through — every "succeeded", "changed", "escaped" and
+"occurrences" figure should be 0.
 
 Run ``python -m bench.reliability_security [--full]``; it prints the figures as JSON (a few seconds).
 """
@@ -15,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.secret_probes import secrets_probe
-from bench.security_probes import DeploymentSurface, injection_probe, isolation_probe
-from bench.tenant_probes import ATTEMPTS, by_id_probe
+from tests.reliability.secret_probes import secrets_probe
+from tests.reliability.security_probes import DeploymentSurface, injection_probe, isolation_probe
+from tests.reliability.tenant_probes import ATTEMPTS, by_id_probe
 
 
 def spec_for(folder: Path) -> Any:
@@ -52,7 +53,7 @@ def smollm2_tokenizer() -> Any | None:
 
 
 def by_id_rows(url: str, label: str, rounds: int) -> list[list[Any]]:
-    """Every by-id call of the memory API tried across tenants (``bench.tenant_probes``)."""
+    """Every by-id call of the memory API tried across tenants (``tests.reliability.tenant_probes``)."""
     out = by_id_probe(url, rounds=rounds)
     return [
         [f"{label}: cross-tenant calls by id attempted ({len(ATTEMPTS)} kinds)", len(out.attempts)],

@@ -26,17 +26,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench.common import machine
-from bench.vllm_serve import SERVED_NAME, serve
+from tests.support.vllm_serve import SERVED_NAME, evolution_rounds, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-TASKS = ROOT / "data" / "format_rules.jsonl"
-SYSTEM = "You are a helpful assistant."  # the format-rules spec's agent (data/format_rules.toml)
 PROMPTS = (
     "Describe the sea in one paragraph.",
     "Write a short story about a lighthouse keeper.",
@@ -93,23 +90,6 @@ def protocol_check(chat: Any) -> dict[str, Any]:
         "logprobs_match_usage": len(logprobs) == answer.usage.completion_tokens,
         "finish_reason": answer.finish_reason,
     }
-
-
-def evolution_rounds(chat: Any, rounds: int, workdir: Path, *, workers: int = 16) -> list[dict[str, Any]]:
-    """``rounds`` rounds of an ``Evolver`` with Q-memory on the format-rules tasks, the agent on ``chat``."""
-    from connectors import HashEmbedder
-    from evolve import Agent, Evolver, MemoryView, Team, load_tasks
-    from memory import MemoryStore, RetrievalConfig
-
-    tasks = load_tasks(TASKS)
-    store = MemoryStore(f"sqlite:///{workdir / 'vllm_server.db'}", embedder=HashEmbedder())
-    try:
-        view = MemoryView(store, config=RetrievalConfig(k1=10, k2=1, delta=0.6, lam=0.5))
-        agent = Agent("solver", chat, system=SYSTEM, memory=view, params={"max_tokens": 16, "temperature": 0.0})
-        evolver = Evolver(Team([agent], workers=workers), tasks, memory=store, batch_size=len(tasks), progress=False)
-        return [asdict(m) for m in evolver.run(rounds=rounds)]
-    finally:
-        store.close()
 
 
 def server_figures(opts: argparse.Namespace, folder: Path, workdir: Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@
     python /path/to/evolve/scripts/postgres.py [DATA_DIR] [--durable]
 
 It prints a ``postgresql+psycopg://`` URL for ``MemoryStore``, ``--db`` or a spec's ``[run] database``,
-and runs until Ctrl-C. A throwaway test server: durability is off unless ``--durable`` (tests/postgres.py).
+and runs until Ctrl-C. A throwaway test server: durability is off unless ``--durable`` (tests/support/postgres.py).
 Use the Python of the environment Evolve's ``dev`` extra is installed in (``.venv/bin/python``).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests/ is not an installed package
 
-from tests.postgres import main  # noqa: E402
+from tests.support.postgres import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -15,21 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.isolation import isolated  # noqa: F401  (autouse: every test gets it)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "evolve-home"
-    monkeypatch.setenv("EVOLVE_HOME", str(home))
-    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return home
 
 
 @pytest.fixture
@@ -39,14 +31,14 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """One PostgreSQL + pgvector server for the whole session (``tests/postgres.py``); its admin URL.
+    """One PostgreSQL + pgvector server for the whole session (``tests/support/postgres.py``); its admin URL.
 
     Its data folder is a fresh ``/tmp/evolve-pg-*``, not under pytest's temporary root: every pytest
     session started on the machine resets that root to mode 0700, which locks out the server's own
     user (the server runs as ``pgserver`` when the tests run as root). A server that cannot start
     fails every test that asked for it, with the reason: never a skip.
     """
-    from tests.postgres import start_postgres, stop_postgres
+    from tests.support.postgres import start_postgres, stop_postgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="evolve-pg-")) / "data"
     try:
@@ -62,7 +54,7 @@ _pg_databases = itertools.count(1)
 @pytest.fixture
 def pg_url(pg_server: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for this test (``postgresql+psycopg://…``), dropped after it."""
-    from tests.postgres import create_database, drop_database
+    from tests.support.postgres import create_database, drop_database
 
     name = f"evolve_test_{os.getpid()}_{next(_pg_databases)}"
     url = create_database(pg_server, name)

@@ -1,4 +1,4 @@
-"""The PostgreSQL helper for trying the server backend (``scripts/postgres.py``, ``tests/postgres.py``):
+"""The PostgreSQL helper for trying the server backend (``scripts/postgres.py``, ``tests/support/postgres.py``):
 it starts from any folder and says plainly that durability is off, unless ``--durable``."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """No library module builds SQL text from values: every value travels as a bound parameter.
 
-The scan (``bench.reliability_cases.sql_from_values``) finds ``text(...)``, ``exec_driver_sql(...)`` and
+The scan (``tests.reliability.sql_scan.sql_from_values``) finds ``text(...)``, ``exec_driver_sql(...)`` and
 ``execute(...)`` calls whose SQL is an f-string, ``%``, ``+`` or ``.format``; the few that interpolate
 trusted constants (PRAGMA values, index names, the embedder's int dimension) are allowlisted with why.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.reliability_cases import SQL_ALLOWED, sql_from_values
+from tests.reliability.sql_scan import SQL_ALLOWED, sql_from_values
 
 
 def test_no_sql_is_built_from_values() -> None:

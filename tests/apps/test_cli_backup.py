@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from apps.cli import main
-from bench.reliability_backup import differences, pg_bin, populate, snapshot
+from tests.reliability.backup import differences, pg_bin, populate, snapshot
 
 
 def test_backup_then_restore_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,6 @@
 """A killed ``evolve run SPEC`` / ``evolve job SPEC --once`` resumes without applying any feedback twice.
 
-The harness is ``bench/reliability_crash_cli.py``: the real command is SIGKILLed three times at seeded
+The harness is ``tests/reliability/crash_cli.py``: the real command is SIGKILLed three times at seeded
 random moments, restarted, finished, and compared with an uninterrupted run of the same spec.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.reliability_crash_cli import kill_and_resume
+from tests.reliability.crash_cli import kill_and_resume
 
 
 @pytest.mark.parametrize("command", ["run", "job"])

@@ -1,6 +1,6 @@
 """``evolve serve`` (the real command, a subprocess on 127.0.0.1) under a bounded concurrent load.
 
-The harness is ``bench.serve_load``; the benchmark writes the same figures to bench/results/.
+The harness is ``tests.reliability.serve_load``; the benchmark writes the same figures to bench/results/.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.serve_load import Request, run_load, summarise
+from tests.reliability.serve_load import Request, run_load, summarise
 
 CLIENTS, PER_CLIENT = 8, 25
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.reliability_cases import KEY, served_app, server_property
-from bench.reliability_input import Tally, snapshot
+from tests.reliability.hostile_input import Tally, snapshot
+from tests.reliability.spec_and_server import KEY, served_app, server_property
 
 
 def test_generated_bodies_are_answered_or_refused_with_a_4xx() -> None:

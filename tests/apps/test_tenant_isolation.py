@@ -15,12 +15,12 @@ import pytest
 from apps import playground_data as data
 from apps.cli import main
 from apps.server import check_keys
-from bench.security_probes import CRAFTED, QUESTION, DeploymentSurface, isolation_probe, q_state, seed
 from connectors import ConfigError, Message, StoreError
 from evolve.deploy.serving import Deployment
 from evolve.run_log import list_runs
 from evolve.spec import RunSpec, check_tenant, load_spec
 from tests.apps.conftest import KEY_OF, Served, serving, write_serve_spec
+from tests.reliability.security_probes import CRAFTED, QUESTION, DeploymentSurface, isolation_probe, q_state, seed
 
 SPEC = RunSpec.model_validate({"run": {"name": "codes"}, "environment": {"tasks": "unused.jsonl"}})
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_openai import FakeOpenAIServer
+from tests.support.fake_openai import FakeOpenAIServer
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from connectors import ChatClient, ConnectorError, ProviderTimeout, RateLimited, load_chat
-from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body, faults
+from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body, faults
 
 TIMEOUT = 0.3
 FAULTS = faults(retry_after=0.05, slow=TIMEOUT + 0.4, enormous=8 << 20)

@@ -23,8 +23,8 @@ from connectors import ChatClient, load_chat  # noqa: E402
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited  # noqa: E402
 from connectors.langchain_chat import LangChainChat, from_langchain, translate_error  # noqa: E402
 from connectors.types import Message, Usage  # noqa: E402
-from tests.extras import import_without  # noqa: E402
-from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body  # noqa: E402
+from tests.support.extras import import_without  # noqa: E402
+from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body  # noqa: E402
 
 
 class Seen(BaseCallbackHandler):

@@ -9,7 +9,7 @@ import pytest
 from connectors import ChatClient, ConfigError, ConnectorError, ProviderTimeout, RateLimited, load_chat
 from connectors.openai_chat import OpenAIChat, is_local_url, parse_retry_after, price_of
 from connectors.types import Message, Usage
-from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
+from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
 
 
 def client_with_sleeps(server: FakeOpenAIServer, sleeps: list[float], **kwargs: object) -> ChatClient:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_vllm import install_fake_vllm
+from tests.support.fake_vllm import install_fake_vllm
 
 pytest.importorskip("transformers")
 

@@ -11,8 +11,8 @@ import pytest
 from connectors import HashEmbedder, Message, load_chat
 from evolve import Agent, Evolver, MemoryView, Task, Team
 from memory import MemoryStore, RetrievalConfig
-from tests.evolve.helpers import copying_reply
-from tests.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
+from tests.support.copying_model import copying_reply
+from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
 
 TASKS = [
     Task(id=f"t{i}", prompt=f"Which code opens the {name} gate?", answer=str(1000 + i))

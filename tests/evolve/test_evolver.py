@@ -19,7 +19,7 @@ from evolve.episode import Episode
 from evolve.evolver import pooled_moments, task_envs
 from evolve.run_log import episodes
 from memory import MemoryStore, RetrievalConfig
-from tests.evolve.helpers import copying_reply
+from tests.support.copying_model import copying_reply
 
 TASKS = [
     Task(id=f"t{i}", prompt=f"Which code opens the {name} gate?", answer=str(1000 + i))
@@ -103,7 +103,7 @@ KILLED_RUN = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {root!r})
     from connectors import ScriptedChat
-    from tests.evolve.helpers import copying_reply
+    from tests.support.copying_model import copying_reply
     from tests.evolve.test_evolver import make_evolver
 
     def slow(messages):

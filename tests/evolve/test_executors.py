@@ -15,7 +15,7 @@ from evolve import Agent, Episode, Evolver, Executor, InProcess, MemoryView, Rol
 from evolve.executors import split
 from evolve.ray_executor import make_executor
 from memory import MemoryStore, RetrievalConfig
-from tests.evolve.helpers import copying_reply
+from tests.support.copying_model import copying_reply
 
 TASKS = [Task(id=f"t{i}", prompt=f"Which code opens gate {i}?", answer=str(1000 + i)) for i in range(5)]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bench.reliability_faults import RETRIES, FaultRound, evolver_under_faults
-from tests.fake_openai import FAULT_KINDS, FaultMix, Reply, chat_body
+from tests.reliability.faults import RETRIES, FaultRound, evolver_under_faults
+from tests.support.fake_openai import FAULT_KINDS, FaultMix, Reply, chat_body
 
 # what an episode's error says for each fault that outlasts the retry budget
 REASONS = (

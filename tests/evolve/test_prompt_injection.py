@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from bench.security_probes import (
+from connectors import Message, load_chat
+from connectors.quoting import neutralise_tags, neutralise_tokens, quote
+from evolve.agent import EXPERIENCE_INTRO, Agent, MemoryView, Team, render_messages
+from memory import MemoryStore
+from optimizers import prompts
+from optimizers.types import NodeCall
+from tests.connectors.conftest import build_tiny_tokenizer
+from tests.reliability.security_probes import (
     PAYLOADS,
     QUESTION,
     blocks_of,
@@ -17,13 +24,6 @@ from bench.security_probes import (
     payload_recall,
     tag_inside,
 )
-from connectors import Message, load_chat
-from connectors.quoting import neutralise_tags, neutralise_tokens, quote
-from evolve.agent import EXPERIENCE_INTRO, Agent, MemoryView, Team, render_messages
-from memory import MemoryStore
-from optimizers import prompts
-from optimizers.types import NodeCall
-from tests.connectors.conftest import build_tiny_tokenizer
 
 SYSTEM = "Reply with the code only."
 

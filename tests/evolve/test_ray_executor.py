@@ -23,7 +23,7 @@ from evolve.envs.tasks import TaskEnv
 from evolve.spec import load_spec
 from memory import MemoryStore, RetrievalConfig
 from tests.conftest import ROOT
-from tests.evolve.helpers import copying_reply
+from tests.support.copying_model import copying_reply
 
 ray = pytest.importorskip("ray")
 
@@ -81,7 +81,7 @@ def pid_reply(messages: Sequence[Message], *, folder: str) -> str:
 @pytest.fixture
 def pg_urls(pg_server: str, pg_url: str) -> Iterator[tuple[str, str]]:
     """Two fresh PostgreSQL databases: one for the in-process run, one for Ray."""
-    from tests.postgres import create_database, drop_database
+    from tests.support.postgres import create_database, drop_database
 
     name = f"evolve_ray_{os.getpid()}_{next(_databases)}"
     yield pg_url, create_database(pg_server, name)

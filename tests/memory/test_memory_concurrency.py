@@ -1,6 +1,6 @@
 """Processes × threads adding, recalling and reinforcing on one store: the sequential result, no lock error.
 
-The workload and its check live in ``bench.reliability_load`` (the benchmark reports the same figures).
+The workload and its check live in ``tests.reliability.load`` (the benchmark reports the same figures).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.reliability_load import LOCKED, SHARED, Check, Log, mixed_workload, open_store, reward_of, sequential_q
-from bench.reliability_load import check as check_log
 from memory.store import MemoryStore
+from tests.reliability.load import LOCKED, SHARED, Check, Log, mixed_workload, open_store, reward_of, sequential_q
+from tests.reliability.load import check as check_log
 
 PROCESSES, THREADS, ROUNDS = 3, 4, 12
 

@@ -1,6 +1,6 @@
-"""SIGKILL at random moments of memory writes, reinforcements and index saves (``bench/reliability_crash.py``).
+"""SIGKILL at random moments of memory writes, reinforcements and index saves (``tests/reliability/crash.py``).
 
-The harness is the benchmark's: workers forked from a preloaded server loop store calls on one
+The harness is shared with the benchmark: workers forked from a preloaded server loop store calls on one
 database and acknowledge each call in a log; each is killed after a seeded random delay; after each
 kill the database, the log and a reopened store are compared.
 """
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, update
 
-from bench.reliability_crash import FAILURES, check
 from connectors import HashEmbedder
 from memory import MemoryStore
 from memory.mirror.index import VectorIndex, meta_path
 from memory.mirror.sync import index_file
 from memory.schema import feedback, memory_items
+from tests.reliability.crash import FAILURES, check
 
 
 def assert_nothing_lost(result: dict, *, trials: int) -> None:
@@ -40,7 +40,7 @@ def trials_in_a_fresh_process(url: str, folder: Path, **options: object) -> dict
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from bench.reliability_crash import run_trials\n"
+        "from tests.reliability.crash import run_trials\n"
         f"print(json.dumps(run_trials({url!r}, Path({str(folder)!r}), **{options!r})))\n"
     )
     root = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from connectors.errors import ConfigError  # noqa: E402
 from memory.config import RetrievalConfig  # noqa: E402
 from memory.integrations.langchain import MemoryRetriever, recall_config  # noqa: E402
 from memory.store import MemoryStore  # noqa: E402
-from tests.extras import import_without  # noqa: E402
+from tests.support.extras import import_without  # noqa: E402
 
 QUERY = "how do I sort a list of numbers"
 SORTING = [

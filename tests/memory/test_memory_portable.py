@@ -58,7 +58,7 @@ def fresh_url(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) -> It
     if db_url.startswith("sqlite"):
         yield f"sqlite:///{tmp_path / 'fresh.db'}"
         return
-    from tests.postgres import create_database, drop_database
+    from tests.support.postgres import create_database, drop_database
 
     server = request.getfixturevalue("pg_server")
     name = f"evolve_portable_{os.getpid()}_{next(_databases)}"

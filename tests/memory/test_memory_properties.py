@@ -1,4 +1,4 @@
-"""Property-based: generated calls on the memory API are answered or refused cleanly (``bench.reliability_input``).
+"""Property-based: generated calls on the memory API are answered or refused cleanly (``tests.reliability.hostile_input``).
 
 Any Unicode (NUL and lone surrogates included), texts over the size limit, NaN/±inf/bool/str rewards,
 unknown and malformed recall ids, wrong types everywhere, malformed import files: each call succeeds
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability_input import HOSTILE, Tally, hostile_roundtrip, memory_property, seeded_store
 from connectors.errors import ConfigError
 from memory.checks import MAX_TEXT
+from tests.reliability.hostile_input import HOSTILE, Tally, hostile_roundtrip, memory_property, seeded_store
 
 
 def assert_clean(tally: Tally) -> None:

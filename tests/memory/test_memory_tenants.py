@@ -1,5 +1,5 @@
 """Every by-id call is bound to a namespace: knowing another tenant's ids reads, explains, removes,
-reinforces and overwrites nothing of theirs (``bench.tenant_probes``), on SQLite and PostgreSQL."""
+reinforces and overwrites nothing of theirs (``tests.reliability.tenant_probes``), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.tenant_probes import ATTEMPTS, BOB, attempt, forged, scene
 from connectors.errors import StoreError
 from memory.store import MemoryStore
+from tests.reliability.tenant_probes import ATTEMPTS, BOB, attempt, forged, scene
 
 Open = Callable[..., MemoryStore]
 

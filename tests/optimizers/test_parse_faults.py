@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.reliability_faults import CriticRound, critic_gives_junk
 from connectors import ParseError
 from optimizers.parsing import parse_rewrite
+from tests.reliability.faults import CriticRound, critic_gives_junk
 
 
 @pytest.fixture(scope="module")

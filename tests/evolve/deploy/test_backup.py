@@ -1,6 +1,6 @@
 """Backups and exports give back exactly what was stored (evolve.deploy.backup, memory.jsonl).
 
-The harness (populate, snapshot, differences, ...) is bench/reliability_backup.py's, so the tests and the
+The harness (populate, snapshot, differences, ...) is tests/reliability/backup.py's, so the tests and the
 reliability figures check the same thing.
 """
 
@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.reliability_backup import (
+from connectors.errors import ConfigError, StoreError
+from evolve.deploy.backup import backup, restore
+from evolve.deploy.backup_pg import find_tool
+from memory.store import MemoryStore
+from tests.reliability.backup import (
     backup_while_writing,
     differences,
     embedder,
@@ -22,10 +26,6 @@ from bench.reliability_backup import (
     replayed_feedback,
     snapshot,
 )
-from connectors.errors import ConfigError, StoreError
-from evolve.deploy.backup import backup, restore
-from evolve.deploy.backup_pg import find_tool
-from memory.store import MemoryStore
 
 N = 120
 
@@ -129,7 +129,7 @@ def test_export_then_import_into_a_fresh_store_keeps_every_memory_field_exactly(
 
 @pytest.mark.postgres
 def test_postgres_pg_dump_then_pg_restore_keeps_every_row_exactly(pg_url: str, pg_server: str, tmp_path: Path) -> None:
-    from tests.postgres import create_database, drop_database
+    from tests.support.postgres import create_database, drop_database
 
     populate(pg_url, n=N, root=tmp_path)
     before = snapshot(pg_url)

@@ -19,7 +19,7 @@ from connectors.chat import ChatClient  # noqa: E402
 from evolve.deploy.langchain import EvolveRunnable  # noqa: E402
 from evolve.deploy.serving import Deployment, UnknownResponse  # noqa: E402
 from evolve.spec import RunSpec  # noqa: E402
-from tests.extras import import_without  # noqa: E402
+from tests.support.extras import import_without  # noqa: E402
 
 QUESTION = "What is the door code of the Harbor warehouse?"
 

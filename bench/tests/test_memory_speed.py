@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from bench import memory_speed as ms
+from bench.memory_speed_measure import DIM, clustered
+from bench.memory_speed_report import target_rows
 from connectors.errors import ConfigError
 
 
 def test_clustered_vectors_are_unit_rows_grouped_by_topic() -> None:
-    x = ms.clustered(5000, np.random.default_rng(0))
-    assert x.shape == (5000, ms.DIM) and x.dtype == np.float32
+    x = clustered(5000, np.random.default_rng(0))
+    assert x.shape == (5000, DIM) and x.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
     nearest = np.sort(x[:200] @ x.T, axis=1)[:, -2]  # best other item: a topic mate, far above random (≈0)
     assert np.median(nearest) > 0.4
@@ -40,7 +42,7 @@ def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path
 
 
 def test_targets_say_reached_or_by_how_much_they_were_missed() -> None:
-    rows = ms.target_rows({"retrieval_ratio_vs_faiss_100k": 1.5, "add_items_per_s": 25_000})
+    rows = target_rows({"retrieval_ratio_vs_faiss_100k": 1.5, "add_items_per_s": 25_000})
     assert "| 1.5 | missed by 15% |" in rows[0]
     assert any("| 25,000 | reached |" in row for row in rows)
 

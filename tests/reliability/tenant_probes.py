@@ -6,7 +6,7 @@ importing under an id B already holds. An attempt *succeeded* when the call retu
 or anything of B's changed (its memories' texts, Q, visits, or its recall log's feedback).
 
 ``by_id_probe(url)`` runs every attempt on a fresh store at ``url``; the tests assert each attempt on
-SQLite and PostgreSQL, and ``bench.reliability_tenants`` reports the counts.
+SQLite and PostgreSQL, and ``bench.reliability_security`` reports the counts.
 """
 
 from __future__ import annotations

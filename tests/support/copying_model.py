@@ -1,4 +1,4 @@
-"""Fakes shared by the evolve tests."""
+"""A model that knows nothing but copies what recalled experiences reveal (the evolve tests, the fault scenarios)."""
 
 from __future__ import annotations
 

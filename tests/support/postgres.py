@@ -9,7 +9,7 @@ the disk. ``durable=True`` (``--durable``) leaves them at PostgreSQL's defaults 
 From a shell, in any folder (the script finds the repository itself)::
 
     python /path/to/evolve/scripts/postgres.py [DATA_DIR] [--durable]   # prints a postgresql+psycopg:// URL
-    python -m tests.postgres [DATA_DIR] [--durable]                      # the same, from the repository root
+    python -m tests.support.postgres [DATA_DIR] [--durable]              # the same, from the repository root
 
 From Python::
 

@@ -1,4 +1,5 @@
-"""The server launcher of the vLLM benchmark, on stand-in servers (no vLLM needed)."""
+"""The vLLM server launcher of the benchmark and the vllm tests (tests/support/vllm_serve.py), on stand-in
+servers (no vLLM needed)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.vllm_serve import HOST, Server, free_port, server_command, stop, wait_healthy
 from connectors import ConnectorError
+from tests.support.vllm_serve import HOST, Server, free_port, server_command, stop, wait_healthy
 
 HEALTHY_AFTER_A_MOMENT = textwrap.dedent(
     """
