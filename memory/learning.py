@@ -59,10 +59,6 @@ class Reinforcement(NamedTuple):
     applied_as: tuple[str, ...] = ()
 
 
-Entry = Reinforcement
-"""A checked ``reinforce_many`` entry (``check_entries``)."""
-
-
 def reinforcements(recalls: Iterable[tuple[str, str | None]], reward: float, feedback_id: str) -> list[Reinforcement]:
     """The ``reinforce_many`` entries that give ``reward`` to every recall one answer used.
 
@@ -106,10 +102,10 @@ Q_UPDATE = (
 FEEDBACK_INSERT = insert(feedback)
 
 
-def check_entries(items: Sequence[Sequence[Any]]) -> list[Entry]:
+def check_entries(items: Sequence[Sequence[Any]]) -> list[Reinforcement]:
     """Validate ``(recall, reward[, feedback_id[, namespace[, applied_as]]])`` tuples (``Reinforcement``s
     among them) before anything is written."""
-    out: list[Entry] = []
+    out: list[Reinforcement] = []
     for i, entry in enumerate(as_list(items, "reinforce_many: items")):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3, 4, 5):
             raise ConfigError(
@@ -142,7 +138,7 @@ class Updates:
 
 
 def plan_updates(
-    conn: Connection, entries: list[Entry], *, alpha: float, credit: str, namespace: str | None
+    conn: Connection, entries: list[Reinforcement], *, alpha: float, credit: str, namespace: str | None
 ) -> Updates:
     """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied (under
     their own id or one of their ``applied_as``).
