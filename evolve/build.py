@@ -18,7 +18,7 @@ from evolve.ray_executor import make_executor
 from evolve.spec import RunSpec
 from evolve.weights.switch import WeightUpdates
 from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
-from optimizers.types import PromptOptimizer
+from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
 
 
 def build_chat(spec: RunSpec) -> ChatClient:
@@ -41,8 +41,6 @@ def build_prompt_evolution(
     o = spec.optimizer
     if o.kind == "none":
         return None
-    from optimizers import TextualGradientOptimizer, TrainingFreeGRPO
-
     critic_kwargs: dict[str, Any] = dict(o.critic_options)
     if o.critic_base_url:
         critic_kwargs["base_url"] = o.critic_base_url

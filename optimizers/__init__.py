@@ -3,6 +3,9 @@
 May import ``memory`` and ``connectors``; imported by ``evolve``.
 """
 
+import warnings
+from typing import Any
+
 from optimizers.acceptance import Verdict, judge, scores_by_example
 from optimizers.budget import PRESETS, Budget, BudgetExhausted, Spend
 from optimizers.critic import Critic, CriticFailed
@@ -12,7 +15,7 @@ from optimizers.parsing import Operation, parse_critique, parse_operations, pars
 from optimizers.selection import pareto_front, select_parent
 from optimizers.textgrad import TextualGradientOptimizer
 from optimizers.tfgrpo import TrainingFreeGRPO
-from optimizers.types import Candidate, Evaluate, Gradient, NodeCall, StepResult, Trace, Version
+from optimizers.types import Candidate, Critique, Evaluate, NodeCall, PromptOptimizer, StepResult, Trace, Version
 
 __all__ = [
     "PRESETS",
@@ -21,12 +24,13 @@ __all__ = [
     "Candidate",
     "Critic",
     "CriticFailed",
+    "Critique",
     "Evaluate",
     "GateDecision",
-    "Gradient",
     "LibraryUpdate",
     "NodeCall",
     "Operation",
+    "PromptOptimizer",
     "Spend",
     "StepResult",
     "TextualGradientOptimizer",
@@ -46,3 +50,12 @@ __all__ = [
     "scores_by_example",
     "select_parent",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # `Gradient` was the name of `Critique` before 0.2.0 (DESIGN §2 calls a critique a critique, and
+    # `Trace.feedback` is the environment's text); importable, with a warning, until 0.3.0 removes it.
+    if name == "Gradient":
+        warnings.warn("optimizers.Gradient is now optimizers.Critique", DeprecationWarning, stacklevel=2)
+        return Critique
+    raise AttributeError(f"module 'optimizers' has no attribute {name!r}")

@@ -25,7 +25,7 @@ from connectors import ConfigError
 from optimizers.budget import Spend
 from optimizers.gate import paired_test
 from optimizers.selection import scores_on
-from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, Version
+from optimizers.types import Candidate, Critique, Evaluate, StepResult, Trace, Version
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def step_result(
     reason: str,
     candidate: Candidate | None = None,
     changed: tuple[str, ...] = (),
-    gradients: Sequence[Gradient] = (),
+    critiques: Sequence[Critique] = (),
     **fields: Any,
 ) -> StepResult:
     """A ``StepResult`` carrying the step's critic spend (total and per component)."""
@@ -155,7 +155,7 @@ def step_result(
         accepted=fields.pop("accepted", False),
         reason=reason,
         changed=changed,
-        gradients=tuple(gradients),
+        critiques=tuple(critiques),
         usage=spend.total,
         usage_by_component=dict(spend.by_component),
         **fields,

@@ -28,14 +28,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import optimizers.prompts as P
 from connectors import ChatClient, ConfigError
-from optimizers import prompts as P
 from optimizers.acceptance import judge, mean_score, step_result
 from optimizers.budget import Budget, BudgetExhausted, Spend, as_budget
 from optimizers.critic import Critic, CriticFailed
 from optimizers.parsing import parse_critique, parse_rewrite, parse_untagged_rewrite
 from optimizers.selection import ParentSelection, sample_ids, select_parent
-from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, Version
+from optimizers.types import Candidate, Critique, Evaluate, StepResult, Trace, Version
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +149,11 @@ class TextualGradientOptimizer:
         if not failures:
             return step_result(parent, spend, "nothing to learn: every minibatch example succeeded")
         try:
-            gradients, budget_hit = self._backward(failures, parent.candidate, trainable, critic)
-            if not gradients:
-                return step_result(parent, spend, _no_gradient_reason(budget_hit, critic))
-            chosen = choose_components(gradients, self.budget.max_components)
-            proposal = self._update(parent, chosen, gradients, versions, rejected, critic)
+            critiques, budget_hit = self._backward(failures, parent.candidate, trainable, critic)
+            if not critiques:
+                return step_result(parent, spend, _no_critique_reason(budget_hit, critic))
+            chosen = choose_components(critiques, self.budget.max_components)
+            proposal = self._update(parent, chosen, critiques, versions, rejected, critic)
         except BudgetExhausted as e:
             log.info("textual-gradient step stopped: %s", e)
             return step_result(parent, spend, "budget exhausted")
@@ -162,10 +162,10 @@ class TextualGradientOptimizer:
         changed = tuple(c for c in chosen if proposal.get(c) != parent.candidate.get(c))
         if not changed:
             reason = "critic answer unparseable twice: skipped" if critic.skipped else "critic proposed no change"
-            return step_result(parent, spend, reason, gradients=gradients)
+            return step_result(parent, spend, reason, critiques=critiques)
         if any(dict(proposal) == dict(r) for r in rejected):
             return step_result(
-                parent, spend, "proposal repeats a recently rejected candidate", proposal, changed, gradients
+                parent, spend, "proposal repeats a recently rejected candidate", proposal, changed, critiques
             )
         verdict = judge(
             evaluate=evaluate,
@@ -184,7 +184,7 @@ class TextualGradientOptimizer:
             verdict.reason,
             proposal,
             changed,
-            gradients,
+            critiques,
             accepted=verdict.accepted,
             minibatch=verdict.minibatch,
             val_scores=verdict.val_scores,
@@ -201,26 +201,26 @@ class TextualGradientOptimizer:
 
     def _backward(
         self, failures: Sequence[Trace], candidate: Candidate, trainable: Sequence[str], critic: Critic
-    ) -> tuple[list[Gradient], bool]:
+    ) -> tuple[list[Critique], bool]:
         """Critiques for every failed trace; stops early (True) when only the rewrites' calls are left."""
-        gradients: list[Gradient] = []
+        critiques: list[Critique] = []
         reserve = min(self.budget.max_components, len(trainable))
         for trace in failures:
             try:
-                gradients += self._critique_trace(trace, candidate, trainable, critic, reserve)
+                critiques += self._critique_trace(trace, candidate, trainable, critic, reserve)
             except BudgetExhausted as e:
-                log.info("backward stopped after %d critiques: %s", len(gradients), e)
-                return gradients, True
-        return gradients, False
+                log.info("backward stopped after %d critiques: %s", len(critiques), e)
+                return critiques, True
+        return critiques, False
 
     def _critique_trace(
         self, trace: Trace, candidate: Candidate, trainable: Sequence[str], critic: Critic, reserve: int
-    ) -> list[Gradient]:
+    ) -> list[Critique]:
         used = [c for call in trace.calls for c in call.components if c in trainable]
         targets = list(dict.fromkeys(used)) or list(trainable)  # an opaque trace: critique everything
         if self.backward == "feedback":
             feedback = trace.feedback.strip()
-            return [Gradient(c, feedback, (trace.example_id,)) for c in targets] if feedback else []
+            return [Critique(c, feedback, (trace.example_id,)) for c in targets] if feedback else []
         if self.backward == "whole" or (self.backward == "auto" and len(trace.calls) <= 1) or not used:
             prompt = P.TRACE_CRITIQUE_PROMPT.format(
                 component_texts=P.render_blocks(P.render_component(c, candidate.get(c, "")) for c in targets),
@@ -230,8 +230,8 @@ class TextualGradientOptimizer:
                 feedback=P.feedback_block(trace.feedback),
             )
             text = critic.ask(prompt, component=",".join(targets), parse=parse_critique, reserve_calls=reserve)
-            return [Gradient(c, text, (trace.example_id,)) for c in targets] if text else []
-        gradients: list[Gradient] = []
+            return [Critique(c, text, (trace.example_id,)) for c in targets] if text else []
+        critiques: list[Critique] = []
         downstream: list[str] = []
         for step in range(len(trace.calls), 0, -1):  # from the output back
             call = trace.calls[step - 1]
@@ -252,17 +252,17 @@ class TextualGradientOptimizer:
                 )
                 text = critic.ask(prompt, component=component, parse=parse_critique, reserve_calls=reserve)
                 if text:
-                    gradients.append(Gradient(component, text, (trace.example_id,)))
+                    critiques.append(Critique(component, text, (trace.example_id,)))
                     downstream.append(
                         P.DOWNSTREAM_ITEM.format(component=component, step=step, node=call.node, text=text)
                     )
-        return gradients
+        return critiques
 
     def _update(
         self,
         parent: Version,
         chosen: Sequence[str],
-        gradients: Sequence[Gradient],
+        critiques: Sequence[Critique],
         versions: Sequence[Version],
         rejected: Sequence[Candidate],
         critic: Critic,
@@ -277,8 +277,8 @@ class TextualGradientOptimizer:
                 role_block=P.render_role(component, parent.candidate.get(P.system_component(component))),
                 text=P.shown(current),
                 critiques=P.render_list(
-                    P.CRITIQUE_ITEM.format(index=i, examples=", ".join(g.example_ids) or "-", text=g.text)
-                    for i, g in enumerate(merge_gradients(gradients, component), 1)
+                    P.CRITIQUE_ITEM.format(index=i, examples=", ".join(q.example_ids) or "-", text=q.text)
+                    for i, q in enumerate(merge_critiques(critiques, component), 1)
                 ),
                 rejected=P.render_blocks(rejected_items(component, current, rejected, self.history)),
             )
@@ -312,21 +312,21 @@ def append_instruction(text: str, instruction: str) -> str:
     return f"{text.rstrip()}\n{instruction}" if text.strip() else instruction
 
 
-def choose_components(gradients: Sequence[Gradient], limit: int) -> list[str]:
+def choose_components(critiques: Sequence[Critique], limit: int) -> list[str]:
     """The components with the most critiques (first-criticised first on ties), at most ``limit``."""
-    counts = Counter(g.component for g in gradients)
-    order = list(dict.fromkeys(g.component for g in gradients))
+    counts = Counter(q.component for q in critiques)
+    order = list(dict.fromkeys(q.component for q in critiques))
     return sorted(order, key=lambda c: (-counts[c], order.index(c)))[:limit]
 
 
-def merge_gradients(gradients: Sequence[Gradient], component: str) -> list[Gradient]:
+def merge_critiques(critiques: Sequence[Critique], component: str) -> list[Critique]:
     """The critiques of ``component``, identical texts merged into one listing all their examples."""
     merged: dict[str, list[str]] = {}
-    for g in gradients:
-        if g.component == component:
-            ids = merged.setdefault(g.text, [])
-            ids += [e for e in g.example_ids if e not in ids]
-    return [Gradient(component, text, tuple(ids)) for text, ids in merged.items()]
+    for q in critiques:
+        if q.component == component:
+            ids = merged.setdefault(q.text, [])
+            ids += [e for e in q.example_ids if e not in ids]
+    return [Critique(component, text, tuple(ids)) for text, ids in merged.items()]
 
 
 def history_items(component: str, versions: Sequence[Version], limit: int) -> list[str]:
@@ -350,7 +350,7 @@ def rejected_items(component: str, current: str, rejected: Sequence[Candidate], 
     return [P.REJECTED_ITEM.format(index=i, text=t) for i, t in enumerate(texts[-limit:] if limit else [], 1)]
 
 
-def _no_gradient_reason(budget_hit: bool, critic: Critic) -> str:
+def _no_critique_reason(budget_hit: bool, critic: Critic) -> str:
     if budget_hit:
         return "budget exhausted"
     if critic.skipped:

@@ -32,15 +32,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import optimizers.prompts as P
 from connectors import ChatClient, ConfigError
-from optimizers import prompts as P
 from optimizers.acceptance import judge, mean_score, step_result
 from optimizers.budget import Budget, BudgetExhausted, Spend, as_budget
 from optimizers.critic import Critic, CriticFailed
 from optimizers.library import merge_operations, parse_library, show_library
 from optimizers.parsing import Operation, parse_lessons, parse_operations, parse_summary
 from optimizers.selection import sample_ids
-from optimizers.types import Candidate, Evaluate, Gradient, StepResult, Trace, Version
+from optimizers.types import Candidate, Critique, Evaluate, StepResult, Trace, Version
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class TrainingFreeGRPO:
         parent = by_id[head]
         batch = sample_ids(self._rng, train_ids, self.batch_size)
         spend = Spend(self.budget)
-        rollout = {"samples": self.group_size, "temperature": self.temperature}
+        rollout: dict[str, Any] = {"samples": self.group_size, "temperature": self.temperature}
         traces = evaluate(parent.candidate, batch, **rollout)
         groups = group_by_example(traces)
         kept = {e: g for e, g in groups.items() if rewards_differ(g)}
@@ -142,18 +142,18 @@ class TrainingFreeGRPO:
         library = parse_library(parent.candidate.get(self.library_component, ""))
         critic = Critic(self.critic, spend, params=self.critic_params)
         try:
-            gradients, operations, budget_hit = self._learn(kept, library, critic)
+            critiques, operations, budget_hit = self._learn(kept, library, critic)
         except CriticFailed as e:
             return step_result(parent, spend, str(e))
         update = merge_operations(library, operations, max_entries=self.max_entries)
         log.info("TF-GRPO on %s: %d groups kept of %d; library %s", parent.id, len(kept), len(groups), update.summary())
         if not update.changed:
-            return step_result(parent, spend, _no_change_reason(budget_hit, critic, operations), gradients=gradients)
+            return step_result(parent, spend, _no_change_reason(budget_hit, critic, operations), critiques=critiques)
         proposal = {**parent.candidate, self.library_component: update.text}
         changed = (self.library_component,)
         if any(r.get(self.library_component) == update.text for r in rejected):
             return step_result(
-                parent, spend, "proposal repeats a recently rejected library", proposal, changed, gradients
+                parent, spend, "proposal repeats a recently rejected library", proposal, changed, critiques
             )
         verdict = judge(
             evaluate=evaluate,
@@ -173,7 +173,7 @@ class TrainingFreeGRPO:
             verdict.reason,
             proposal,
             changed,
-            gradients,
+            critiques,
             accepted=verdict.accepted,
             minibatch=verdict.minibatch,
             val_scores=verdict.val_scores,
@@ -182,28 +182,28 @@ class TrainingFreeGRPO:
 
     def _learn(
         self, kept: Mapping[str, Sequence[Trace]], library: Sequence[str], critic: Critic
-    ) -> tuple[list[Gradient], list[Operation], bool]:
+    ) -> tuple[list[Critique], list[Operation], bool]:
         """Lessons and operations from every kept group the budget allows; True when the budget cut it short."""
-        gradients: list[Gradient] = []
+        critiques: list[Critique] = []
         operations: list[Operation] = []
         for example_id, group in kept.items():
             left = critic.spend.calls_left()
             if left is not None and left < len(group) + 2:  # a group costs G summaries + advantage + operations
                 log.info("TF-GRPO: %d critic calls left, not enough for group %s", left, example_id)
-                return gradients, operations, True
+                return critiques, operations, True
             try:
                 learned = self._learn_from_group(example_id, group, library, critic)
             except BudgetExhausted as e:
                 log.info("TF-GRPO stopped at group %s: %s", example_id, e)
-                return gradients, operations, True
+                return critiques, operations, True
             if learned is not None:
-                gradients.append(learned[0])
+                critiques.append(learned[0])
                 operations += learned[1]
-        return gradients, operations, False
+        return critiques, operations, False
 
     def _learn_from_group(
         self, example_id: str, group: Sequence[Trace], library: Sequence[str], critic: Critic
-    ) -> tuple[Gradient, list[Operation]] | None:
+    ) -> tuple[Critique, list[Operation]] | None:
         """Summaries, the semantic advantage and the operations for one group (None when it taught nothing)."""
         component = self.library_component
         shown_library = show_library(library)
@@ -240,7 +240,7 @@ class TrainingFreeGRPO:
         )
         if operations is None and self.untagged:
             operations = lessons_as_additions(lessons)
-        return Gradient(component, lessons, (example_id,)), list(operations or [])
+        return Critique(component, lessons, (example_id,)), list(operations or [])
 
 
 def lessons_as_additions(lessons: str, *, limit: int = 2) -> list[Operation]:

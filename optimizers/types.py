@@ -9,9 +9,10 @@ Training-Free GRPO, one numbered ``[1] When …, do …`` line per entry; an emp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from connectors import Usage
 
@@ -44,8 +45,17 @@ class Trace:
 
 
 @dataclass(frozen=True)
-class Gradient:
-    """A textual gradient: a critique of one component, saying what to change (not the new text)."""
+class Critique:
+    """A textual gradient: a critique of one component, saying what to change (not the new text).
+
+    Called a critique, not feedback: ``Trace.feedback`` is the environment's text about an output (the
+    loss), and a ``Critique`` is what the critic derives from it for one component (its gradient).
+    ``example_ids`` are the examples whose failures it speaks for.
+
+    Example:
+        >>> Critique("solver.system", "State the units of the answer.", ("t1", "t3")).component
+        'solver.system'
+    """
 
     component: str
     text: str
@@ -82,19 +92,48 @@ class StepResult:
     accepted: bool
     reason: str
     changed: tuple[str, ...] = ()
-    gradients: tuple[Gradient, ...] = ()
+    critiques: tuple[Critique, ...] = ()
     minibatch: tuple[float, float] | None = None  # (parent mean, proposal mean)
     val_scores: Mapping[str, float] | None = None
     usage: Usage = field(default_factory=Usage)
     parent_scores: Mapping[str, float] | None = None
     usage_by_component: Mapping[str, Usage] = field(default_factory=dict)
 
+    @property
+    def gradients(self) -> tuple[Critique, ...]:
+        """Deprecated name of ``critiques`` (before 0.2.0); removed in 0.3.0."""
+        warnings.warn("StepResult.gradients is now StepResult.critiques", DeprecationWarning, stacklevel=2)
+        return self.critiques
 
-# evaluate(candidate, example_ids, *, samples=1, temperature=None) -> one Trace per example per sample
-Evaluate = Callable[..., list[Trace]]
-ExampleIds = Sequence[str]
+
+class Evaluate(Protocol):
+    """Runs a candidate's prompts on examples: what an optimizer gets instead of a team and environment.
+
+    ``evolve.make_evaluate`` builds one over a team; any plain function with this signature is one too
+    (the two leading parameters are positional-only, so their names are free).
+
+    Example:
+        >>> def evaluate(candidate, example_ids, *, samples=1, temperature=None):
+        ...     return [Trace(i, (), "4", 1.0, "right") for i in example_ids for _ in range(samples)]
+        >>> [t.example_id for t in evaluate({"solver.system": "Be brief."}, ["a", "b"], samples=2)]
+        ['a', 'a', 'b', 'b']
+    """
+
+    def __call__(
+        self, candidate: Candidate, example_ids: Sequence[str], /, *, samples: int = 1, temperature: float | None = None
+    ) -> list[Trace]:
+        """One ``Trace`` per example and sample, example by example (``samples`` draws of each, in a row).
+
+        Args:
+            candidate: the prompt text of every component to run with.
+            example_ids: which examples to run; an unknown id is a ``ConfigError``.
+            samples: draws per example (Training-Free GRPO's group size; 1 elsewhere).
+            temperature: the sampling temperature of the draws (None: the team's own).
+        """
+        ...
 
 
+@runtime_checkable
 class PromptOptimizer(Protocol):
     """One gated step over the versions of a team's prompts (``TextualGradientOptimizer``,
     ``TrainingFreeGRPO``); ``evolve.PromptEvolution`` calls it once a round.
@@ -102,6 +141,12 @@ class PromptOptimizer(Protocol):
     ``extra`` holds traces recorded elsewhere — answers users rated through ``evolve serve``, their
     comments as the feedback. An optimizer may learn from them (textual gradients treat the poorly
     rated ones as more failures to critique) but never gates on them: they cannot be re-run.
+
+    Example:
+        >>> from connectors import ChatClient, ScriptedChat
+        >>> from optimizers import TextualGradientOptimizer
+        >>> isinstance(TextualGradientOptimizer(critic=ChatClient(ScriptedChat(["NO CHANGE"]))), PromptOptimizer)
+        True
     """
 
     def step(

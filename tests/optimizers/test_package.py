@@ -9,7 +9,19 @@ import pytest
 
 import optimizers
 
-MODULES = ["acceptance", "budget", "critic", "gate", "library", "parsing", "prompts", "selection", "textgrad", "tfgrpo"]
+MODULES = [
+    "acceptance",
+    "budget",
+    "critic",
+    "gate",
+    "library",
+    "parsing",
+    "prompts",
+    "selection",
+    "textgrad",
+    "tfgrpo",
+    "types",
+]
 
 
 def test_every_exported_name_exists() -> None:

@@ -50,7 +50,7 @@ def test_a_step_evolves_the_prompt_from_the_critique(golden: Callable[[str, str]
     assert result.parent == "v0"
     assert result.changed == ("solver.system",)
     assert result.minibatch == (0.0, 0.75)
-    assert [g.example_ids for g in result.gradients] == [("t1",), ("t2",), ("t3",), ("t4",)]
+    assert [q.example_ids for q in result.critiques] == [("t1",), ("t2",), ("t3",), ("t4",)]
     assert result.val_scores == {**dict.fromkeys(list(VAL)[:5], 1.0), "v6": 0.0}
     assert result.parent_scores == dict.fromkeys(VAL, 0.0)  # the parent had none: evaluated for the caller
     # forward on the minibatch, the proposal on it, then the parent and the proposal on validation
@@ -114,7 +114,7 @@ def test_the_budget_keeps_room_for_the_rewrite() -> None:
         start(), "v0", team(), list(TRAIN), list(VAL)
     )
     assert len(backend.calls) == 2  # one critique, one rewrite, never more than the budget
-    assert len(result.gradients) == 1
+    assert len(result.critiques) == 1
     assert result.candidate == {"solver.system": EVOLVED}
     assert result.usage_by_component["solver.system"].total_tokens == result.usage.total_tokens
 
@@ -194,7 +194,7 @@ def test_per_call_critiques_walk_back_from_the_output() -> None:
         "Component: planner.system — the agent's role and instructions (its system prompt)",
     ]
     assert "- on solver.system (step 2, agent solver): The solver cannot repair" in prompts[1]
-    assert len(result.gradients) == 4
+    assert len(result.critiques) == 4
     assert result.changed == ("planner.system",)  # the solver's rewrite returned its current text
     assert result.candidate == {
         "planner.system": "Plan the steps and mind the units.",
@@ -209,7 +209,7 @@ def test_feedback_backward_uses_the_environments_feedback_as_the_critique() -> N
     assert len(prompts) == 1 and prompts[0].startswith(REWRITE)  # no critique calls: only the rewrite
     assert "1. (examples t1, t2, t3) wrong: the answer must take care of the units" in prompts[0]
     assert "2. (examples t4) wrong: the answer must take care of the sign" in prompts[0]
-    assert [g.text for g in result.gradients][-1] == "wrong: the answer must take care of the sign"
+    assert [q.text for q in result.critiques][-1] == "wrong: the answer must take care of the sign"
     assert result.accepted and result.candidate == {"solver.system": EVOLVED}
 
 
@@ -285,7 +285,7 @@ def test_poorly_rated_served_answers_are_critiqued_with_the_minibatch_but_never_
     )
     fake = team()
     result = optimizer(client).step(start("Always state units."), "v0", fake, ["t1", "t2"], list(VAL), extra=[served])
-    assert [g.example_ids for g in result.gradients] == [("served:chatcmpl-1",)]
+    assert [q.example_ids for q in result.critiques] == [("served:chatcmpl-1",)]
     assert any("km or miles?" in m.content for call, _ in backend.calls for m in call)
     assert all("served:chatcmpl-1" not in c.ids for c in fake.calls)  # evaluated: the tasks only
 

@@ -67,7 +67,7 @@ def test_a_step_learns_a_library_from_groups_with_mixed_rewards(golden: Callable
     assert result.changed == ("solver.library",)
     assert result.candidate is not None and result.candidate["solver.system"] == "Solve it."
     assert result.candidate["solver.library"] == f"[1] {SIGN}\n[2] {UNITS}"  # the update beat the delete
-    assert [(g.component, g.example_ids) for g in result.gradients] == [
+    assert [(q.component, q.example_ids) for q in result.critiques] == [
         ("solver.library", ("m1",)),
         ("solver.library", ("m2",)),
     ]
