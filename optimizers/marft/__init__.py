@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Args": "optimizers.marft.trainer",
+    "Args": "optimizers.marft.args",
     "Trainer": "optimizers.marft.trainer",
     "StepLog": "optimizers.marft.trainer",
     "evaluate": "optimizers.marft.trainer",

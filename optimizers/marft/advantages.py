@@ -11,7 +11,7 @@ The maths are the pure functions of ``optimizers.marft.maths``; this module only
 Example:
     >>> import torch
     >>> from optimizers.marft.rollout import AgentTurns, Batch
-    >>> from optimizers.marft.trainer import Args
+    >>> from optimizers.marft.args import Args
     >>> turn = AgentTurns("solo", [[1]] * 4, [[2]] * 4, ["x"] * 4)
     >>> batch = Batch((turn,), rewards=[1.0, 0.0, 1.0, 1.0], groups=[0, 0, 1, 1])
     >>> args = Args(batch_size=4, advantage="group", group_size=2, normalise="none", ratio="sequence")
@@ -30,8 +30,8 @@ from optimizers.marft import maths as M
 if TYPE_CHECKING:
     import torch
 
+    from optimizers.marft.args import Args
     from optimizers.marft.rollout import Batch
-    from optimizers.marft.trainer import Args
 
 
 @dataclass(frozen=True)

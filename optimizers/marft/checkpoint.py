@@ -1,10 +1,11 @@
 """MARFT checkpoints: adapters, value head, optimizer states and random states, written atomically.
 
 A checkpoint is a folder ``step-<n>`` under the run's checkpoint folder holding the policy's weights
-(``weights/``, written by ``AgentPolicies.save``) and ``state.pt`` (the iteration count, the settings,
-Python's and torch's random states, every Adam state and the history so far). It is written into a
-temporary sibling and renamed into place, so a run killed mid-write leaves the previous checkpoint
-intact; the newest ``KEEP`` checkpoints are kept.
+(``weights/``, written by ``AgentPolicies.save``) and ``state.pt`` (the trainer's state: the iteration
+count, the settings, Python's and torch's random states, every Adam state and the history so far). It
+is written into a temporary sibling and renamed into place, so a run killed mid-write leaves the
+previous checkpoint intact; the newest ``KEEP`` checkpoints are kept. The trainer hands over its
+policy and state (``Trainer.state``) and takes its state back: this module never sees the trainer.
 
 Example:
     >>> latest("/nonexistent") is None
@@ -16,13 +17,14 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors import ConfigError
 
 if TYPE_CHECKING:
-    from optimizers.marft.trainer import Trainer
+    from optimizers.marft.policy import AgentPolicies
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +41,18 @@ def latest(root: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
-def save(trainer: Trainer, root: str | Path) -> Path:
-    """Write the trainer's checkpoint for its current iteration; returns the folder."""
+def save(root: str | Path, step: int, policy: AgentPolicies, state: Mapping[str, Any]) -> Path:
+    """Write the checkpoint of iteration ``step``: ``policy``'s weights and the trainer's ``state``;
+    returns the folder."""
     import torch
 
     folder = Path(root)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{PREFIX}{trainer.step:06d}"
+    final = folder / f"{PREFIX}{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder))
     try:
-        trainer.policy.save(tmp / "weights")
-        torch.save(trainer.state(), tmp / "state.pt")
+        policy.save(tmp / "weights")
+        torch.save(dict(state), tmp / "state.pt")
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -62,8 +65,9 @@ def save(trainer: Trainer, root: str | Path) -> Path:
     return final
 
 
-def restore(trainer: Trainer, root: str | Path) -> Path:
-    """Load the newest checkpoint under ``root`` into ``trainer`` (weights and state).
+def restore(root: str | Path, policy: AgentPolicies, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Load the newest checkpoint's weights under ``root`` into ``policy``; returns the trainer state
+    saved with them, once its settings match ``args`` (the run's ``Args`` as a dict).
 
     Raises:
         ConfigError: there is no checkpoint, or it was written with other settings.
@@ -74,7 +78,7 @@ def restore(trainer: Trainer, root: str | Path) -> Path:
     if found is None:
         raise ConfigError(f"no MARFT checkpoint under {root}")
     state: dict[str, Any] = torch.load(found / "state.pt", weights_only=False)
-    mine = _comparable(trainer.state()["args"])
+    mine = _comparable(dict(args))
     theirs = _comparable(state["args"])
     if mine != theirs:
         changed = sorted(k for k in mine if mine[k] != theirs.get(k))
@@ -82,9 +86,8 @@ def restore(trainer: Trainer, root: str | Path) -> Path:
             f"the checkpoint {found} was written with other settings ({', '.join(changed)} differ); "
             "resume with the same Args or start in a new folder"
         )
-    trainer.policy.load(found / "weights")
-    trainer.load_state(state)
-    return found
+    policy.load(found / "weights")
+    return state
 
 
 def _comparable(args: dict[str, Any]) -> dict[str, Any]:

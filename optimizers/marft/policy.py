@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
-from connectors.local_chat import render_prompt
+from connectors.local_chat import render_prompt, require_local
 from optimizers.marft import policy_io
 from optimizers.marft.batching import Ids, Packed, pack, sample_next, token_logprobs
 from optimizers.marft.policy_io import CRITIC
 from optimizers.marft.rollout import Prompt
-from optimizers.marft.tiny import require_local
 
 if TYPE_CHECKING:
     import torch
@@ -320,10 +319,17 @@ class AgentPolicies:
         what = f"adapter {adapter!r}: state does not fit (rank {self.rank}, targets {self.target_modules})"
         policy_io.copy_state(targets, state, what=what)
 
+    def manifest(self) -> dict[str, Any]:
+        """What a saved folder must match to load into these policies: agents, critic, rank, alpha, targets."""
+        return {"agents": list(self.agents), "critic": self.critic, "rank": self.rank,
+                "alpha": self.alpha, "target_modules": list(self.target_modules)}  # fmt: skip
+
     def save(self, folder: str | Path) -> Path:
         """Write every adapter as a peft folder ``<folder>/<name>/``, the value head, and a manifest
         (:mod:`optimizers.marft.policy_io` describes the folder)."""
-        root = policy_io.save(self, folder)
+        states = {name: self.adapter_state(name) for name in self.adapters}
+        configs = {name: self.model.peft_config[name] for name in self.adapters}
+        root = policy_io.save(folder, states, configs, self.manifest())
         log.info("saved adapters %s to %s", self.adapters, root)
         return root
 
@@ -333,7 +339,8 @@ class AgentPolicies:
         Raises:
             ConfigError: no saved team there, or one with other agents, rank, targets or critic.
         """
-        policy_io.load(self, folder)
+        for name, state in policy_io.load(folder, self.manifest(), self.adapters).items():
+            self.load_adapter_state(name, state)
 
     def _weights(self, adapter: str) -> dict[str, nn.Parameter]:
         """An adapter's weights keyed as saved: peft's keys, plus ``value_head.*`` for the critic."""

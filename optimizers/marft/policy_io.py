@@ -1,4 +1,4 @@
-"""Saving, loading and copying the weights of :class:`~optimizers.marft.policy.AgentPolicies`.
+"""The folder format of a team's adapters, and copying LoRA weights exactly.
 
 A saved team is a folder: ``<folder>/<adapter>/`` holds one peft adapter folder per adapter (the
 agents, then ``"critic"``), loadable by peft, LocalChat and vLLM; ``value_head.safetensors`` holds the
@@ -6,8 +6,9 @@ critic's value head; ``policies.json`` (the manifest: agents, critic, rank, alph
 written last, so a folder with a manifest holds a whole team.
 
 Weights are keyed as peft saves them (``...q_proj.lora_A.weight``, without the adapter name), plus
-``value_head.weight`` / ``value_head.bias`` for the critic. :meth:`AgentPolicies.save`,
-:meth:`~AgentPolicies.load` and :meth:`~AgentPolicies.load_adapter_state` delegate here.
+``value_head.weight`` / ``value_head.bias`` for the critic. This module knows the folder, not the
+policies: :meth:`~optimizers.marft.policy.AgentPolicies.save`, ``load`` and ``load_adapter_state``
+hand it plain weights and read plain weights back.
 
 torch, safetensors and peft are imported when a function runs, never when this module is.
 """
@@ -15,7 +16,7 @@ torch, safetensors and peft are imported when a function runs, never when this m
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,19 +25,11 @@ from connectors.errors import ConfigError
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from optimizers.marft.policy import AgentPolicies
-
 CRITIC = "critic"
 MANIFEST = "policies.json"
 WEIGHTS = "adapter_model.safetensors"
 VALUE_HEAD = "value_head.safetensors"
 HEAD_PREFIX = "value_head."
-
-
-def manifest(policies: AgentPolicies) -> dict[str, Any]:
-    """What a saved folder must match to load into ``policies``: agents, critic, rank, alpha, targets."""
-    return {"agents": list(policies.agents), "critic": policies.critic, "rank": policies.rank,
-            "alpha": policies.alpha, "target_modules": list(policies.target_modules)}  # fmt: skip
 
 
 def lora_parameters(model: Any, adapter: str) -> dict[str, nn.Parameter]:
@@ -69,25 +62,32 @@ def copy_state(targets: Mapping[str, nn.Parameter], state: Mapping[str, Tensor],
             p.copy_(state[key].to(device=p.device, dtype=p.dtype))
 
 
-def save(policies: AgentPolicies, folder: str | Path) -> Path:
-    """Write every adapter as a peft folder ``<folder>/<name>/``, the value head, then the manifest."""
+def save(
+    folder: str | Path,
+    states: Mapping[str, Mapping[str, Tensor]],
+    configs: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+) -> Path:
+    """Write each adapter's ``states[name]`` as a peft folder ``<folder>/<name>/`` with its peft
+    ``configs[name]``, the critic's ``value_head.*`` weights beside them, then ``manifest``."""
     from safetensors.torch import save_file
 
     root = Path(folder)
-    for name in policies.adapters:
+    for name, weights in states.items():
         (root / name).mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in policies.adapter_state(name).items()}
+        state = {k: v.contiguous() for k, v in weights.items()}
         head = {k.removeprefix(HEAD_PREFIX): state.pop(k) for k in list(state) if k.startswith(HEAD_PREFIX)}
         save_file(state, str(root / name / WEIGHTS), metadata={"format": "pt"})
-        policies.model.peft_config[name].save_pretrained(str(root / name))
+        configs[name].save_pretrained(str(root / name))
         if head:
             save_file(head, str(root / VALUE_HEAD), metadata={"format": "pt"})
-    (root / MANIFEST).write_text(json.dumps(manifest(policies), indent=2), encoding="utf-8")
+    (root / MANIFEST).write_text(json.dumps(dict(manifest), indent=2), encoding="utf-8")
     return root
 
 
-def load(policies: AgentPolicies, folder: str | Path) -> None:
-    """Restore every adapter and the value head of ``policies`` from :func:`save`'s folder, bit for bit.
+def load(folder: str | Path, manifest: Mapping[str, Any], adapters: Sequence[str]) -> dict[str, dict[str, Tensor]]:
+    """Every adapter's weights from :func:`save`'s folder (the critic's with its ``value_head.*``),
+    once the folder's manifest is the expected ``manifest``.
 
     Raises:
         ConfigError: no saved team there, or one with other agents, rank, targets or critic.
@@ -99,11 +99,12 @@ def load(policies: AgentPolicies, folder: str | Path) -> None:
         saved = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ConfigError(f"AgentPolicies.load: {root} holds no readable {MANIFEST} (see save): {e}") from e
-    expected = manifest(policies)
-    if saved != expected:
-        raise ConfigError(f"AgentPolicies.load: {root} holds {saved}, but these policies are {expected}")
-    for name in policies.adapters:
+    if saved != dict(manifest):
+        raise ConfigError(f"AgentPolicies.load: {root} holds {saved}, but these policies are {dict(manifest)}")
+    states = {}
+    for name in adapters:
         state = load_file(str(root / name / WEIGHTS))
         if name == CRITIC:
             state.update({f"{HEAD_PREFIX}{k}": v for k, v in load_file(str(root / VALUE_HEAD)).items()})
-        policies.load_adapter_state(name, state)
+        states[name] = state
+    return states

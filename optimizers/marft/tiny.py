@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import ConfigError
+from connectors.local_chat import LOCAL_HINT, require_local
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOCAL_HINT = "pip install 'evolve[local]'"
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 """Special tokens, in id order: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3."""
@@ -41,19 +41,6 @@ INIT_STD = 0.1
 """Initial weight std of :func:`tiny_llama`. Not transformers' 0.02: LoRA leaves the LM head and the final
 norm alone, and with std 0.02 a 64-wide model's logits stay within about ±1.3, so no adapter can push one
 of 14 tokens past p ≈ 0.28 (measured: REINFORCE on the target task plateaus there; with 0.1 it reaches 0.99)."""
-
-
-def require_local(what: str) -> None:
-    """Raise :class:`ConfigError` naming the ``local`` extra when torch, transformers or peft is missing.
-
-    Args:
-        what: the feature that needs them, for the message (e.g. ``"LoRA MARFT"``).
-    """
-    import importlib.util
-
-    missing = [name for name in ("torch", "transformers", "peft") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigError(f"{what} needs {', '.join(missing)} from the 'local' extra: {LOCAL_HINT}")
 
 
 def vocabulary_table(words: Sequence[str]) -> dict[str, int]:

@@ -31,12 +31,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from connectors import ConfigError
 from optimizers.marft import checkpoint
 from optimizers.marft import maths as M
 from optimizers.marft.advantages import Targets, advantages_gae, advantages_group
+from optimizers.marft.args import Args
+from optimizers.marft.policy_io import CRITIC
 from optimizers.marft.rollout import Batch, MarftTask, RolloutEngine, collect
 
 if TYPE_CHECKING:
@@ -46,8 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CRITIC = "critic"
-
 
 @runtime_checkable
 class SyncsWeights(Protocol):
@@ -55,54 +55,6 @@ class SyncsWeights(Protocol):
     hands it the policy after every update and after a resume."""
 
     def sync(self, policy: AgentPolicies) -> None: ...
-
-
-@dataclass(frozen=True)
-class Args:
-    """MARFT settings; each comment is the help text of the field."""
-
-    steps: int = 100  # PPO iterations (one rollout batch and its updates each)
-    batch_size: int = 64  # episodes per iteration
-    group_size: int = 1  # episodes per drawn state (group advantages need > 1)
-    max_new_tokens: int = 1  # tokens each agent may say
-    temperature: float = 1.0  # sampling temperature; the ratio uses the same one
-    lr: float = 3e-3  # Adam learning rate of the agents' adapters
-    critic_lr: float = 3e-3  # Adam learning rate of the critic adapter and value head
-    anneal_lr: bool = True  # decay both learning rates linearly to 0 at the last iteration
-    epochs: int = 2  # passes over each batch
-    minibatches: int = 2  # minibatches per pass
-    clip: float = 0.2  # PPO clip range epsilon
-    value_clip: float | None = None  # PPO value clipping (None: plain squared error)
-    gamma: float = 1.0  # discount between positions
-    lam: float = 0.95  # GAE lambda
-    advantage: Literal["gae", "group"] = "gae"  # chained GAE with the critic, or critic-free groups
-    level: Literal["action", "token"] = "action"  # GAE positions: one per agent answer, or per token
-    ratio: Literal["token", "sequence", "sequence_mean"] = "token"  # per-token or per-answer ratio
-    normalise: Literal["agent", "global", "none"] = "agent"  # advantage normalisation
-    kl_coef: float = 0.0  # weight of the KL to the adapter-free base
-    schedule: Literal["all", "round_robin"] = "all"  # update every agent each iteration, or one in turn
-    max_grad_norm: float = 1.0  # gradient clipping per parameter set
-    seed: int = 0  # seeds episodes, sampling and minibatch order
-    checkpoint_every: int = 10  # iterations between checkpoints (0: only at the end)
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.epochs < 1 or self.minibatches < 1:
-            raise ConfigError("steps, batch_size, epochs and minibatches must all be >= 1")
-        if self.batch_size % self.group_size or self.batch_size < self.minibatches:
-            raise ConfigError(
-                f"batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size}) "
-                f"and at least minibatches ({self.minibatches})"
-            )
-        if self.advantage == "group" and self.group_size < 2:
-            raise ConfigError("advantage='group' compares episodes of one state: set group_size >= 2")
-        if self.level == "token" and self.ratio != "token":
-            raise ConfigError("level='token' gives each token its own advantage: it needs ratio='token'")
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature must be > 0 for PPO sampling, got {self.temperature}")
-
-    def updates_per_step(self, agents: int) -> int:
-        """Adapters updated per iteration: all of them, or one with round-robin."""
-        return agents if self.schedule == "all" else 1
 
 
 @dataclass
@@ -166,7 +118,7 @@ class Trainer:
     ) -> list[StepLog]:
         """Train up to ``args.steps`` iterations, resuming from the newest checkpoint in ``checkpoint_dir``."""
         if checkpoint_dir is not None and checkpoint.latest(checkpoint_dir) is not None:
-            checkpoint.restore(self, checkpoint_dir)
+            self.load_state(checkpoint.restore(checkpoint_dir, self.policy, asdict(self.args)))
             self._sync_engine()
             log.info("resumed MARFT at iteration %d from %s", self.step, checkpoint_dir)
         while self.step < self.args.steps:
@@ -176,7 +128,7 @@ class Trainer:
                 on_step(entry)
             every = self.args.checkpoint_every
             if checkpoint_dir is not None and (self.step == self.args.steps or (every and self.step % every == 0)):
-                checkpoint.save(self, checkpoint_dir)
+                checkpoint.save(checkpoint_dir, self.step, self.policy, self.state())
         return self.history
 
     def iteration(self) -> StepLog:
