@@ -37,7 +37,19 @@ Prompt = Sequence[Message | Mapping[str, str]] | str
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """A chat backend: one method, returning a frozen ``Completion``."""
+    """A chat backend: one method, returning a frozen ``Completion``.
+
+    A backend whose weights live on this machine and can take LoRA adapters says so with a class
+    attribute ``serves_adapters = True`` (``LocalChat``, ``VLLMChat``); it then also has ``folder``
+    (its base model's folder), ``adapters`` and ``load_adapter(name, folder)``, and serves an adapter
+    with ``adapter=name`` per call. The attribute is optional, read with a default of False: the seam
+    stays one method. Ask ``ChatClient.serves_adapters``, never the model's name.
+
+    Example:
+        >>> from connectors.fakes import ScriptedChat
+        >>> isinstance(ScriptedChat(["4"]), ChatModel), getattr(ScriptedChat(["4"]), "serves_adapters", False)
+        (True, False)
+    """
 
     name: str
 
@@ -189,6 +201,18 @@ class ChatClient:
         self._lock = threading.Lock()
         self.usage_by_caller: dict[str, Usage] = defaultdict(Usage)
         self.calls = 0
+
+    @property
+    def serves_adapters(self) -> bool:
+        """Whether the backend can take LoRA adapters trained here (its optional ``serves_adapters``).
+
+        Example:
+            >>> from connectors.fakes import ScriptedChat
+            >>> ChatClient(ScriptedChat(["hi"])).serves_adapters
+            False
+        """
+        # `is True`, not truthiness: a test double's auto-created attribute is no capability
+        return getattr(self.backend, "serves_adapters", False) is True
 
     @property
     def usage(self) -> Usage:

@@ -37,6 +37,19 @@ DTYPES = ("float32", "bfloat16", "float16")
 LOCAL_HINT = "pip install 'evolve[local]'"
 
 
+def require_local(what: str) -> None:
+    """Raise :class:`ConfigError` naming the ``local`` extra when torch, transformers or peft is missing.
+
+    Args:
+        what: the feature that needs them, for the message (e.g. ``"LoRA MARFT"``).
+    """
+    import importlib.util
+
+    missing = [name for name in ("torch", "transformers", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"{what} needs {', '.join(missing)} from the 'local' extra: {LOCAL_HINT}")
+
+
 @dataclass(frozen=True)
 class GenerationParams:
     """The sampling settings of one call, validated."""
@@ -161,6 +174,8 @@ class LocalChat:
         >>> [c.text for c in chat.complete_batch([[Message("user", "Hi")]] * 2)]  # doctest: +SKIP
         ['Hello! How can I help you today?', 'Hello! How can I help you today?']
     """
+
+    serves_adapters = True  # its weights live here: MARFT can train adapters for it (load_adapter serves them)
 
     def __init__(
         self,

@@ -97,6 +97,8 @@ class VLLMChat:
         ['Hello! How can I help you today?', 'Hello! How can I help you today?']
     """
 
+    serves_adapters = True  # its weights live here: MARFT can train adapters for it (one LoRARequest each)
+
     def __init__(
         self,
         model: str = "smollm2",

@@ -1,7 +1,7 @@
 """Escalation from memory and prompts to LoRA MARFT: when it is allowed, when it is due, what it trains on.
 
-- ``weights_blocker(team)`` says why a team cannot have its weights updated (an agent on an API
-  model), or None when every agent runs on a local model;
+- ``weights_blocker(team)`` says why a team cannot have its weights updated (an agent on a backend
+  that cannot take LoRA adapters, such as an API model), or None when every agent's backend can;
 - ``plateaued(curve, patience=…)`` is the trigger: no gain over the last ``patience`` rounds;
 - ``TeamTask`` turns bundled tasks and a team into a ``MarftTask``: agents act in team order, each
   seeing the task and what its inputs said, in the messages the team serves, and the environment's
@@ -24,8 +24,6 @@ from connectors import ConfigError, Message
 from evolve.agent import Team, turn_messages
 from evolve.envs.tasks import Task, check
 
-LOCAL_PROVIDERS = ("local/", "vllm/")  # backends whose weights live here and serve LoRA adapters
-
 
 def plateaued(curve: Sequence[float], *, patience: int, min_gain: float = 0.0) -> bool:
     """True when the best of the last ``patience`` rounds beats the best before them by ``min_gain`` or less.
@@ -41,10 +39,11 @@ def plateaued(curve: Sequence[float], *, patience: int, min_gain: float = 0.0) -
 
 
 def weights_blocker(team: Team) -> str | None:
-    """Why the team's weights cannot be trained here, or None when every agent runs on a local model
-    (``local/…`` in transformers, or ``vllm/…`` in an in-process vLLM engine that serves the adapters)."""
+    """Why the team's weights cannot be trained here, or None when every agent's backend serves LoRA
+    adapters (``ChatClient.serves_adapters``: ``LocalChat`` in transformers, ``VLLMChat`` in an
+    in-process vLLM engine)."""
     agents = [team.agents[n] for n in team.order]
-    remote = [f"{a.name} ({a.model.name})" for a in agents if not a.model.name.startswith(LOCAL_PROVIDERS)]
+    remote = [f"{a.name} ({a.model.name})" for a in agents if not a.model.serves_adapters]
     if not remote:
         return None
     return (

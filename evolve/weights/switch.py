@@ -39,8 +39,8 @@ from evolve.weights.escalation import TeamTask, weights_blocker
 from evolve.weights.registry import AdapterRegistry
 
 if TYPE_CHECKING:
+    from optimizers.marft.args import Args
     from optimizers.marft.policy import AgentPolicies
-    from optimizers.marft.trainer import Args
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class WeightUpdates:
 
     def args(self) -> Args:
         """The MARFT ``Args`` of one escalation."""
-        from optimizers.marft.trainer import Args
+        from optimizers.marft.args import Args
 
         known = set(Args.__dataclass_fields__)
         unknown = sorted(set(self.options) - known)
@@ -220,22 +220,20 @@ def attach_adapters(team: Team, registry: AdapterRegistry) -> dict[str, str | No
 
 
 def _local_chat(team: Team, name: str) -> Any:
-    """The agent's local backend: ``LocalChat`` (transformers) or ``VLLMChat`` (one ``LoRARequest`` per adapter);
-    both load adapters by name and know their base folder."""
-    from connectors.local_chat import LocalChat
-    from connectors.vllm_chat import VLLMChat
-
-    backend = team.agents[name].model.backend
-    if not isinstance(backend, (LocalChat, VLLMChat)):
+    """The agent's backend that serves adapters (``LocalChat``, ``VLLMChat``: see ``ChatModel``); it loads
+    adapters by name and knows its base folder."""
+    model = team.agents[name].model
+    if not model.serves_adapters:
         raise ConfigError(
-            f"agent {name!r} runs on {type(backend).__name__}; weight updates need a local model (LocalChat or VLLMChat)"
+            f"agent {name!r} runs on {type(model.backend).__name__}, which takes no LoRA adapters; "
+            "weight updates need a local model (LocalChat or VLLMChat)"
         )
-    return backend
+    return model.backend
 
 
 def _policies(folder: Path, agents: Sequence[str], settings: WeightUpdates) -> AgentPolicies:
+    from connectors.local_chat import require_local
     from optimizers.marft.policy import AgentPolicies
-    from optimizers.marft.tiny import require_local
 
     require_local("weight updates (LoRA MARFT)")
     import torch

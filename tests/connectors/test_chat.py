@@ -199,3 +199,22 @@ def test_load_chat_passes_options_to_the_backend() -> None:
     chat = load_chat("fake/scripted", replies=["hello"], retries=0)
     assert isinstance(chat, ChatClient) and chat.retries == 0
     assert chat.complete("hi").text == "hello" and chat.name == "scripted"
+
+
+class ServesAdapters(ScriptedChat):
+    serves_adapters = True
+
+
+def test_serves_adapters_is_asked_of_the_backend_with_a_default_of_false() -> None:
+    from unittest.mock import MagicMock
+
+    from connectors.local_chat import LocalChat
+    from connectors.openai_chat import OpenAIChat
+    from connectors.vllm_chat import VLLMChat
+
+    assert ChatClient(ServesAdapters(["x"], name="openai/looks-remote")).serves_adapters is True
+    assert ChatClient(ScriptedChat(["x"], name="local/looks-local")).serves_adapters is False  # not by name
+    assert load_chat("openai/gpt-4o-mini", api_key="sk-test", base_url="http://127.0.0.1:9/v1").serves_adapters is False
+    assert ChatClient(MagicMock(name="mock")).serves_adapters is False  # an auto-made attribute is no capability
+    assert LocalChat.serves_adapters is True and VLLMChat.serves_adapters is True
+    assert not hasattr(OpenAIChat, "serves_adapters")

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from connectors import ConfigError, load_chat
+from connectors import ChatClient, ConfigError, ScriptedChat, load_chat
 from evolve import Agent, Task, Team
 from evolve.agent import render_messages
 from evolve.weights.escalation import TeamTask, plateaued, weights_blocker
@@ -47,6 +47,19 @@ def test_weights_blocker_names_every_agent_on_an_api() -> None:
 def test_weights_blocker_is_none_for_a_team_on_local_models(tiny_local_model: object) -> None:
     team = Team([Agent("solver", load_chat(f"local/{tiny_local_model}"))])
     assert weights_blocker(team) is None
+
+
+class ServesAdapters(ScriptedChat):
+    serves_adapters = True
+
+
+def test_weights_blocker_asks_the_backend_not_the_models_name() -> None:
+    says_yes = ChatClient(ServesAdapters(["4"], name="openai/named-like-an-api"))
+    says_nothing = ChatClient(ScriptedChat(["4"], name="local/named-like-a-local-model"))
+    assert weights_blocker(Team([Agent("solver", says_yes)])) is None
+    reason = weights_blocker(Team([Agent("drafter", says_yes), Agent("editor", says_nothing)]))
+    assert reason is not None and "editor (local/named-like-a-local-model)" in reason
+    assert "drafter" not in reason
 
 
 def chat() -> object:
