@@ -53,8 +53,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # `Gradient` was the name of `Critique` before 0.2.0 (DESIGN §2 calls a critique a critique, and
-    # `Trace.feedback` is the environment's text); importable, with a warning, until 0.3.0 removes it.
+    # `Gradient` was the name of `Critique` before 0.2.0 (DESIGN §2's "a critique"; not `Feedback`, which
+    # `Trace.feedback`, the environment's text, already means); importable, with a warning, until 0.3.0.
     if name == "Gradient":
         warnings.warn("optimizers.Gradient is now optimizers.Critique", DeprecationWarning, stacklevel=2)
         return Critique
