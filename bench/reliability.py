@@ -1,7 +1,8 @@
 """`python -m bench.reliability [--full] [--only PART ...]`: every reliability figure, in one report.
 
 Each part lives in ``bench/reliability_<part>.py`` and exposes ``run(quick=True) -> dict`` with a title,
-its figures as ``[label, value]`` rows and a note; the tests assert the same guarantees on smaller runs.
+its figures as ``[label, value]`` rows and a note. Most parts run scenarios of ``tests/reliability/``,
+which the tests assert the same guarantees on, on smaller runs.
 Every part runs in its own process (a crash harness or a server it starts cannot disturb the next), and
 a part that fails is reported as failed without stopping the others. The report goes to
 ``bench/results/RELIABILITY.md`` (and ``reliability.json``); a figure in ``MUST_BE_ZERO`` that is not
