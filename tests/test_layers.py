@@ -63,7 +63,9 @@ def imports_of(module: str) -> Iterator[tuple[int, str]]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             # ``from pkg import submodule`` points at the submodule, anything else at pkg's file
-            targets = [f"{base}.{a.name}" if resolve(f"{base}.{a.name}") == f"{base}.{a.name}" else base for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if resolve(f"{base}.{a.name}") == f"{base}.{a.name}" else base for a in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -170,7 +172,11 @@ def test_tests_never_import_bench_and_bench_uses_only_test_support() -> None:
         for line, target in imports_of(module):
             if top == "tests" and target.startswith("bench."):
                 wrong.append(f"{module}:{line} imports {target}")
-            if top == "bench" and target.startswith("tests.") and not target.startswith(("tests.support.", "tests.reliability.")):
+            if (
+                top == "bench"
+                and target.startswith("tests.")
+                and not target.startswith(("tests.support.", "tests.reliability."))
+            ):
                 wrong.append(f"{module}:{line} imports {target} (bench may use tests.support and tests.reliability)")
     assert wrong == []
 

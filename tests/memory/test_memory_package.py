@@ -33,7 +33,7 @@ def test_the_examples_in_the_docstrings_run() -> None:
     import pkgutil
 
     failed = {}
-    for info in pkgutil.iter_modules(memory.__path__, "memory."):
+    for info in pkgutil.walk_packages(memory.__path__, "memory."):  # mirror/ and integrations/ too
         if info.name == "memory.mirror.pgvector":
             continue  # its examples need a PostgreSQL server (tests/memory/test_memory_postgres.py has one)
         result = doctest.testmod(importlib.import_module(info.name))
