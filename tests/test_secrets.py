@@ -13,8 +13,8 @@ import pytest
 from connectors import ConfigError, make_engine
 from connectors.openai_chat import translate_error
 from connectors.redact import redact, redact_url
-from tests.apps.conftest import KEYS, serving, write_serve_spec
 from tests.reliability.secret_probes import API_KEY, DB_PASSWORD, DB_URL, secrets_probe, upstream
+from tests.support.serve import KEYS, serving, write_serve_spec
 
 
 def test_no_secret_in_logs_errors_exports_or_database_rows(tmp_path: Path) -> None:

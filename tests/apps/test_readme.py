@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.apps.conftest import KEY_OF, Served
+from tests.support.serve import KEY_OF, Served
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -25,8 +25,8 @@ from apps.cli import main
 from apps.serve_cli import load_keys
 from apps.server import split_words
 from connectors import ConfigError, ConnectorError
-from tests.apps.conftest import ANSWER, KEY_OF, QUESTION, Served, serving, write_serve_spec
 from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
+from tests.support.serve import ANSWER, KEY_OF, QUESTION, Served, serving, write_serve_spec
 
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 

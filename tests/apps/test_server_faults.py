@@ -8,8 +8,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.apps.conftest import QUESTION, Served, serving, write_serve_spec
 from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body, faults
+from tests.support.serve import QUESTION, Served, serving, write_serve_spec
 
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 

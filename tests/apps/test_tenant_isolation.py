@@ -19,8 +19,8 @@ from connectors import ConfigError, Message, StoreError
 from evolve.deploy.serving import Deployment
 from evolve.run_log import list_runs
 from evolve.spec import RunSpec, check_tenant, load_spec
-from tests.apps.conftest import KEY_OF, Served, serving, write_serve_spec
 from tests.reliability.security_probes import CRAFTED, QUESTION, DeploymentSurface, isolation_probe, q_state, seed
+from tests.support.serve import KEY_OF, Served, serving, write_serve_spec
 
 SPEC = RunSpec.model_validate({"run": {"name": "codes"}, "environment": {"tasks": "unused.jsonl"}})
 
