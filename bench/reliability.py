@@ -111,7 +111,8 @@ def render(parts: dict[str, dict[str, Any]], quick: bool, total: float) -> str:
         "",
         f"Made by `python -m bench.reliability{'' if quick else ' --full'}` in {total:.0f} s on "
         f"{info.get('cpu_count', '?')} CPU cores ({info.get('cpu', '')}, Python {info.get('python', '')}). Each part is "
-        "`bench/reliability_<part>.py`; the tests assert the same guarantees on every `make test`.",
+        "`bench/reliability_<part>.py`, measuring the scenarios of `tests/reliability/` at size; the tests assert the "
+        "same guarantees on every `make test`.",
         "",
     ]
     for name, part in parts.items():
