@@ -50,10 +50,10 @@ def plot_curves(
 
 
 def run_table(metrics: Sequence[RoundMetrics]) -> str:
-    """One run round by round: success, reward, memory size and mean Q, prompt updates and HEAD, and
-    weight updates (LoRA MARFT escalations) with what they did."""
+    """One run round by round: success, the share of tasks solved at least once so far, reward, memory
+    size and mean Q, prompt updates and HEAD, and weight updates (LoRA MARFT escalations) with what they did."""
     head = (
-        f"{'round':<6}{'success':>8}{'reward':>8}{'memories':>10}{'mean Q':>8}{'prompt':>8}{'weights':>8}  "
+        f"{'round':<6}{'success':>8}{'solved':>8}{'reward':>8}{'memories':>10}{'mean Q':>8}{'prompt':>8}{'weights':>8}  "
         f"{'version':<17}note"
     )
     lines = [head]
@@ -62,7 +62,11 @@ def run_table(metrics: Sequence[RoundMetrics]) -> str:
         weights = "+1" if m.weight_updates else ("0" if m.weights_note else "-")
         note = "; ".join(n for n in (m.prompt_note[:100], m.weights_note) if n)
         lines.append(
-            f"{m.round:<6}{m.success_rate:>8.2f}{m.mean_reward:>8.2f}{m.memory_size:>10}{m.q_mean:>+8.2f}{prompt:>8}"
+            f"{m.round:<6}{m.success_rate:>8.2f}{_share(m.solved_share):>8}{m.mean_reward:>8.2f}{m.memory_size:>10}{m.q_mean:>+8.2f}{prompt:>8}"
             f"{weights:>8}  {m.prompt_version[:16]:<17}{note}"
         )
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

@@ -357,6 +357,7 @@ class Evolver:
             memory_size=size,
             q_mean=q_mean,
             q_std=q_std,
+            solved_share=self.log.solved_share(round_),
         )
 
 

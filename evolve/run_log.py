@@ -22,6 +22,8 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    distinct,
+    func,
     insert,
     select,
     update,
@@ -98,6 +100,9 @@ class RoundMetrics:
     optimizer_tokens: int = 0
     weight_updates: int = 0
     weights_note: str = ""
+    solved_share: float | None = None
+    """Share of the tasks attempted so far that succeeded in at least one round up to this one (MemRL's
+    cumulative success); None for rounds recorded before it was kept."""
 
 
 class RunLog:
@@ -167,6 +172,16 @@ class RunLog:
         with self.engine.connect() as conn:
             rows = conn.execute(select(episodes).where(episodes.c.run == self.run, episodes.c.round == round_))
             return [dict(r._mapping) for r in rows]
+
+    def solved_share(self, round_: int) -> float:
+        """Distinct tasks that succeeded (reward >= 1) in a round up to ``round_``, over those attempted."""
+        upto = (episodes.c.run == self.run) & (episodes.c.round <= round_)
+        with self.engine.connect() as conn:
+            tried = conn.execute(select(func.count(distinct(episodes.c.task_id))).where(upto)).scalar_one()
+            solved = conn.execute(
+                select(func.count(distinct(episodes.c.task_id))).where(upto & (episodes.c.reward >= 1.0))
+            ).scalar_one()
+        return solved / tried if tried else 0.0
 
     def completed(self) -> dict[int, RoundMetrics]:
         with self.engine.connect() as conn:

@@ -56,10 +56,11 @@ def test_run_prints_the_round_table_and_resumes(tmp_path: Path, capsys: pytest.C
     spec = write_spec(tmp_path)
     assert main(["run", str(spec), "--quiet"]) == 0
     table = capsys.readouterr().out
-    assert table.splitlines()[0].split()[:5] == ["round", "success", "reward", "memories", "mean"]
+    assert table.splitlines()[0].split()[:6] == ["round", "success", "solved", "reward", "memories", "mean"]
     rows = [line.split() for line in table.splitlines()[1:]]
     assert [r[1] for r in rows] == ["0.50", "0.50"]  # the scripted model knows one of the two codes
-    assert [r[3] for r in rows] == ["2", "4"]  # one experience per attempt
+    assert [r[2] for r in rows] == ["0.50", "0.50"]  # and never the other: half the tasks solved so far
+    assert [r[4] for r in rows] == ["2", "4"]  # one experience per attempt
     assert main(["memory", "stats", "--db", f"sqlite:///{tmp_path / 'runs.db'}", "--embedder", "hash"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["count"] == 4  # two tasks, two rounds, one experience per attempt
@@ -240,8 +241,9 @@ def test_run_with_memory_and_prompt_evolution_shows_both_updates(
     assert main(["run", str(spec), "--quiet"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [r[1] for r in rows] == ["0.00", "1.00"]  # the evolved prompt fixes round 2
-    assert [r[3] for r in rows] == ["10", "20"]  # memory grew by one experience per attempt
-    assert [r[5] for r in rows] == ["+1", "0"]  # round 1 accepted a prompt update, round 2 had nothing to fix
+    assert [r[2] for r in rows] == ["0.00", "1.00"]  # solved at least once so far
+    assert [r[4] for r in rows] == ["10", "20"]  # memory grew by one experience per attempt
+    assert [r[6] for r in rows] == ["+1", "0"]  # round 1 accepted a prompt update, round 2 had nothing to fix
 
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     assert main(["prompts", "log", "--db", db, "--graph", "cli"]) == 0
@@ -270,7 +272,7 @@ def test_small_critic_options_reach_the_optimizer_from_the_spec(
     spec.write_text(spec_text.replace("minibatch = 4", 'minibatch = 4\nbackward = "feedback"\nedit = "append"'))
     assert main(["run", str(spec), "--quiet"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [r[5] for r in rows] == ["+1", "0"]
+    assert [r[6] for r in rows] == ["+1", "0"]
     assert main(["prompts", "show", "--db", f"sqlite:///{tmp_path / 'runs.db'}", "--graph", "cli"]) == 0
     shown = capsys.readouterr().out
     assert "You are a careful assistant. Reply with the answer only.\nAnswer in at most seven words." in shown

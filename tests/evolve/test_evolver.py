@@ -203,3 +203,25 @@ def test_a_batch_learned_from_but_not_yet_marked_is_not_learned_twice(tmp_path: 
     assert store is not None and ref_store is not None
     got = sorted((it.intent, round(it.q, 9), it.visits) for it in store.items())
     assert got == sorted((it.intent, round(it.q, 9), it.visits) for it in ref_store.items())
+
+
+def test_rounds_report_the_share_of_tasks_solved_at_least_once(tmp_path: Path) -> None:
+    """MemRL's cumulative success: a task solved in any round so far counts, whatever later rounds do."""
+    calls: dict[str, int] = {}
+    right_on = {"amber": 1, "birch": 1, "cedar": 2}  # the attempt at which each gate's code is answered
+
+    def forgetful(messages: list) -> str:
+        gate = next(g for g in ("amber", "birch", "cedar", "delta") if g in messages[-1].content)
+        calls[gate] = calls.get(gate, 0) + 1
+        return (
+            str(1000 + ["amber", "birch", "cedar", "delta"].index(gate)) if right_on.get(gate) == calls[gate] else "?"
+        )
+
+    ev, _ = make_evolver(f"sqlite:///{tmp_path / 'm.db'}", memory=False, model=ScriptedChat(forgetful))
+    metrics = ev.run(rounds=3)
+    assert [m.success_rate for m in metrics] == [0.5, 0.25, 0.0]
+    assert [m.solved_share for m in metrics] == [0.5, 0.75, 0.75]
+    from apps.report import run_table
+
+    assert run_table(metrics).splitlines()[0].split()[:3] == ["round", "success", "solved"]
+    assert run_table(metrics).splitlines()[2].split()[:3] == ["2", "0.25", "0.75"]
