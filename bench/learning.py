@@ -8,6 +8,7 @@ time; per environment a PNG of the curves.
 
 Run: python -m bench.learning [--profile quick|full] [--envs ...] [--conditions ...] [--epochs E]
      [--limit N] [--model local/smollm2 | openai/<name> [--base-url URL]]
+     [--tasks SPEC.toml | TASKS.jsonl ... [--system TEXT]]   (your own families, named by file stem)
 Writes bench/results/learning.{json,md}, bench/results/learning_<env>.png and the
 learning_<env>_<condition>_{last,cum} keys of bench/results/summary.json.
 """
@@ -39,6 +40,7 @@ from bench.learning_conditions import (
     build_evolver,
     pick,
     set_epoch_seed,
+    user_envs,
 )
 from bench.learning_report import SKIPPED, cell_metrics, markdown, plot_env, summary_keys
 from connectors import ChatClient, ConfigError, Embedder, EvolveError, load_chat, load_embedder
@@ -237,6 +239,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     p.add_argument("--envs", nargs="+", metavar="ENV", help=f"some of {list(ENVS)} (default: the profile's)")
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="your own families: a spec .toml (its tasks, system prompt and recall settings) or a task .jsonl; "
+        "each is an environment named by its file stem (alone unless --envs names others too)",
+    )
+    p.add_argument("--system", help="the system prompt for --tasks .jsonl files (default: answer only)")
     p.add_argument("--conditions", nargs="+", metavar="C", help=f"some of {[c.name for c in CONDITIONS]}")
     p.add_argument("--epochs", type=int, help="epochs over the same tasks (default: the profile's)")
     p.add_argument("--limit", type=int, help="the first N tasks of each environment (default: the profile's)")
@@ -258,9 +270,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     profile = PROFILES[args.profile]
     if args.epochs is not None and args.epochs < 1:
         raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
+    mine = user_envs(args.tasks, system=args.system)
+    registry = {**ENVS, **mine}
     settings = Settings(
         profile=args.profile,
-        envs=tuple(pick(args.envs or profile.envs, list(ENVS), "environments")),
+        envs=tuple(pick([*(args.envs or []), *mine] or profile.envs, list(registry), "environments")),
         conditions=tuple(pick(args.conditions, [c.name for c in CONDITIONS], "conditions")),
         epochs=args.epochs or profile.epochs,
         limit=args.limit,
@@ -270,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         progress=not args.quiet,
     )
     chat = load_model(args.model, args.base_url, args.batch_size)
-    result = run(settings, chat=chat, embedder=load_embedder(args.embedder), out=args.out, model=args.model)
+    embedder = load_embedder(args.embedder)
+    result = run(settings, chat=chat, embedder=embedder, out=args.out, model=args.model, registry=registry)
     print(markdown(result))
     return result
 

@@ -43,6 +43,7 @@ from optimizers.types import PromptOptimizer
 DATA = Path(__file__).resolve().parents[1] / "data"
 TEXTWORLD_TURNS = 8
 SAMPLING_TEMPERATURE = 0.7  # repeated sampling and TF-GRPO rollouts (Training-Free GRPO's value)
+TASK_FILE_SYSTEM = "Answer the question. Reply with the answer only."
 
 
 def task_env_factory(tasks: Sequence[Task]) -> Callable[[], Environment]:
@@ -86,20 +87,59 @@ class EnvSpec:
 def bundled_env(name: str) -> EnvSpec:
     """A bundled task family, with the system prompt, answer length and recall settings of its spec
     (``data/<name>.toml``)."""
-    spec = load_spec(DATA / f"{name}.toml")
-    path = spec.resolve(spec.environment.tasks)
+    env = spec_env(DATA / f"{name}.toml", name=name)
+    return replace(env, note=f"Bundled family `data/{name}`; a failure's feedback reveals the expected answer.")
+
+
+def spec_env(path: Path, *, name: str | None = None) -> EnvSpec:
+    """Any task family given as an Evolve spec file: its tasks, its first agent's system prompt, its answer
+    length and recall settings. The environment is named ``name`` or the file's stem."""
+    spec = load_spec(path)
+    tasks_path = spec.resolve(spec.environment.tasks)
+
+    def tasks(limit: int | None) -> list[Task]:
+        return load_tasks(tasks_path)[:limit]
+
+    return EnvSpec(
+        name=name or path.stem,
+        tasks=tasks,
+        system=spec.agents[0].system,
+        max_tokens=spec.model.max_tokens,
+        retrieval=memory_config(spec).retrieval,
+        note=f"Tasks `{tasks_path.name}` with the settings of the spec `{path.name}`.",
+    )
+
+
+def task_file_env(path: Path, *, system: str = TASK_FILE_SYSTEM, max_tokens: int = 48) -> EnvSpec:
+    """Any task file (JSONL, one task per line, as ``evolve.load_tasks`` reads): named by its stem, with a
+    generic system prompt unless one is given, and the default recall settings."""
+    load_tasks(path)  # a bad file fails here, before any model loads
 
     def tasks(limit: int | None) -> list[Task]:
         return load_tasks(path)[:limit]
 
     return EnvSpec(
-        name=name,
+        name=path.stem,
         tasks=tasks,
-        system=spec.agents[0].system,
-        max_tokens=spec.model.max_tokens,
-        retrieval=memory_config(spec).retrieval,
-        note=f"Bundled family `data/{path.name}`; a failure's feedback reveals the expected answer.",
+        system=system,
+        max_tokens=max_tokens,
+        note=f"Task file `{path.name}`; system prompt: {system!r}.",
     )
+
+
+def user_envs(paths: Sequence[Path], *, system: str | None = None) -> dict[str, Callable[[], EnvSpec]]:
+    """Environments from files a user names: a ``.toml`` is a spec, anything else a task file."""
+    out: dict[str, Callable[[], EnvSpec]] = {}
+    for path in paths:
+        if not path.is_file():
+            raise ConfigError(f"--tasks: {path} is not a file (expected a spec .toml or a task .jsonl)")
+        if path.stem in ENVS or path.stem in out:
+            raise ConfigError(f"--tasks: the environment name {path.stem!r} is taken; rename the file")
+        if path.suffix == ".toml":
+            out[path.stem] = functools.partial(spec_env, path)
+        else:
+            out[path.stem] = functools.partial(task_file_env, path, system=system or TASK_FILE_SYSTEM)
+    return out
 
 
 def textworld_env() -> EnvSpec:

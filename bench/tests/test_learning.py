@@ -201,3 +201,30 @@ def test_repeated_sampling_draws_with_a_new_seed_each_epoch(tmp_path: Path) -> N
     assert greedy == {(0.0, 0)}
     assert {t for t, _ in sampled} == {0.7}
     assert len({s for _, s in sampled}) == 3  # one seed per epoch
+
+
+def test_a_users_spec_or_task_file_becomes_an_environment(tmp_path: Path) -> None:
+    """``--tasks``: a spec brings its tasks and settings, a bare task file a generic prompt; both are named
+    by their file stem, and a missing file or a taken name is refused before any model loads."""
+    from bench.learning_conditions import DATA, user_envs
+
+    folder = tmp_path / "Ünïcode family folder"
+    folder.mkdir()
+    tasks = folder / "lookalike warehouses (round 2).jsonl"
+    tasks.write_text((DATA / "facility_codes.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    spec = folder / "my codes.toml"
+    spec.write_text(
+        (DATA / "facility_codes.toml").read_text(encoding="utf-8").replace("facility_codes.jsonl", tasks.name),
+        encoding="utf-8",
+    )
+    envs = user_envs([spec, tasks], system="Reply with the code only.")
+    assert list(envs) == ["my codes", "lookalike warehouses (round 2)"]
+    from_spec, from_file = envs["my codes"](), envs["lookalike warehouses (round 2)"]()
+    assert len(from_spec.tasks(None)) == len(from_file.tasks(None)) > 0 and len(from_spec.tasks(3)) == 3
+    assert from_file.system == "Reply with the code only." and from_spec.system != from_file.system
+    with pytest.raises(ConfigError, match="not a file"):
+        user_envs([folder / "missing.jsonl"])
+    taken = folder / "facility_codes.jsonl"
+    taken.write_text(tasks.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="is taken"):
+        user_envs([taken])
