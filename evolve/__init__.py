@@ -34,6 +34,9 @@ _WHERE = {
     "InProcess": "evolve.executors",
     "Rollout": "evolve.executors",
     "RayExecutor": "evolve.ray_executor",
+    "Interval": "evolve.figures",
+    "paired_interval": "evolve.figures",
+    "seed_interval": "evolve.figures",
     "RoundMetrics": "evolve.run_log",
     "list_runs": "evolve.run_log",
     "Task": "evolve.envs.tasks",
@@ -71,6 +74,7 @@ __all__ = [
     "Executor",
     "FeedbackReceipt",
     "InProcess",
+    "Interval",
     "JobResult",
     "MemoryView",
     "PromptEvolution",
@@ -93,10 +97,12 @@ __all__ = [
     "list_runs",
     "load_tasks",
     "make_evaluate",
+    "paired_interval",
     "paraphrase_schedule",
     "render_messages",
     "run_job",
     "same_tasks",
+    "seed_interval",
     "split_tasks",
     "textworld_tasks",
 ]
@@ -127,6 +133,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from evolve.episode import Episode, Step
     from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
     from evolve.executors import Executor, InProcess, Rollout
+    from evolve.figures import Interval, paired_interval, seed_interval
     from evolve.prompts.evolution import PromptEvolution, make_evaluate, split_tasks
     from evolve.prompts.graph import PromptGraph
     from evolve.prompts.versions import PromptVersion
