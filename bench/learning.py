@@ -9,6 +9,7 @@ time; per environment a PNG of the curves.
 Run: python -m bench.learning [--profile quick|full] [--envs ...] [--conditions ...] [--epochs E]
      [--limit N] [--model local/smollm2 | openai/<name> [--base-url URL]]
      [--tasks SPEC.toml | TASKS.jsonl ... [--system TEXT]]   (your own families, named by file stem)
+     [--seeds N] [--paraphrases]   (N seeds per cell: means with 95% intervals, per-seed values kept)
 Writes bench/results/learning.{json,md}, bench/results/learning_<env>.png and the
 learning_<env>_<condition>_{last,cum} keys of bench/results/summary.json.
 """
@@ -39,10 +40,11 @@ from bench.learning_conditions import (
     OptimizerSettings,
     build_evolver,
     pick,
+    seed_order,
     set_epoch_seed,
     user_envs,
 )
-from bench.learning_report import SKIPPED, cell_metrics, markdown, plot_env, summary_keys
+from bench.learning_report import SKIPPED, cell_metrics, markdown, plot_env, seed_cell, summary_keys
 from connectors import ChatClient, ConfigError, Embedder, EvolveError, load_chat, load_embedder
 from evolve import Task
 
@@ -84,6 +86,10 @@ class Settings:
     epochs: int
     limit: int | None = None
     seed: int = 0
+    seeds: int = 1
+    """Seeds per cell: ``seed``, ``seed + 1``, … (task order, sampling, paraphrase choice)."""
+    paraphrases: bool = False
+    """Ask each task in one of its ``meta["paraphrases"]`` per round (the demo's and specs' protocol)."""
     batch_size: int = 40
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     progress: bool = True
@@ -99,7 +105,31 @@ def run_cell(
     embedder: Embedder,
     folder: Path,
 ) -> dict[str, Any]:
-    """Run ``s.epochs`` epochs of one condition on one environment; its metrics, tokens and wall time."""
+    """One condition on one environment over ``s.seeds`` seeds (``seed_cell``: intervals, per-seed values)."""
+    seeds = list(range(s.seed, s.seed + s.seeds))
+    per_seed = []
+    for seed in seeds:
+        here = folder / f"seed-{seed}"
+        here.mkdir(parents=True, exist_ok=True)
+        per_seed.append(
+            run_seed(env, cond, seed_order(tasks, seed), s, seed, chat=chat, embedder=embedder, folder=here)
+        )
+    return seed_cell(per_seed, seeds)
+
+
+def run_seed(
+    env: EnvSpec,
+    cond: Condition,
+    tasks: Sequence[Task],
+    s: Settings,
+    seed: int,
+    *,
+    chat: ChatClient,
+    embedder: Embedder,
+    folder: Path,
+) -> dict[str, Any]:
+    """Run ``s.epochs`` epochs of one condition on one environment with one seed; its metrics, tokens and
+    wall time."""
     evolver, store = build_evolver(
         env,
         cond,
@@ -109,16 +139,17 @@ def run_cell(
         folder=folder,
         optimizer=s.optimizer,
         batch_size=min(s.batch_size, len(tasks)),
-        seed=s.seed,
+        seed=seed,
+        paraphrases=s.paraphrases,
     )
     tokens_before, started = chat.usage.total_tokens, time.perf_counter()
     rewards: list[list[float]] = []
     rounds = []
-    bar = tqdm(total=s.epochs, desc=f"{env.name} / {cond.name}", unit="epoch", disable=not s.progress)
+    bar = tqdm(total=s.epochs, desc=f"{env.name} / {cond.name} / seed {seed}", unit="epoch", disable=not s.progress)
     try:
         for epoch in range(1, s.epochs + 1):
             if cond.temperature > 0:
-                set_epoch_seed(evolver, 1000 * s.seed + epoch)
+                set_epoch_seed(evolver, 1000 * seed + epoch)
             metrics = evolver.run_round(epoch)
             by_task = {row["task_id"]: float(row["reward"]) for row in evolver.log.round_rows(epoch)}
             rewards.append([by_task.get(t.id, 0.0) for t in tasks])
@@ -202,6 +233,8 @@ def run(
             "embedder": embedder.name,
             "epochs": s.epochs,
             "seed": s.seed,
+            "seeds": list(range(s.seed, s.seed + s.seeds)),
+            "paraphrases": s.paraphrases,
             "sampling_temperature": SAMPLING_TEMPERATURE,
             "optimizer": vars(s.optimizer),
         },
@@ -255,7 +288,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default="local/smollm2", help="local/smollm2, openai/<name>, ...")
     p.add_argument("--base-url", help="an OpenAI-compatible server for --model openai/<name>")
     p.add_argument("--embedder", default="minilm")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the first seed")
+    p.add_argument(
+        "--seeds", type=int, default=1, help="seeds per cell (task order, sampling, paraphrases); 5+ for claims"
+    )
+    p.add_argument("--paraphrases", action="store_true", help="ask each task in one of its paraphrases per round")
     p.add_argument("--batch-size", type=int, default=40, help="episodes generated together")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -270,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     profile = PROFILES[args.profile]
     if args.epochs is not None and args.epochs < 1:
         raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
     mine = user_envs(args.tasks, system=args.system)
     registry = {**ENVS, **mine}
     settings = Settings(
@@ -279,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         epochs=args.epochs or profile.epochs,
         limit=args.limit,
         seed=args.seed,
+        seeds=args.seeds,
+        paraphrases=args.paraphrases,
         batch_size=args.batch_size,
         optimizer=OptimizerSettings(small_critic=args.model.startswith("local/")),
         progress=not args.quiet,

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from connectors import ChatClient, ConfigError, Embedder, Environment, make_engine
 from evolve import (
     Agent,
@@ -32,6 +34,7 @@ from evolve import (
     TaskEnv,
     Team,
     load_tasks,
+    paraphrase_schedule,
     same_tasks,
     split_tasks,
 )
@@ -308,9 +311,11 @@ def build_evolver(
     optimizer: OptimizerSettings,
     batch_size: int,
     seed: int = 0,
+    paraphrases: bool = False,
     progress: bool = False,
 ) -> tuple[Evolver, MemoryStore | None]:
-    """The ``Evolver`` of one (environment, condition) cell, in ``<folder>/<env>-<condition>.db``."""
+    """The ``Evolver`` of one (environment, condition) cell, in ``<folder>/<env>-<condition>.db``; with
+    ``paraphrases`` each round asks every task in one of its phrasings, chosen by seed and round."""
     url = f"sqlite:///{folder / f'{env.name}-{cond.name}.db'}"
     config = memory_for(cond, env.retrieval)
     store = MemoryStore(url, embedder=embedder, config=config, seed=seed) if config is not None else None
@@ -337,7 +342,7 @@ def build_evolver(
         run=cond.name,
         batch_size=batch_size,
         max_turns=env.max_turns,
-        schedule=same_tasks,
+        schedule=paraphrase_schedule(seed) if paraphrases else same_tasks,
         prompts=prompts,
         progress=progress,
     )
@@ -358,3 +363,11 @@ def pick(names: Sequence[str] | None, known: Sequence[str], what: str) -> list[s
     if unknown:
         raise ConfigError(f"unknown {what} {unknown}; expected some of {list(known)}")
     return [n for n in known if n in names]
+
+
+def seed_order(tasks: Sequence[Task], seed: int) -> list[Task]:
+    """The tasks in the order seed ``seed`` runs them: the file's order for seed 0 (the single-seed figures
+    of earlier reports), a seeded permutation for the others; every condition gets the same order."""
+    if seed == 0:
+        return list(tasks)
+    return [tasks[i] for i in np.random.default_rng(seed).permutation(len(tasks))]

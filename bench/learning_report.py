@@ -8,6 +8,10 @@ E epochs over the same tasks. From the epochs × tasks matrix of successes:
 - pass@k (Chen et al.'s unbiased estimator over n attempts with c successes): for the repeated-sampling
   baseline, cumulative success over E epochs is exactly the mean pass@E.
 
+Over seeds (task order, sampling, paraphrase choice) a cell reports the mean with its 95% interval and
+keeps every seed's figures; Q-memory and similarity-only memory are compared seed by seed (paired), and a
+difference is called one only when its interval excludes zero (``evolve.figures``).
+
 Example:
     >>> m = success_matrix([[0.0, 1.0], [1.0, 0.0]])
     >>> last_epoch_success(m), cumulative_success(m), mean_pass_at_k(m, 2)
@@ -24,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from connectors import ConfigError
+from evolve.figures import Interval, paired_interval, seed_interval
 
 SKIPPED = "full profile only"
 """What a cell says when its condition runs in the full profile only: never a number."""
@@ -89,15 +94,52 @@ def cell_metrics(rewards: Sequence[Sequence[float]]) -> dict[str, Any]:
     }
 
 
+SUMMED = ("tokens", "episode_tokens", "optimizer_tokens", "prompt_updates", "errors", "seconds")
+AVERAGED = ("pass_at_1", "mean_reward_last", "memory_size")
+
+
+def seed_cell(per_seed: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+    """One (environment, condition) cell over seeds: ``last`` and ``cum`` are means with a 95% interval
+    (``last_ci``, ``cum_ci``) and their per-seed values; curves are averaged; costs are summed."""
+    if len(per_seed) != len(seeds) or not per_seed:
+        raise ConfigError(f"seed_cell: expected one cell per seed, got {len(per_seed)} for seeds {list(seeds)}")
+    out: dict[str, Any] = {"status": "ok", "seeds": list(seeds)}
+    for key in ("last", "cum"):
+        iv = seed_interval([c[key] for c in per_seed])
+        out[key], out[f"{key}_ci"], out[f"{key}_per_seed"] = (
+            round(iv.mean, 4),
+            [round(iv.low, 4), round(iv.high, 4)],
+            list(iv.values),
+        )
+    for key in ("per_epoch", "cum_per_epoch"):
+        out[key] = [round(float(x), 4) for x in np.mean([c[key] for c in per_seed], axis=0)]
+    out.update({k: round(float(np.mean([c[k] for c in per_seed])), 4) for k in AVERAGED})
+    out.update({k: round(sum(c[k] for c in per_seed), 1) for k in SUMMED})
+    out["prompt_notes"] = [n for c in per_seed for n in c.get("prompt_notes", [])]
+    out["per_seed"] = [dict(c) for c in per_seed]
+    return out
+
+
+def interval_of(cell: Mapping[str, Any], key: str) -> Interval:
+    """The ``last`` or ``cum`` figure of a cell as an ``Interval`` (one seed: the point itself)."""
+    return seed_interval(cell.get(f"{key}_per_seed", [cell[key]]))
+
+
 # ---------------------------------------------------------------- summary keys
 def summary_keys(result: Mapping[str, Any]) -> dict[str, float]:
-    """Flat keys ``learning_<env>_<condition>_last`` / ``_cum`` for the cells that ran."""
+    """Flat keys for the cells that ran: ``learning_<env>_<condition>_{last,cum}`` (the mean over seeds)
+    and ``…_{last,cum}_{mean,ci_low,ci_high}``."""
     flat: dict[str, float] = {}
     for env, cells in result["envs"].items():
         for cond, cell in cells["conditions"].items():
-            if cell.get("status") == "ok":
-                flat[f"learning_{env}_{cond}_last"] = cell["last"]
-                flat[f"learning_{env}_{cond}_cum"] = cell["cum"]
+            if cell.get("status") != "ok":
+                continue
+            for key in ("last", "cum"):
+                iv, name = interval_of(cell, key), f"learning_{env}_{cond}_{key}"
+                flat[name] = cell[key]
+                flat[f"{name}_mean"], flat[f"{name}_ci_low"], flat[f"{name}_ci_high"] = (
+                    round(iv.mean, 4), round(iv.low, 4), round(iv.high, 4)
+                )  # fmt: skip
     return flat
 
 
@@ -106,8 +148,9 @@ def _cell_row(cond: str, cell: Mapping[str, Any]) -> str:
     if cell.get("status") != "ok":
         return f"| {cond} | {cell.get('status', '?')} | | | | | |"
     curve = " ".join(f"{x:.2f}" for x in cell["per_epoch"])
+    last, cum = interval_of(cell, "last").text(), interval_of(cell, "cum").text()
     return (
-        f"| {cond} | {cell['last']:.3f} | {cell['cum']:.3f} | {curve} | {cell['tokens']:,} "
+        f"| {cond} | {last} | {cum} | {curve} | {cell['tokens']:,} "
         f"| {cell['optimizer_tokens']:,} | {cell['seconds']:.1f} |"
     )
 
@@ -119,13 +162,22 @@ def verdicts(result: Mapping[str, Any]) -> list[str]:
         q, s = cells["conditions"].get("q_memory", {}), cells["conditions"].get("similarity", {})
         if q.get("status") != "ok" or s.get("status") != "ok":
             continue
-        parts = []
-        for key, label in (("last", "last-epoch"), ("cum", "cumulative")):
-            diff = q[key] - s[key]
-            word = "above" if diff > 0 else ("below" if diff < 0 else "level with")
-            parts.append(f"{label} {q[key]:.3f} vs {s[key]:.3f} ({word}, {diff:+.3f})")
+        parts = [_verdict(q, s, key, label) for key, label in (("last", "last-epoch"), ("cum", "cumulative"))]
         lines.append(f"- **{env}**: Q-memory against similarity-only — " + "; ".join(parts) + ".")
     return lines
+
+
+def _verdict(q: Mapping[str, Any], s: Mapping[str, Any], key: str, label: str) -> str:
+    """One metric of the verdict: the two figures and, over paired seeds, whether they differ."""
+    d = paired_interval(baseline=interval_of(s, key).values, treatment=interval_of(q, key).values)
+    if d.n == 1:
+        word = "above" if d.mean > 0 else ("below" if d.mean < 0 else "level with")
+        return f"{label} {q[key]:.3f} vs {s[key]:.3f} ({word}, {d.mean:+.3f}; 1 seed: no interval, no claim)"
+    word = ("above" if d.mean > 0 else "below") if d.excludes_zero else "no difference"
+    return (
+        f"{label} {q[key]:.3f} vs {s[key]:.3f} (paired over {d.n} seeds: {d.mean:+.3f} "
+        f"[{d.low:+.3f}, {d.high:+.3f}], {word})"
+    )
 
 
 def markdown(result: Mapping[str, Any]) -> str:
@@ -137,6 +189,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"Profile **{s['profile']}**; model {s['model']}, embedder {s['embedder']}; {s['epochs']} epochs over the "
         f"same tasks (MemRL protocol); greedy decoding except repeated sampling (temperature "
         f"{s['sampling_temperature']}, a new seed each epoch, so its cumulative success is pass@{s['epochs']}).",
+        f"Seeds: {len(s.get('seeds', [s['seed']]))} ({', '.join(map(str, s.get('seeds', [s['seed']])))}: task order, "
+        f"sampling, paraphrase choice); paraphrases {'on' if s.get('paraphrases') else 'off'}. Last and cum show "
+        "the mean over seeds and its 95% interval; the verdicts pair the seeds.",
         f"Machine: {m['cpu_count']} CPUs ({m['cpu']}), Python {m['python']}, {m['platform']}. "
         f"Total wall time {result['seconds']:.0f} s.",
         "",

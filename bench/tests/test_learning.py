@@ -79,8 +79,9 @@ def test_summary_keys_name_every_cell_that_ran_and_no_skipped_one() -> None:
         }
     }
     assert summary_keys(result) == {
-        "learning_facility_codes_q_memory_last": 1.0,
-        "learning_facility_codes_q_memory_cum": 1.0,
+        f"learning_facility_codes_q_memory_{key}{part}": 1.0
+        for key in ("last", "cum")
+        for part in ("", "_mean", "_ci_low", "_ci_high")  # one seed: the interval is the point
     }
 
 
@@ -153,7 +154,9 @@ def test_a_tiny_run_writes_json_markdown_png_and_summary_keys(tmp_path: Path) ->
     assert cells["q_memory"]["per_epoch"][0] == 0.0  # the first epoch has no memories yet
     assert cells["q_memory"]["last"] == 1.0  # later epochs copy the revealed codes
     assert cells["similarity"]["last"] == 1.0
-    assert all(len(c["rewards"]) == 3 and len(c["rewards"][0]) == 3 for c in cells.values())
+    assert all(
+        len(c["per_seed"][0]["rewards"]) == 3 and len(c["per_seed"][0]["rewards"][0]) == 3 for c in cells.values()
+    )
     assert all(c["tokens"] > 0 and c["seconds"] >= 0 for c in cells.values())
     assert result["envs"]["missing"]["conditions"]["q_memory"]["status"].startswith("not run: no such game")
 
@@ -161,7 +164,7 @@ def test_a_tiny_run_writes_json_markdown_png_and_summary_keys(tmp_path: Path) ->
     assert saved["envs"]["toy"]["conditions"]["q_memory"]["last"] == 1.0
     assert saved["machine"]["cpu_count"] >= 1
     md = (tmp_path / "learning.md").read_text()
-    assert "| q_memory | 1.000 | 1.000 |" in md
+    assert "| q_memory | 1.000 (1 seed) | 1.000 (1 seed) |" in md
     assert "**toy**: Q-memory against similarity-only" in md
     assert (tmp_path / "learning_toy.png").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "learning_missing.png").exists()
@@ -228,3 +231,26 @@ def test_a_users_spec_or_task_file_becomes_an_environment(tmp_path: Path) -> Non
     taken.write_text(tasks.read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(ConfigError, match="is taken"):
         user_envs([taken])
+
+
+def test_seeds_give_intervals_per_seed_values_and_a_paired_verdict(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from bench.learning_conditions import seed_order
+
+    chat = load_chat("fake/scripted", replies=_answer_from_memory)
+    settings = replace(_settings(["similarity", "q_memory"]), envs=("toy",), seeds=3)
+    result = run(settings, chat=chat, embedder=HashEmbedder(), out=tmp_path, registry=_registry(_toy_env()))  # type: ignore[arg-type]
+    q = result["envs"]["toy"]["conditions"]["q_memory"]
+    assert q["seeds"] == [0, 1, 2] and len(q["per_seed"]) == 3
+    assert q["last_per_seed"] == [1.0, 1.0, 1.0] and q["last_ci"] == [1.0, 1.0]
+    assert result["settings"]["seeds"] == [0, 1, 2] and result["settings"]["paraphrases"] is False
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["learning_toy_q_memory_last_ci_low"] == summary["learning_toy_q_memory_last_mean"] == 1.0
+    md = (tmp_path / "learning.md").read_text()
+    assert "paired over 3 seeds: +0.000 [+0.000, +0.000], no difference" in md  # equal on every seed
+    tasks = _toy_env().tasks(None)
+    assert seed_order(tasks, 0) == list(tasks)  # seed 0 keeps the file's order (earlier single-seed figures)
+    assert seed_order(tasks, 1) == seed_order(tasks, 1) and sorted(t.id for t in seed_order(tasks, 1)) == sorted(
+        t.id for t in tasks
+    )
