@@ -307,6 +307,7 @@ class Evolver:
                 namespace=namespace,
                 provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
                 id=fit_id(f"{e.id}/{namespace}"),
+                task=e.task_id,  # one intent per task: look-alike tasks never share memories' group
             )
             for e in episodes
             if e.error is None

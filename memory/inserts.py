@@ -6,6 +6,7 @@ once the transaction has committed (the mirror never runs ahead of SQL).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class NewItems:
     created: np.ndarray
     updated: np.ndarray
     metas: list[dict[str, Any]]
+    groups: list[str | None] | None = None
+    """Per row, the task it was an attempt at (``WriteEntry.task``): rows of one task share one intent."""
 
     @classmethod
     def build(
@@ -67,6 +70,7 @@ class NewItems:
         visits: Sequence[int] | None = None,
         created: Sequence[float] | None = None,
         updated: Sequence[float] | None = None,
+        groups: Sequence[str | None] | None = None,
     ) -> NewItems:
         n = len(intents_)
         now = time.time()
@@ -88,6 +92,7 @@ class NewItems:
             created=created_,
             updated=created_.copy() if updated is None else np.asarray(updated, dtype=np.float64),
             metas=metas,
+            groups=None if groups is None or all(g is None for g in groups) else list(groups),
         )
 
     def __len__(self) -> int:
@@ -107,6 +112,7 @@ class NewItems:
             created=self.created[pos],
             updated=self.updated[pos],
             metas=[self.metas[i] for i in pos],
+            groups=None if self.groups is None else [self.groups[i] for i in pos],
         )
 
     def items(self, namespace: str) -> list[MemoryItem]:
@@ -145,23 +151,56 @@ class Grouping:
     intent_ids: np.ndarray
 
 
-def group_items(mirror: NamespaceMirror, vecs: np.ndarray, *, threshold: float, group: bool) -> Grouping:
-    """Intent grouping against the namespace's keys; grouped items take their key's vector."""
+def group_items(
+    mirror: NamespaceMirror,
+    vecs: np.ndarray,
+    *,
+    threshold: float,
+    group: bool,
+    tasks: Sequence[str | None] | None = None,
+) -> Grouping:
+    """Intent grouping against the namespace's keys; grouped items take their key's vector.
+
+    A row with a task (``tasks[i]``) joins that task's intent, whose id is derived from the namespace and
+    the task, and never another: look-alike questions about different tasks stay apart however close
+    their embeddings. Rows without one are grouped by similarity (``threshold``), as before.
+    """
     n, n_old = len(vecs), len(mirror.key_ids)
-    if group:
-        nearest = nearest_by_index(mirror, vecs) if mirror.index.kind != "flat" and len(mirror) else None
-        labels, new_rows = assign_groups(vecs, mirror.keys, threshold, nearest=nearest)
+    keyed = np.array([t is not None for t in tasks], dtype=bool) if tasks is not None else np.zeros(n, dtype=bool)
+    free = np.flatnonzero(~keyed)
+    if group and len(free):
+        nearest = nearest_by_index(mirror, vecs[free]) if mirror.index.kind != "flat" and len(mirror) else None
+        free_labels, free_new = assign_groups(vecs[free], mirror.keys, threshold, nearest=nearest)
     else:
-        labels, new_rows = n_old + np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
-    key_ids = np.array(new_ids(len(new_rows)), dtype=object)
+        free_labels, free_new = n_old + np.arange(len(free), dtype=np.int64), np.arange(len(free), dtype=np.int64)
+    labels = np.empty(n, dtype=np.int64)
+    labels[free] = free_labels
+    new_rows = [int(r) for r in free[free_new]]
+    key_ids = new_ids(len(new_rows))
+    if keyed.any():
+        known = {str(k): i for i, k in enumerate(mirror.key_ids)}
+        for i in np.flatnonzero(keyed).tolist():
+            key = task_intent_id(mirror.namespace, str(tasks[i]))  # type: ignore[index]
+            if key not in known:
+                known[key] = n_old + len(new_rows)
+                new_rows.append(i)
+                key_ids.append(key)
+            labels[i] = known[key]
+    new = np.array(new_rows, dtype=np.int64)
+    keys_out = np.array(key_ids, dtype=object)
     old = labels < n_old
     emb = np.empty((n, mirror.dim), dtype=np.float32)
     emb[old] = mirror.keys[labels[old]]
-    emb[~old] = vecs[new_rows[labels[~old] - n_old]]
+    emb[~old] = vecs[new[labels[~old] - n_old]]
     intent_ids = np.empty(n, dtype=object)
     intent_ids[old] = mirror.key_ids[labels[old]]
-    intent_ids[~old] = key_ids[labels[~old] - n_old]
-    return Grouping(labels.astype(np.int64), new_rows, key_ids, emb, intent_ids)
+    intent_ids[~old] = keys_out[labels[~old] - n_old]
+    return Grouping(labels, new, keys_out, emb, intent_ids)
+
+
+def task_intent_id(namespace: str, task: str) -> str:
+    """The intent id of ``task``'s memories in ``namespace``: the same on every write, in every process."""
+    return "task-" + hashlib.sha256(f"{namespace}\x00{task}".encode()).hexdigest()[:40]
 
 
 def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +219,7 @@ def insert_items(
 ) -> Inserted:
     """Group, insert and evict inside the caller's transaction (the mirror is current and locked)."""
     n, ns = len(batch), mirror.namespace
-    g = group_items(mirror, batch.vecs, threshold=threshold, group=group)
+    g = group_items(mirror, batch.vecs, threshold=threshold, group=group, tasks=batch.groups)
     generation, first = bump(conn, seqs=len(g.new_rows) + n)
     key_seqs = first + np.arange(len(g.new_rows), dtype=np.int64)
     item_seqs = first + len(g.new_rows) + np.arange(n, dtype=np.int64)

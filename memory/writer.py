@@ -61,6 +61,9 @@ class WriteEntry:
         namespace: the tenant or agent the memory belongs to.
         provenance: where it came from (episode id, recalls used), stored under ``meta["provenance"]``.
         id: a deterministic id makes the write idempotent (an id already stored is not written again).
+        task: the task the attempt was at, when the caller knows it (a task id): memories of one task
+            share one intent group and memories of different tasks never do, however alike their
+            questions read. Without it, intents are grouped by similarity (``MemoryConfig.group_threshold``).
 
     Example:
         >>> WriteEntry("open the door", trajectory="push", feedback="opened", success=True).namespace
@@ -75,6 +78,7 @@ class WriteEntry:
     namespace: str = "default"
     provenance: Mapping[str, Any] | None = None
     id: str | None = None
+    task: str | None = None
 
 
 def condense(text: str, limit: int = TRAJECTORY_LIMIT) -> str:
@@ -165,6 +169,8 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
             )
         if e.id is not None:
             check_id(f"entries[{i}].id", e.id)
+        if e.task is not None:
+            check_text(f"entries[{i}].task", e.task)
         check_meta(e.provenance, f"entries[{i}].provenance")
     return out
 
@@ -203,7 +209,7 @@ def new_batches(
         ns: NewItems.build(
             [entries[j].intent for j in js], [written[j].experience for j in js], vecs[js], q=q_init,
             success=[bool(entries[j].success) for j in js], meta=[entry_meta(written[j], entries[j]) for j in js],
-            ids=[ids[j] for j in js],
+            ids=[ids[j] for j in js], groups=[entries[j].task for j in js],
         )
         for ns, js in by_ns.items()
     }  # fmt: skip
