@@ -85,7 +85,7 @@ def test_evolve_run_writes_memories_under_long_unicode_names_and_resumes(
     spec = write_spec(tmp_path, database)
     assert main(["run", str(spec), "--quiet"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [r[3] for r in rows] == ["4", "8"]  # one experience per attempt and agent (two tasks, two agents)
+    assert [r[4] for r in rows] == ["4", "8"]  # one experience per attempt and agent (two tasks, two agents)
     assert main(["run", str(spec), "--quiet", "--rounds", "3"]) == 0  # resumes: round 3 only
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["1", "2", "3"]
     deployment = Deployment(load_spec(spec))
