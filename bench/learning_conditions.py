@@ -132,6 +132,8 @@ def task_file_env(path: Path, *, system: str = TASK_FILE_SYSTEM, max_tokens: int
 
 def user_envs(paths: Sequence[Path], *, system: str | None = None) -> dict[str, Callable[[], EnvSpec]]:
     """Environments from files a user names: a ``.toml`` is a spec, anything else a task file."""
+    if system is not None and not any(path.suffix != ".toml" for path in paths):
+        raise ConfigError("--system sets the prompt of --tasks task files (.jsonl); a spec .toml brings its own")
     out: dict[str, Callable[[], EnvSpec]] = {}
     for path in paths:
         if not path.is_file():

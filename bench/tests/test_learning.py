@@ -227,6 +227,8 @@ def test_a_users_spec_or_task_file_becomes_an_environment(tmp_path: Path) -> Non
     assert from_file.system == "Reply with the code only." and from_spec.system != from_file.system
     with pytest.raises(ConfigError, match="not a file"):
         user_envs([folder / "missing.jsonl"])
+    with pytest.raises(ConfigError, match="--system sets the prompt of --tasks task files"):
+        user_envs([spec], system="ignored otherwise")  # a spec brings its own prompt: never dropped silently
     taken = folder / "facility_codes.jsonl"
     taken.write_text(tasks.read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(ConfigError, match="is taken"):
