@@ -80,8 +80,8 @@ def task_envs(tasks: Sequence[Task]) -> Callable[[], TaskEnv]:
 
 
 def same_tasks(tasks: Sequence[Task], round_: int) -> list[Task]:
-    """Every task, every round, as written."""
-    return list(tasks)
+    """Every task, every round, as written (with the answer in force that round: ``Task.in_round``)."""
+    return [t.in_round(round_) for t in tasks]
 
 
 def paraphrase_schedule(seed: int = 0) -> Schedule:
@@ -93,7 +93,7 @@ def paraphrase_schedule(seed: int = 0) -> Schedule:
         out = []
         for t in tasks:
             variants = [t.prompt, *t.meta.get("paraphrases", [])]
-            out.append(replace(t, prompt=variants[int(rng.integers(len(variants)))]))
+            out.append(replace(t.in_round(round_), prompt=variants[int(rng.integers(len(variants)))]))
         order = rng.permutation(len(out))
         return [out[i] for i in order]
 

@@ -20,7 +20,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,9 @@ class Task:
     ``answer`` is a string, a number, or a list of accepted answers (any one passes). ``checker`` names
     an entry of ``CHECKERS``. ``feedback`` says what a failure reveals: ``"reveal"`` the expected
     answer, ``"hint"`` only ``hint``, ``"none"`` nothing. ``tests`` and ``timeout`` serve the
-    ``python`` checker; ``tolerance`` the ``numeric`` one. Invalid fields raise ``ConfigError``.
+    ``python`` checker; ``tolerance`` the ``numeric`` one. ``meta["changes"]``, a list of
+    ``{"round": R, "answer": A}``, makes a fact that changes mid-run: from round R on, the expected
+    answer is A (``in_round``). Invalid fields raise ``ConfigError``.
 
     Example:
         >>> Task(id="sum", prompt="2 + 2 = ?", answer=4, checker="numeric").checker
@@ -99,6 +101,21 @@ class Task:
         known = {k: data[k] for k in _FIELDS if k in data and k != "id"}
         return cls(id=task_id, meta=meta, **known)
 
+    def in_round(self, round_: int) -> Task:
+        """The task as round ``round_`` asks it: the answer of the last ``meta["changes"]`` entry whose
+        round has come, or this task unchanged.
+
+        Example:
+            >>> t = Task(id="ext", prompt="Ann's extension?", answer="214", meta={"changes": [{"round": 3, "answer": "388"}]})
+            >>> t.in_round(2).answer, t.in_round(3).answer
+            ('214', '388')
+        """
+        answer = self.answer
+        for change in self.meta.get("changes", ()):
+            if change["round"] <= round_:
+                answer = change["answer"]
+        return self if answer == self.answer else replace(self, answer=answer)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON-line form of the task; ``Task.from_dict(t.to_dict()) == t``."""
         out: dict[str, Any] = {name: getattr(self, name) for name in _FIELDS}
@@ -138,6 +155,28 @@ def _validate(task: Task) -> None:
         if positive and value == 0:
             raise ConfigError(f"{where}: 'timeout' must be positive, got {value!r}")
     _validate_answer(task, where)
+    _validate_changes(task, where)
+
+
+def _validate_changes(task: Task, where: str) -> None:
+    """``meta["changes"]``: rounds after the first, increasing, each with an answer its checker accepts."""
+    changes = task.meta.get("changes")
+    if changes is None:
+        return
+    expected = 'a list of {"round": R, "answer": A} with increasing rounds R >= 2'
+    if not isinstance(changes, list) or not changes:
+        raise ConfigError(f"{where}: meta 'changes' must be {expected}, got {changes!r}")
+    last = 1
+    for change in changes:
+        ok = isinstance(change, Mapping) and set(change) == {"round", "answer"}
+        ok = ok and isinstance(change["round"], int) and not isinstance(change["round"], bool)
+        if not ok or change["round"] <= last:
+            raise ConfigError(f"{where}: meta 'changes' must be {expected}, got {change!r}")
+        last = change["round"]
+        try:
+            replace(task, answer=change["answer"], meta={})  # validated as the task's own answer would be
+        except ConfigError as e:
+            raise ConfigError(f"{where}, change at round {last}: {str(e).removeprefix(where + ': ')}") from None
 
 
 def _validate_answer(task: Task, where: str) -> None:
