@@ -36,7 +36,7 @@ def generate(seed: int) -> list[dict[str, object]]:
     names = rng.sample([f"{f} {last}" for f in FIRST for last in LAST], TASKS)
     extensions = [str(n) for n in rng.sample(range(200, 900), 2 * TASKS)]
     movers = set(rng.sample(range(TASKS), TASKS // 2))
-    tasks = []
+    tasks: list[dict[str, object]] = []
     for i, name in enumerate(names):
         phrasings = [t.format(name=name) for t in TEMPLATES]
         meta: dict[str, object] = {"paraphrases": phrasings[1:], "person": name}

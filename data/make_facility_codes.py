@@ -31,7 +31,7 @@ TEMPLATES = [
 def generate(seed: int) -> list[dict[str, object]]:
     rng = random.Random(seed)
     codes = rng.sample(range(1000, 10000), len(SITES) * len(BUILDINGS) * len(ASSETS))
-    tasks = []
+    tasks: list[dict[str, object]] = []
     for site in SITES:
         for building in BUILDINGS:
             for asset in ASSETS:

@@ -123,7 +123,7 @@ def task(kind: str, key: str, prompt: str, answer: list[str]) -> dict[str, objec
 
 def generate(seed: int) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    tasks = []
+    tasks: list[dict[str, object]] = []
     for country in rng.sample(sorted(CAPITALS), PER_KIND):
         tasks.append(task("capital", country, f"What is the capital of {country}?", [CAPITALS[country]]))
     for word in rng.sample(sorted(OPPOSITES), PER_KIND):

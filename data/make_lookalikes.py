@@ -44,7 +44,7 @@ TEMPLATES = [
 
 def generate(seed: int) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    tasks = []
+    tasks: list[dict[str, object]] = []
     for pair in PAIRS:
         for site, colour in zip(pair, rng.sample(COLOURS, 2), strict=True):  # twins never share a colour
             phrasings = [t.format(site=site) for t in TEMPLATES]

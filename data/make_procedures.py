@@ -60,7 +60,7 @@ def generate(seed: int) -> list[dict[str, object]]:
             if steps not in procedures.values():
                 procedures[device] = steps
                 break
-    tasks = []
+    tasks: list[dict[str, object]] = []
     for office in OFFICES:
         for device in DEVICES:
             phrasings = [t.format(device=device, office=office) for t in TEMPLATES]
