@@ -93,8 +93,13 @@ class MemoryConfig:
         retrieval: the default ``RetrievalConfig`` (a recall may pass its own).
         alpha: α, the Q learning rate in ``Q ← Q + α·(r − Q)``.
         q_init: the Q a new memory starts with (unless ``add(q=...)`` says otherwise).
-        group_threshold: a new intent whose cosine with an existing intent key of the same namespace
-            is >= this joins that key's group and is stored with the key's embedding.
+        group_threshold: for writes that name no task, a new intent whose cosine with an existing
+            intent key of the same namespace is >= this joins that key's group and is stored with the
+            key's embedding. 0.98, calibrated on the four bundled families (``python -m bench.grouping``):
+            the lowest threshold at which MiniLM merges no two different tasks; at the former 0.9,
+            42-75% of each family's tasks shared a group with a look-alike. At 0.98 near-identical
+            questions still group and paraphrases mostly do not (no threshold separates them from
+            look-alikes); writes that name their task group by task whatever this says.
         credit: how one reward is shared by the items of a recall: ``"uniform"`` (the paper) or
             ``"score"`` (weights from the selection scores, mean 1).
         index: ``"flat"`` (exact inner product), ``"hnsw"`` or ``"ivf"`` (approximate, need faiss;
@@ -120,7 +125,7 @@ class MemoryConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     alpha: float = 0.3
     q_init: float = 0.0
-    group_threshold: float = 0.9
+    group_threshold: float = 0.98
     credit: CreditMode = "uniform"
     index: IndexKind = "auto"
     capacity: int | None = None

@@ -15,7 +15,7 @@ def test_defaults_are_the_papers() -> None:
     cfg = MemoryConfig()
     r = cfg.retrieval
     assert (cfg.alpha, cfg.q_init, r.lam, r.k1, r.k2, r.epsilon, r.z_clip) == (0.3, 0.0, 0.5, 10, 5, 0.0, 3.0)
-    assert (cfg.group_threshold, cfg.credit, cfg.index, cfg.capacity) == (0.9, "uniform", "auto", None)
+    assert (cfg.group_threshold, cfg.credit, cfg.index, cfg.capacity) == (0.98, "uniform", "auto", None)
 
 
 @pytest.mark.parametrize(
