@@ -205,6 +205,9 @@ def champ_env() -> EnvSpec:
 ENVS: dict[str, Callable[[], EnvSpec]] = {
     "facility_codes": lambda: bundled_env("facility_codes"),
     "format_rules": lambda: bundled_env("format_rules"),
+    "changing_facts": lambda: bundled_env("changing_facts"),
+    "procedures": lambda: bundled_env("procedures"),
+    "lookalikes": lambda: bundled_env("lookalikes"),
     "textworld": textworld_env,
     "humaneval": humaneval_env,
     "champ": champ_env,
