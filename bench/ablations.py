@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -161,15 +161,32 @@ def run_point(
     }
 
 
-def points_of(knobs: Sequence[str]) -> list[tuple[str, Any, Point]]:
-    """(knob, value, setting) for every value of every knob; the bundled setting appears under each knob."""
+def points_of(
+    knobs: Sequence[str], *, base: Point = BASE, ladder: Mapping[str, Sequence[Any]] = KNOBS
+) -> list[tuple[str, Any, Point]]:
+    """(knob, value, setting) for every value of every knob, ``base`` with that knob moved; settings with
+    k1 below k2 are skipped."""
     out = []
     for knob in knobs:
-        for value in KNOBS[knob]:
-            point = replace(BASE, **{knob: value})
+        for value in ladder[knob]:
+            point = replace(base, **{knob: value})
             if point.k1 >= point.k2:
                 out.append((knob, value, point))
     return out
+
+
+def parse_setting(text: str) -> tuple[str, tuple[Any, ...]]:
+    """``"lam=0,0.5"`` → ``("lam", (0.0, 0.5))``, each value of the knob's type; ValueError otherwise."""
+    knob, sep, values = text.partition("=")
+    if not sep or knob not in KNOBS or not values:
+        raise ValueError(f"expected KNOB=VALUE[,VALUE...] with KNOB one of {list(KNOBS)}, got {text!r}")
+    kind = type(getattr(BASE, knob))
+    parsed = tuple(kind(v) for v in values.split(","))
+    if knob == "reward" and not set(parsed) <= {"centred", "raw"}:
+        raise ValueError(f"reward is 'centred' or 'raw', got {values!r}")
+    if knob == "failure_memory" and not set(parsed) <= set(FAILURE_CONTENT):
+        raise ValueError(f"failure_memory is one of {FAILURE_CONTENT}, got {values!r}")
+    return knob, parsed
 
 
 def run(
@@ -180,12 +197,14 @@ def run(
     chat: ChatClient,
     embedder: Embedder,
     reader: str,
+    base: Point = BASE,
+    ladder: Mapping[str, Sequence[Any]] = KNOBS,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Every (family, knob value) over ``seeds`` seeds; a setting shared by several knobs runs once."""
-    result: dict[str, Any] = {"reader": reader, "epochs": EPOCHS, "seeds": list(range(seeds)), "base": vars(BASE)}
+    result: dict[str, Any] = {"reader": reader, "epochs": EPOCHS, "seeds": list(range(seeds)), "base": vars(base)}
     result["families"] = {}
-    plan = points_of(knobs)
+    plan = points_of(knobs, base=base, ladder=ladder)
     cache: dict[tuple[str, Point], dict[str, Any]] = {}
     bar = tqdm(total=len(families) * len({p for _, _, p in plan}) * seeds, desc="ablations", disable=not progress)
     with tempfile.TemporaryDirectory(prefix="evolve-ablations-") as tmp:
@@ -219,6 +238,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reader", default="oracle", help="oracle (reads what the best memory shows) or a chat model")
     p.add_argument("--embedder", default="minilm")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--set", nargs="+", default=[], metavar="KNOB=V,...", help="the values a knob takes (default: its ladder)"
+    )
+    p.add_argument("--base", nargs="+", default=[], metavar="KNOB=V", help="move the setting the other knobs vary from")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     if args.seeds < 2:
@@ -231,6 +254,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if args.reader.startswith("local/")
             else load_chat(args.reader)
         )
+    try:
+        ladder = {**KNOBS, **dict(parse_setting(t) for t in args.set)}
+        moved = dict(parse_setting(t) for t in args.base)
+    except ValueError as e:
+        p.error(str(e))
+    if any(len(v) != 1 for v in moved.values()):
+        p.error("--base takes one value per knob")
+    base = replace(BASE, **{k: v[0] for k, v in moved.items()})
     started = time.perf_counter()
     embedder = CachedEmbedder(load_embedder(args.embedder))
     result = {
@@ -242,12 +273,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             chat=chat,
             embedder=embedder,
             reader=args.reader,
+            base=base,
+            ladder=ladder,
             progress=not args.quiet,
         ),
     }
     result["seconds"] = round(time.perf_counter() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "" if args.reader == "oracle" else "_" + re.sub(r"\W+", "_", args.reader)
+    named = ([] if args.reader == "oracle" else [args.reader]) + [f"{k}{v[0]}" for k, v in moved.items()]
+    suffix = "".join("_" + re.sub(r"\W+", "_", n) for n in named)
+    result["suffix"] = suffix
     (args.out / f"ablations{suffix}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     (args.out / f"ablations{suffix}.md").write_text(markdown(result), encoding="utf-8")
     for family, cells in result["families"].items():

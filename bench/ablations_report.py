@@ -34,14 +34,14 @@ def markdown(r: Mapping[str, Any]) -> str:
         "# Ablations: one knob at a time",
         "",
         f"Reader: {reader}. {r['epochs']} epochs of each family's tasks with paraphrases, {len(r['seeds'])} seeds; "
-        f"last = last-epoch success, cum = solved at least once, mean [95% interval over seeds]. Bundled setting: {base}.",
+        f"last = last-epoch success, cum = solved at least once, mean [95% interval over seeds]. Base setting (each knob moves from it): {base}.",
         f"Wall time {r.get('seconds', '?')} s on {r.get('machine', {}).get('cpu_count', '?')} CPUs.",
     ]
     for family, f in r["families"].items():
         lines += ["", f"## {family} ({f['tasks']} tasks)", "", "| knob | value | last | cum |", "|---|---|---|---|"]
         for knob, cells in f["knobs"].items():
             for value, cell in cells.items():
-                mark = " (bundled)" if str(r["base"][knob]) == value else ""
+                mark = " (base)" if str(r["base"][knob]) == value else ""
                 lines.append(f"| {LABELS[knob]} | {value}{mark} | {ci(cell, 'last')} | {ci(cell, 'cum')} |")
         lines += [
             "",

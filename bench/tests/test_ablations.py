@@ -90,7 +90,19 @@ def test_a_small_run_reports_every_point_over_seeds(tmp_path: Path) -> None:
     assert cell["cum"] > 0  # the oracle copies a revealed colour: some task is solved
     from bench.ablations_report import markdown, summary_keys
 
-    assert "| λ (weight of Q) | 0.5 (bundled) |" in markdown(result)
+    assert "| λ (weight of Q) | 0.5 (base) |" in markdown(result)
     keys = summary_keys(result)
     assert {"ablation_lookalikes_lam_0_0_last_mean", "ablation_lookalikes_reward_raw_cum_ci_high"} <= set(keys)
     json.dumps(result)
+
+
+def test_settings_from_the_command_line_are_typed_and_checked() -> None:
+    assert ablations.parse_setting("lam=0,0.5") == ("lam", (0.0, 0.5))
+    assert ablations.parse_setting("k1=3") == ("k1", (3,))
+    assert ablations.parse_setting("failure_memory=feedback") == ("failure_memory", ("feedback",))
+    for bad in ("lam", "gamma=1", "k1=three", "reward=clipped", "failure_memory=all"):
+        with pytest.raises(ValueError):
+            ablations.parse_setting(bad)
+    moved = ablations.BASE.__class__(lam=0.0)
+    points = ablations.points_of(["failure_memory"], base=moved, ladder={"failure_memory": ("feedback",)})
+    assert points == [("failure_memory", "feedback", ablations.BASE.__class__(lam=0.0, failure_memory="feedback"))]
