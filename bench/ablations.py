@@ -1,8 +1,9 @@
 """Ablations of Q-memory's knobs on every bundled family: what each one does to success, over seeds.
 
 One knob moves at a time from the bundled settings (k1 = 10, k2 = 1, δ = 0.5, λ = 0.5, α = 0.3, ε = 0,
-centred rewards, failure memories holding the answer given and the feedback): λ, k1, k2, δ, α, ε,
-reward centring and what a failure memory stores. Each point runs 8 epochs of a family's 24 tasks with
+centred rewards, failure memories holding the answer given and the feedback, one Q per memory): λ,
+k1, k2, δ, α, ε, reward centring, what a failure memory stores and Q in context
+(``RetrievalConfig.context_q``: a memory's Q is what it earned for the task at hand). Each point runs 8 epochs of a family's 24 tasks with
 paraphrases, over 5 seeds (task order, paraphrase choice, ε draws), and reports last-epoch and
 cumulative success with 95% intervals.
 
@@ -59,9 +60,12 @@ class Point:
     epsilon: float = 0.0
     reward: str = "centred"
     failure_memory: str = "both"
+    context_q: bool = False
 
     def config(self) -> MemoryConfig:
-        retrieval = RetrievalConfig(k1=self.k1, k2=self.k2, delta=self.delta, lam=self.lam, epsilon=self.epsilon)
+        retrieval = RetrievalConfig(
+            k1=self.k1, k2=self.k2, delta=self.delta, lam=self.lam, epsilon=self.epsilon, context_q=self.context_q
+        )
         return MemoryConfig(retrieval=retrieval, alpha=self.alpha)
 
 
@@ -75,6 +79,7 @@ KNOBS: dict[str, tuple[Any, ...]] = {
     "epsilon": (0.0, 0.1, 0.2, 0.4),
     "reward": ("centred", "raw"),
     "failure_memory": FAILURE_CONTENT,
+    "context_q": (False, True),
 }
 """Knob → the values it takes (the bundled value among them); k1 values below k2 are skipped."""
 
@@ -119,8 +124,8 @@ class FailureContentStore(MemoryStore):
 
     def write_many(self, entries: Sequence[WriteEntry], **kwargs: Any) -> Any:
         if self.keep != "both":
-            cut = {"answer": {"feedback": "(not kept)"}, "feedback": {"trajectory": "(not kept)"}}[self.keep]
-            entries = [e if e.success else replace(e, **cut) for e in entries]
+            field = "feedback" if self.keep == "answer" else "trajectory"  # what the failure memory loses
+            entries = [e if e.success else replace(e, **{field: "(not kept)"}) for e in entries]  # type: ignore[arg-type]
         return super().write_many(entries, **kwargs)
 
 
@@ -181,7 +186,12 @@ def parse_setting(text: str) -> tuple[str, tuple[Any, ...]]:
     if not sep or knob not in KNOBS or not values:
         raise ValueError(f"expected KNOB=VALUE[,VALUE...] with KNOB one of {list(KNOBS)}, got {text!r}")
     kind = type(getattr(BASE, knob))
-    parsed = tuple(kind(v) for v in values.split(","))
+    if kind is bool:
+        if not set(values.split(",")) <= {"True", "False"}:
+            raise ValueError(f"{knob} is True or False, got {values!r}")
+        parsed: tuple[Any, ...] = tuple(v == "True" for v in values.split(","))
+    else:
+        parsed = tuple(kind(v) for v in values.split(","))
     if knob == "reward" and not set(parsed) <= {"centred", "raw"}:
         raise ValueError(f"reward is 'centred' or 'raw', got {values!r}")
     if knob == "failure_memory" and not set(parsed) <= set(FAILURE_CONTENT):

@@ -15,6 +15,7 @@ LABELS = {
     "epsilon": "ε (exploration)",
     "reward": "reward to Q",
     "failure_memory": "a failure memory keeps",
+    "context_q": "Q in context",
 }
 
 

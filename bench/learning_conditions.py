@@ -215,7 +215,7 @@ ENVS: dict[str, Callable[[], EnvSpec]] = {
 """Environment name → a builder of its ``EnvSpec`` (called only when the environment is chosen)."""
 
 
-MemoryKind = Literal["none", "similarity", "q"]
+MemoryKind = Literal["none", "similarity", "q", "q_context"]
 OptimizerKind = Literal["none", "textgrad", "tfgrpo"]
 
 
@@ -240,6 +240,12 @@ CONDITIONS = (
     ),
     Condition("similarity", "similarity-only memory (λ = 0, α = 0: the RAG/MemP baseline)", memory="similarity"),
     Condition("q_memory", "Q-memory with the paper's defaults (λ = 0.5, α = 0.3, Q_init = 0)", memory="q"),
+    Condition(
+        "q_context",
+        "Q-memory with Q in context: a memory ranks by the Q it earned for the task at hand, its global Q "
+        "where that task never recalled it (RetrievalConfig.context_q)",
+        memory="q_context",
+    ),
     Condition(
         "q_memory_textgrad",
         "Q-memory plus one gated textual-gradient prompt step per epoch",
@@ -301,7 +307,7 @@ def memory_for(cond: Condition, retrieval: RetrievalConfig) -> MemoryConfig | No
     """The store configuration of a condition: the paper's α and λ, or their similarity-only zeroes."""
     if cond.memory == "none":
         return None
-    config = MemoryConfig(retrieval=replace(retrieval, lam=0.5), alpha=0.3)
+    config = MemoryConfig(retrieval=replace(retrieval, lam=0.5, context_q=cond.memory == "q_context"), alpha=0.3)
     return similarity_only(config) if cond.memory == "similarity" else config
 
 

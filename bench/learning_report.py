@@ -155,15 +155,24 @@ def _cell_row(cond: str, cell: Mapping[str, Any]) -> str:
     )
 
 
+COMPARED = (
+    ("q_memory", "similarity", "Q-memory against similarity-only"),
+    ("q_context", "q_memory", "Q in context against Q-memory"),
+    ("q_context", "similarity", "Q in context against similarity-only"),
+)
+
+
 def verdicts(result: Mapping[str, Any]) -> list[str]:
-    """One sentence per environment: does Q-memory beat similarity-only memory, and on which metric."""
+    """One sentence per environment and pair of conditions that ran (``COMPARED``): is the first above
+    the second, and on which metric."""
     lines = []
     for env, cells in result["envs"].items():
-        q, s = cells["conditions"].get("q_memory", {}), cells["conditions"].get("similarity", {})
-        if q.get("status") != "ok" or s.get("status") != "ok":
-            continue
-        parts = [_verdict(q, s, key, label) for key, label in (("last", "last-epoch"), ("cum", "cumulative"))]
-        lines.append(f"- **{env}**: Q-memory against similarity-only — " + "; ".join(parts) + ".")
+        for treatment, baseline, title in COMPARED:
+            q, s = cells["conditions"].get(treatment, {}), cells["conditions"].get(baseline, {})
+            if q.get("status") != "ok" or s.get("status") != "ok":
+                continue
+            parts = [_verdict(q, s, key, label) for key, label in (("last", "last-epoch"), ("cum", "cumulative"))]
+            lines.append(f"- **{env}**: {title} — " + "; ".join(parts) + ".")
     return lines
 
 
@@ -199,7 +208,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         "everything the condition sent through the model (episodes, optimizer rollouts and critic); optimizer "
         "tokens = the critic's share.",
         "",
-        "## Q-memory against similarity-only memory",
+        "## Memory conditions compared (paired over seeds)",
         "",
         *(verdicts(result) or ["- no environment ran both memory conditions."]),
     ]

@@ -40,8 +40,10 @@ class MemoryView:
     namespace: str = "default"
     config: RetrievalConfig | None = None
 
-    def recall_many(self, queries: Sequence[str]) -> list[Recall]:
-        return self.store.retrieve_many(list(queries), namespace=self.namespace, config=self.config)
+    def recall_many(self, queries: Sequence[str], contexts: Sequence[str | None] | None = None) -> list[Recall]:
+        """Recalls for ``queries``; ``contexts`` (one per query: the task each is for) are logged and, with
+        ``RetrievalConfig.context_q``, rank memories by the Q they earned in that context."""
+        return self.store.retrieve_many(list(queries), namespace=self.namespace, config=self.config, contexts=contexts)
 
 
 @dataclass
@@ -194,8 +196,10 @@ class Team:
         turn: int = 0,
         sample_index: int = 0,
         params: Mapping[str, Any] | None = None,
+        contexts: Sequence[str | None] | None = None,
     ) -> list[TeamAct]:
-        """Let every agent act on every observation; ``queries`` (default: the observations) drive recall.
+        """Let every agent act on every observation; ``queries`` (default: the observations) drive recall,
+        and ``contexts`` (one per observation, e.g. task ids) say what each recall is for.
 
         ``params`` override the agents' sampling parameters for this call; ``sample_index`` makes
         repeated samples of one prompt distinct draws (and distinct cache lines).
@@ -209,7 +213,9 @@ class Team:
         for name in self.order:
             agent = self.agents[name]
             live = [i for i in range(n) if errors[i] is None]
-            recalls = self._recall(agent, [queries[i] for i in live])
+            recalls = self._recall(
+                agent, [queries[i] for i in live], None if contexts is None else [contexts[i] for i in live]
+            )
             prompts = [
                 render_messages(agent, observations[i], recalls[j], {p: outputs[i][p] for p in self.predecessors(name)})
                 for j, i in enumerate(live)
@@ -226,10 +232,10 @@ class Team:
                 steps[i].append(Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns))
         return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
 
-    def _recall(self, agent: Agent, queries: list[str]) -> list[Recall | None]:
+    def _recall(self, agent: Agent, queries: list[str], contexts: list[str | None] | None) -> list[Recall | None]:
         if agent.memory is None or not queries:
             return [None] * len(queries)
-        return list(agent.memory.recall_many(queries))
+        return list(agent.memory.recall_many(queries, contexts))
 
     def _generate(
         self, agent: Agent, prompts: list[list[Message]], params: Mapping[str, Any], sample_index: int

@@ -100,6 +100,7 @@ def play(
             turn=turn,
             sample_index=sample_index,
             params=params,
+            contexts=[tasks[i].id for i in active],  # each recall is for its task (RetrievalConfig.context_q)
         )
         active = [i for i, act in zip(active, acts, strict=True) if attempts[i].take(act)]
     return attempts

@@ -56,6 +56,11 @@ class RetrievalConfig:
         lam: λ, the weight of ẑ(Q) against ẑ(sim) in phase B; 0 is plain similarity ranking.
         epsilon: probability of replacing the selection by a random k2 of the pool (exploration).
         z_clip: z-scores inside the pool are clipped to ±z_clip.
+        context_q: Q in context. A recall made for a context (``retrieve(..., context=task_id)``, as
+            the ``Evolver`` does) ranks each memory by the Q it earned in recalls of that context —
+            ``Q ← Q + α·(r − Q)`` over them, from the Q it had when that context first recalled it —
+            and by its global Q where that context never recalled it. A memory that helped one task
+            then ranks high for that task only, not for every look-alike. False: one Q per memory.
 
     Example:
         >>> RetrievalConfig(k1=8, k2=2, delta=0.3).k2
@@ -68,9 +73,12 @@ class RetrievalConfig:
     lam: float = 0.5
     epsilon: float = 0.0
     z_clip: float = 3.0
+    context_q: bool = False
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
+        if not isinstance(self.context_q, bool):
+            raise ConfigError(f"{owner}.context_q must be True or False, got {self.context_q!r}")
         _check_int(owner, "k2", self.k2, 1)
         _check_int(owner, "k1", self.k1, 1)
         if self.k1 < self.k2:

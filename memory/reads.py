@@ -147,11 +147,12 @@ def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, gen
         "namespace": recall.namespace,
         "query": recall.query,
         "created_at": now,
-        "config": {f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip")},
+        "config": {f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip", "context_q")},
         "pool_size": recall.pool_size,
         "filtered": plan.filtered,
         "explored": recall.explored,
         "generation": generation,
+        "context": recall.context,
     }
 
 

@@ -77,6 +77,8 @@ class Recall:
         pool_size: how many items phase A let into the pool (<= k1).
         filtered: how many of the k1 nearest items phase A dropped for cosine <= δ.
         explored: True when the ε draw replaced the ranked selection by a random one.
+        context: what the recall was made for (a task id), when the caller said; with
+            ``RetrievalConfig.context_q`` the memories' Q-values were those they earned there.
 
     Example:
         >>> r = Recall("r1", "default", "q", (), (), (), pool_size=0, filtered=0, explored=False)
@@ -93,6 +95,7 @@ class Recall:
     pool_size: int
     filtered: int
     explored: bool
+    context: str | None = None
 
     def __len__(self) -> int:
         return len(self.items)

@@ -6,7 +6,7 @@ and logging the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,26 +55,36 @@ class Plan:
         return int((~self.in_pool).sum())
 
 
-def plan_batch(mirror: NamespaceMirror, vecs: np.ndarray, cfg: RetrievalConfig, rng: np.random.Generator) -> list[Plan]:
-    """Phase A and B for each query vector, in memory (one index search for the batch)."""
+def plan_batch(
+    mirror: NamespaceMirror,
+    vecs: np.ndarray,
+    cfg: RetrievalConfig,
+    rng: np.random.Generator,
+    q_in_context: Sequence[Mapping[str, float]] = (),
+) -> list[Plan]:
+    """Phase A and B for each query vector, in memory (one index search for the batch); query i ranks the
+    memories of ``q_in_context[i]`` (when given) by those Q-values instead of their global ones."""
     width = search_width(cfg.k1, len(mirror))
     if width:
         sims, ids = mirror.index.search(vecs, width)
     else:
         sims, ids = np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
-    return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, rng) for i in range(len(vecs))]
+    own = list(q_in_context) or [{}] * len(vecs)
+    return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, rng, own[i]) for i in range(len(vecs))]
 
 
 @dataclass(frozen=True)
 class Planner:
-    """Queries' vectors, their settings and the ε draws: planning them again on a caught-up mirror."""
+    """Queries' vectors, their settings, their Q-values in context and the ε draws: planning them again on
+    a caught-up mirror."""
 
     vecs: np.ndarray
     cfg: RetrievalConfig
     rng: np.random.Generator
+    q_in_context: Sequence[Mapping[str, float]] = ()
 
     def __call__(self, mirror: NamespaceMirror) -> list[Plan]:
-        return plan_batch(mirror, self.vecs, self.cfg, self.rng)
+        return plan_batch(mirror, self.vecs, self.cfg, self.rng, self.q_in_context)
 
 
 def plan_recall(
@@ -84,15 +94,20 @@ def plan_recall(
     sims: np.ndarray,
     cfg: RetrievalConfig,
     rng: np.random.Generator,
+    q_in_context: Mapping[str, float] | None = None,
 ) -> Plan:
     """Phase A (the k1 nearest, then the floor δ) and phase B (``select``) for one query vector.
 
-    ``ids`` and ``sims`` are the vector index's answer for the query, searched ``search_width`` deep.
+    ``ids`` and ``sims`` are the vector index's answer for the query, searched ``search_width`` deep;
+    ``q_in_context`` replaces the Q of the memories it names (``memory.context_q``).
     """
     rows, exact, nearest = mirror.candidates(query, ids, sims, cfg.k1)  # equal sims keep the older item
     near_rows, near_sims = rows[nearest], exact[nearest]
     in_pool = near_sims > cfg.delta
     qs = mirror.q[near_rows].copy()
+    if q_in_context:
+        for i, row in enumerate(near_rows):
+            qs[i] = q_in_context.get(str(mirror.ids[row]), qs[i])
     selection = select(near_sims[in_pool], qs[in_pool], cfg, rng)
     return Plan(near_rows, near_sims, qs, in_pool, selection)
 
@@ -126,7 +141,13 @@ def log_rows(recall_id: str, plan: Plan, item_ids: np.ndarray) -> list[dict[str,
 
 
 def to_recall(
-    recall_id: str, namespace: str, query: str, plan: Plan, item_ids: np.ndarray, found: Mapping[str, MemoryItem]
+    recall_id: str,
+    namespace: str,
+    query: str,
+    plan: Plan,
+    item_ids: np.ndarray,
+    found: Mapping[str, MemoryItem],
+    context: str | None = None,
 ) -> Recall:
     """The ``Recall`` of one plan; ``found`` holds the selected memories by id (a missing one was
     evicted by another process since the search and is left out)."""
@@ -150,4 +171,5 @@ def to_recall(
         pool_size=int(plan.in_pool.sum()),
         filtered=plan.filtered,
         explored=sel.explored,
+        context=context,
     )

@@ -109,6 +109,8 @@ recalls = Table(
     Column("filtered", Integer, nullable=False),
     Column("explored", Boolean, nullable=False),
     Column("generation", BigInteger, nullable=False),
+    Column("context", String(200), nullable=True),  # what the recall was for (a task id), when the caller said
+    Index("ix_memory_recalls_context", "namespace", "context"),
 )
 
 # Every candidate of a recall: the pool (ranked or not) and the near items phase A dropped (in_pool
@@ -227,11 +229,16 @@ def upgrade(conn: Connection) -> None:
     """Bring a store written by an older version to the current layout (inside the caller's transaction).
 
     Earlier stores kept a copy of the intent key's vector in every ``memory_items`` row; it is
-    dropped (the vector stays in ``memory_intents``), which halves the bytes per item.
+    dropped (the vector stays in ``memory_intents``), which halves the bytes per item. Stores older
+    than recall contexts get the (empty) ``memory_recalls.context`` column and its index.
     """
     if "embedding" in {c["name"] for c in inspect(conn).get_columns("memory_items")}:
         log.info("memory store: dropping memory_items.embedding (vectors live in memory_intents)")
         conn.execute(text("ALTER TABLE memory_items DROP COLUMN embedding"))
+    if "context" not in {c["name"] for c in inspect(conn).get_columns("memory_recalls")}:
+        log.info("memory store: adding memory_recalls.context (recalls made for a task)")
+        conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN context VARCHAR(200)"))
+        next(i for i in recalls.indexes if i.name == "ix_memory_recalls_context").create(conn, checkfirst=True)
 
 
 def read_state(conn: Connection) -> StoreState:

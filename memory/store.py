@@ -45,6 +45,7 @@ from memory.checks import (
     new_id,
 )
 from memory.config import MemoryConfig, RetrievalConfig
+from memory.context_q import check_contexts, q_in_context
 from memory.database import Database, OpenStore, mirror_set, resolve_index
 from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
 from memory.learning import apply_updates, check_entries, plan_updates
@@ -261,15 +262,23 @@ class MemoryStore:
 
     # -- recalling -----------------------------------------------------------------------------
     def retrieve(
-        self, query: str, *, namespace: str = "default", config: RetrievalConfig | None = None, record: bool = True
+        self,
+        query: str,
+        *,
+        namespace: str = "default",
+        config: RetrievalConfig | None = None,
+        record: bool = True,
+        context: str | None = None,
     ) -> Recall:
         """The memories to use for ``query``: phase A by similarity, phase B by similarity and Q.
 
         With ``record=True`` the recall and every candidate's numbers are logged, so ``reinforce`` can
-        take its id and ``explain`` can show why each memory was (not) chosen.
+        take its id and ``explain`` can show why each memory was (not) chosen. ``context`` says what the
+        recall is for (a task id): it is logged, and with ``RetrievalConfig.context_q`` it ranks memories
+        by the Q they earned in that context.
         """
         check_text("query", query)
-        return self.retrieve_many([query], namespace=namespace, config=config, record=record)[0]
+        return self.retrieve_many([query], namespace=namespace, config=config, record=record, contexts=[context])[0]
 
     def retrieve_many(
         self,
@@ -278,29 +287,32 @@ class MemoryStore:
         namespace: str = "default",
         config: RetrievalConfig | None = None,
         record: bool = True,
+        contexts: Sequence[str | None] | None = None,
     ) -> list[Recall]:
-        """``retrieve`` for many queries: one embedding call, one index search, one log transaction."""
+        """``retrieve`` for many queries: one embedding call, one index search, one log transaction;
+        ``contexts`` holds each query's ``context`` (or None)."""
         cfg = config if config is not None else self.config.retrieval
         if not isinstance(cfg, RetrievalConfig):
             raise ConfigError(f"retrieve: config must be a RetrievalConfig, got {type(cfg).__name__}")
         queries = check_texts(queries, "queries", single="use retrieve")
-        namespace = check_namespace(namespace)
+        namespace, contexts = check_namespace(namespace), check_contexts(contexts, len(queries))
         if not queries:
             return []
         vecs = self._embed(queries)
         with self._open.locked():
             mirror = self._open.mirror(namespace)
-            # Optimistic: search the mirror as this process last saw it, then check in the one
-            # transaction that logs the recall (a read transaction when nothing is logged); only when
-            # another process wrote in between is the search repeated on the caught-up mirror.
-            planner = Planner(vecs, cfg, self._rng)
+            # Optimistic: search the mirror as this process last saw it, check in the transaction that logs
+            # the recall (read-only if none); only if another process wrote since is the search repeated.
+            own = q_in_context(self._db, namespace, contexts, cfg, alpha=self.config.alpha)
+            planner = Planner(vecs, cfg, self._rng, own)
             plans = planner(mirror)
             with self._db.transaction(write=record) as conn:
                 mirror, plans, found = reads.select_memories(
                     conn, self._mirrors, namespace, planner, plans, self._texts
                 )
                 out = [
-                    to_recall(new_id(), namespace, q, p, mirror.ids, found) for q, p in zip(queries, plans, strict=True)
+                    to_recall(new_id(), namespace, q, p, mirror.ids, found, c)
+                    for q, p, c in zip(queries, plans, contexts, strict=True)
                 ]
                 if record:
                     reads.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
@@ -357,7 +369,6 @@ class MemoryStore:
         return found[0]
 
     def _find_many(self, memory_ids: list[str], namespace: str | None) -> list[MemoryItem]:
-        """Memories by id, of one namespace (or of any: only to refuse ids taken elsewhere)."""
         return self._open.read(lambda conn: reads.fetch_items(conn, memory_ids, namespace))
 
     @property
@@ -389,14 +400,10 @@ class MemoryStore:
         return self._open.read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
 
     def import_(self, path: str | Path) -> int:
-        """Read an ``export`` file; memories already stored in their namespace are skipped. Returns how
-        many were added.
-
-        Every record is checked before anything is written (a bad field, an id twice, an id held in
-        another namespace: a ``ConfigError`` naming the line and field, and nothing is imported); an
-        import stopped half way is completed by running it again. With the exporting store's embedder
-        the vectors are reused bit for bit, else the intents are embedded again (``memory.jsonl``).
-        """
+        """Read an ``export`` file (memories already stored in their namespace are skipped); returns how
+        many were added. Every record is checked before anything is written (a ``ConfigError`` names the
+        line and field; nothing is imported); an import stopped half way completes when run again. With
+        the exporting store's embedder the vectors are reused bit for bit (``memory.jsonl``)."""
         checked = jsonl.check_file(jsonl.as_path(path, "import"))
         skip = self._open.read(partial(jsonl.already_stored, checked=checked))
         reuse = jsonl.same_embedder(checked.header, self.embedder, self.dim)
@@ -412,8 +419,7 @@ class MemoryStore:
     # -- lifecycle -----------------------------------------------------------------------------
     def index_status(self, namespace: str = "default") -> str:
         """How the namespace's vector index was obtained: ``loaded`` (saved file, current), ``caught_up``
-        (saved file, updated from SQL), ``rebuilt`` (file unusable), ``built`` (no file) or ``database``
-        (the database serves it: ``index="pgvector"``)."""
+        (saved, updated from SQL), ``rebuilt``, ``built`` (no file) or ``database`` (``index="pgvector"``)."""
         return self._open.index_status(check_namespace(namespace))
 
     def save_index(self) -> int:
