@@ -242,21 +242,26 @@ def run(
         "conditions": {c.name: c.about for c in CONDITIONS if c.name in s.conditions},
         "envs": {},
     }
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="evolve-bench-learning-") as tmp:
         for name in s.envs:
             limit = s.limit if s.limit is not None else limits.get(name)
             result["envs"][name] = run_env(
                 name, s, limit, chat=chat, embedder=embedder, folder=Path(tmp), registry=registry
             )
+            write_report(result, started, out)  # an environment's figures survive a run stopped after it
+    merge_summary(summary or out / "summary.json", summary_keys(result))
+    return result
+
+
+def write_report(result: dict[str, Any], started: float, out: Path) -> None:
+    """``learning.{json,md}`` and the plots of the environments run so far."""
     result["seconds"] = round(time.perf_counter() - started, 1)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     (out / "learning.md").write_text(markdown(result), encoding="utf-8")
     for name, cells in result["envs"].items():
         if any(c.get("status") == "ok" for c in cells["conditions"].values()):
             plot_env(name, cells["conditions"], out / f"learning_{name}.png")
-    merge_summary(summary or out / "summary.json", summary_keys(result))
-    return result
 
 
 def load_model(spec: str, base_url: str | None, batch_size: int) -> ChatClient:
