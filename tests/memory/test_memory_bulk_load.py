@@ -1,7 +1,10 @@
 """A long bulk load does not lock other processes out: it commits in chunks and frees the lock between them.
 
 The load below holds SQLite's write lock for several times the other processes' busy timeout in all;
-in one transaction every recall and reinforce meanwhile failed with "database is locked".
+in one transaction every recall and reinforce meanwhile failed with "database is locked". The busy
+timeout here is 1.5 s so that the check can fail (the store's own is 30 s); the chunks are fixed and
+small so that a machine slowed by other work does not make one commit outlast it (the sizing of the
+chunks is checked on its own below).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from memory.inserts import chunk_size
 from tests.reliability.bulk import contended_load
 
 BUSY_MS = 1500
+CHUNK = 5_000  # a commit every ~0.2 s here: a margin the sized chunks (0.8 s each) lack on a loaded machine
 
 
 def test_other_processes_recall_and_reinforce_through_a_long_bulk_load(tmp_path: Path) -> None:
-    out = contended_load(f"sqlite:///{tmp_path / 'bulk.db'}", rows=80_000, workers=2, busy_ms=BUSY_MS)
+    out = contended_load(f"sqlite:///{tmp_path / 'bulk.db'}", rows=80_000, workers=2, chunk=CHUNK, busy_ms=BUSY_MS)
     assert out["load_seconds"] > BUSY_MS / 1000  # the load outlasts the busy timeout: the check can fail
     assert out["errors"] == [] and out["locked"] == 0  # no call waited as long as the busy timeout
     assert out["calls"] > 40  # they kept working all along, not once before and once after
