@@ -88,7 +88,7 @@ def plot_family(family: str, knobs: Mapping[str, Mapping[str, Any]], path: Path,
 
 
 def summary_keys(r: Mapping[str, Any], suffix: str = "") -> dict[str, float]:
-    """``ablation<suffix>_<family>_<knob>_<value>_{last,cum}_{mean,ci_low,ci_high}``."""
+    """``ablation<suffix>_<family>_<knob>_<value>_{last,cum}_mean`` (the intervals are in the JSON report)."""
     flat: dict[str, float] = {}
     for family, f in r["families"].items():
         for knob, cells in f["knobs"].items():
@@ -96,5 +96,4 @@ def summary_keys(r: Mapping[str, Any], suffix: str = "") -> dict[str, float]:
                 stem = f"ablation{suffix}_{family}_{knob}_{value}".replace(".", "_")
                 for key in ("last", "cum"):
                     flat[f"{stem}_{key}_mean"] = cell[key]
-                    flat[f"{stem}_{key}_ci_low"], flat[f"{stem}_{key}_ci_high"] = cell[f"{key}_ci"]
     return flat

@@ -92,7 +92,7 @@ def test_a_small_run_reports_every_point_over_seeds(tmp_path: Path) -> None:
 
     assert "| λ (weight of Q) | 0.5 (base) |" in markdown(result)
     keys = summary_keys(result)
-    assert {"ablation_lookalikes_lam_0_0_last_mean", "ablation_lookalikes_reward_raw_cum_ci_high"} <= set(keys)
+    assert {"ablation_lookalikes_lam_0_0_last_mean", "ablation_lookalikes_reward_raw_cum_mean"} <= set(keys)
     json.dumps(result)
 
 
