@@ -9,7 +9,8 @@ time; per environment a PNG of the curves.
 Run: python -m bench.learning [--profile quick|full] [--envs ...] [--conditions ...] [--epochs E]
      [--limit N] [--model local/smollm2 | openai/<name> [--base-url URL]]
      [--tasks SPEC.toml | TASKS.jsonl ... [--system TEXT]]   (your own families, named by file stem)
-     [--seeds N] [--paraphrases]   (N seeds per cell: means with 95% intervals, per-seed values kept)
+     [--seeds N] [--no-paraphrases]   (N seeds per cell: means with 95% intervals, per-seed values kept;
+     tasks are asked in one of their paraphrases each round, as `make demo` and the specs do, unless told not to)
 Writes bench/results/learning.{json,md}, bench/results/learning_<env>.png and the
 learning_<env>_<condition>_{last,cum} keys of bench/results/summary.json.
 """
@@ -88,8 +89,9 @@ class Settings:
     seed: int = 0
     seeds: int = 1
     """Seeds per cell: ``seed``, ``seed + 1``, … (task order, sampling, paraphrase choice)."""
-    paraphrases: bool = False
-    """Ask each task in one of its ``meta["paraphrases"]`` per round (the demo's and specs' protocol)."""
+    paraphrases: bool = True
+    """Ask each task in one of its ``meta["paraphrases"]`` per round (the demo's and specs' protocol: one
+    protocol behind every figure of a family); tasks without paraphrases are asked as written."""
     batch_size: int = 40
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     progress: bool = True
@@ -297,7 +299,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--seeds", type=int, default=1, help="seeds per cell (task order, sampling, paraphrases); 5+ for claims"
     )
-    p.add_argument("--paraphrases", action="store_true", help="ask each task in one of its paraphrases per round")
+    p.add_argument(
+        "--paraphrases",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ask each task in one of its paraphrases per round, as make demo and the specs do (default: on)",
+    )
     p.add_argument("--batch-size", type=int, default=40, help="episodes generated together")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -246,7 +246,9 @@ def test_seeds_give_intervals_per_seed_values_and_a_paired_verdict(tmp_path: Pat
     q = result["envs"]["toy"]["conditions"]["q_memory"]
     assert q["seeds"] == [0, 1, 2] and len(q["per_seed"]) == 3
     assert q["last_per_seed"] == [1.0, 1.0, 1.0] and q["last_ci"] == [1.0, 1.0]
-    assert result["settings"]["seeds"] == [0, 1, 2] and result["settings"]["paraphrases"] is False
+    assert (
+        result["settings"]["seeds"] == [0, 1, 2] and result["settings"]["paraphrases"] is True
+    )  # the default protocol
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["learning_toy_q_memory_last_ci_low"] == summary["learning_toy_q_memory_last_mean"] == 1.0
     md = (tmp_path / "learning.md").read_text()
@@ -256,3 +258,11 @@ def test_seeds_give_intervals_per_seed_values_and_a_paired_verdict(tmp_path: Pat
     assert seed_order(tasks, 1) == seed_order(tasks, 1) and sorted(t.id for t in seed_order(tasks, 1)) == sorted(
         t.id for t in tasks
     )
+
+
+def test_paraphrases_are_the_default_protocol_and_can_be_turned_off() -> None:
+    from bench.learning import parse_args
+
+    assert parse_args([]).paraphrases is True
+    assert parse_args(["--no-paraphrases"]).paraphrases is False
+    assert parse_args(["--paraphrases"]).paraphrases is True
