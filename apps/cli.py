@@ -21,9 +21,12 @@ DB_HELP = "SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)"
 def cmd_demo(args: argparse.Namespace) -> None:
     from apps.demo import run_demo
 
-    result = run_demo(rounds=args.rounds, home=args.home, seed=args.seed)
-    print(f"\nfacility codes — success rate per round ({result['model']}, {result['embedder']})\n")
+    result = run_demo(rounds=args.rounds, seeds=args.seeds, home=args.home, seed=args.seed)
+    seeds = len(result["seeds"])
+    over = f"mean of {seeds} seeds [95% interval]" if seeds > 1 else "one seed: a draw, not a measured difference"
+    print(f"\nfacility codes — success rate per round ({result['model']}, {result['embedder']}; {over})\n")
     print(result["table"])
+    print(f"\n{result['verdict']}")
     print(f"\nlearning curve: {result['plot']}\nall figures:    {Path(result['plot']).with_name('demo.json')}")
     print(f"took {result['seconds']:.0f} s")
 
@@ -226,7 +229,10 @@ def parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the embedded default end to end: no memory vs similarity vs Q-memory")
     d.add_argument("--rounds", type=count(1), default=8, help="rounds per condition (default 8)")
-    d.add_argument("--seed", type=count(0), default=0, help="seeds recall exploration and task paraphrases (default 0)")
+    d.add_argument(
+        "--seed", type=count(0), default=0, help="the first seed (recall exploration, paraphrases; default 0)"
+    )
+    d.add_argument("--seeds", type=count(1), default=1, help="seeds per condition: 5+ for intervals (default 1)")
     d.add_argument("--home", type=Path, default=None, help=f"where the demo folder goes (default {evolve_home()})")
     d.set_defaults(func=cmd_demo)
 

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from apps.report import plot_curves, round_table
-from connectors import ChatClient, Embedder, evolve_home, load_chat, load_embedder, make_engine
+from apps.report import paired_verdict, plot_bands, seeded_table
+from connectors import ChatClient, ConfigError, Embedder, evolve_home, load_chat, load_embedder, make_engine
 from evolve import Agent, Evolver, MemoryView, RoundMetrics, Team, load_tasks, paraphrase_schedule
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 
@@ -72,6 +72,7 @@ def run_condition(
 def run_demo(
     *,
     rounds: int = 8,
+    seeds: int = 1,
     home: Path | None = None,
     chat: ChatClient | None = None,
     embedder: Embedder | None = None,
@@ -79,36 +80,47 @@ def run_demo(
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run the three conditions and write the table, JSON and PNG under ``<home>/demo``."""
+    """Run the three conditions with seeds ``seed``, ``seed + 1``, … (paraphrase choice and task order) and
+    write the table (means with 95% intervals over seeds), the paired verdict, JSON and PNG under
+    ``<home>/demo``."""
+    if seeds < 1:
+        raise ConfigError(f"the demo needs at least one seed, got {seeds}")
     folder = (home or evolve_home()) / "demo"
     shutil.rmtree(folder, ignore_errors=True)  # the demo's own scratch folder: always a fresh start
     folder.mkdir(parents=True)
     started = time.perf_counter()
     chat = chat or load_chat("local/smollm2", batch_size=BATCH)
     embedder = embedder or load_embedder("minilm")
-    curves = {
-        name: run_condition(
-            name,
-            chat=chat,
-            embedder=embedder,
-            tasks_path=tasks_path,
-            folder=folder,
-            rounds=rounds,
-            seed=seed,
-            progress=progress,
-        )
-        for name in CONDITIONS
-    }
-    table = round_table(curves)
-    png = plot_curves(curves, folder / "learning_curve.png", title="facility codes: success rate per round")
+    numbers = list(range(seed, seed + seeds))
+    runs: dict[str, list[list[RoundMetrics]]] = {name: [] for name in CONDITIONS}
+    for s in numbers:
+        here = folder / f"seed-{s}"
+        here.mkdir()
+        for name in CONDITIONS:
+            runs[name].append(
+                run_condition(
+                    name,
+                    chat=chat,
+                    embedder=embedder,
+                    tasks_path=tasks_path,
+                    folder=here,
+                    rounds=rounds,
+                    seed=s,
+                    progress=progress,
+                )
+            )
+    title = "facility codes: success rate per round"
+    png = plot_bands(runs, folder / "learning_curve.png", title=title)
     result = {
         "model": chat.name,
         "embedder": embedder.name,
         "rounds": rounds,
+        "seeds": numbers,
         "retrieval": asdict(RETRIEVAL),
         "seconds": round(time.perf_counter() - started, 1),
-        "curves": {n: [asdict(m) for m in ms] for n, ms in curves.items()},
-        "table": table,
+        "curves": {n: [[asdict(m) for m in ms] for ms in per_seed] for n, per_seed in runs.items()},
+        "table": seeded_table(runs),
+        "verdict": paired_verdict(runs, "q-memory", "similarity"),
         "plot": str(png),
     }
     (folder / "demo.json").write_text(json.dumps(result, indent=2), encoding="utf-8")

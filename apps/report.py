@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from evolve import RoundMetrics
+from evolve.figures import paired_interval, seed_interval
 
 
 def round_table(curves: Mapping[str, Sequence[RoundMetrics]], *, metric: str = "success_rate") -> str:
@@ -21,6 +22,36 @@ def round_table(curves: Mapping[str, Sequence[RoundMetrics]], *, metric: str = "
             cells.append(("-" if m is None else f"{getattr(m, metric):.2f}").rjust(width))
         lines.append(str(r).ljust(7) + "".join(cells))
     return "\n".join(lines)
+
+
+def seeded_table(runs: Mapping[str, Sequence[Sequence[RoundMetrics]]], *, metric: str = "success_rate") -> str:
+    """A fixed-width table, one row per round and one column per condition: the mean over seeds and its
+    95% interval (the value itself for one seed)."""
+    names = list(runs)
+    rounds = sorted({m.round for seeds in runs.values() for ms in seeds for m in ms})
+    width = max([22, *(len(n) + 2 for n in names)])
+    lines = ["round".ljust(7) + "".join(n.rjust(width) for n in names)]
+    for r in rounds:
+        cells = []
+        for n in names:
+            values = [getattr(m, metric) for ms in runs[n] for m in ms if m.round == r]
+            cells.append(seed_interval(values).text(2).rjust(width) if values else "-".rjust(width))
+        lines.append(str(r).ljust(7) + "".join(cells))
+    return "\n".join(lines)
+
+
+def paired_verdict(
+    runs: Mapping[str, Sequence[Sequence[RoundMetrics]]], treatment: str, baseline: str, *, metric: str = "success_rate"
+) -> str:
+    """The last round of ``treatment`` against ``baseline``, paired by seed: a difference only when the
+    interval excludes zero."""
+    last = [ms[-1] for ms in runs[treatment]], [ms[-1] for ms in runs[baseline]]
+    d = paired_interval(baseline=[getattr(m, metric) for m in last[1]], treatment=[getattr(m, metric) for m in last[0]])
+    if d.n < 2:
+        return f"{treatment} − {baseline}, round {last[0][0].round}: {d.mean:+.2f} (one seed: a draw, not a difference)"
+    word = ("above" if d.mean > 0 else "below") if d.excludes_zero else "no difference"
+    figure = f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"
+    return f"{treatment} − {baseline}, round {last[0][0].round}, paired over {d.n} seeds: {figure} ({word})"
 
 
 def plot_curves(
@@ -43,6 +74,41 @@ def plot_curves(
     ax.grid(alpha=0.3)
     ax.legend()
     ax.set_title(title or f"{metric.replace('_', ' ')} per round")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_bands(
+    runs: Mapping[str, Sequence[Sequence[RoundMetrics]]],
+    path: str | Path,
+    *,
+    metric: str = "success_rate",
+    title: str = "",
+) -> Path:
+    """One line per condition (the mean over seeds) with its 95% interval shaded, to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for name, seeds in runs.items():
+        rounds = [m.round for m in seeds[0]]
+        ivs = [seed_interval([getattr(ms[i], metric) for ms in seeds]) for i in range(len(rounds))]
+        ax.plot(rounds, [iv.mean for iv in ivs], marker="o", label=name)
+        if len(seeds) > 1:
+            ax.fill_between(rounds, [iv.low for iv in ivs], [iv.high for iv in ivs], alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    n = len(next(iter(runs.values())))
+    ax.set_title(title + (f" (mean of {n} seeds, 95% interval)" if n > 1 else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -1,0 +1,36 @@
+"""`evolve demo` over seeds: a table of means with 95% intervals, the paired verdict, per-seed curves in
+the JSON and a plot, on a copying model (the real run is `make demo`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from apps.demo import CONDITIONS, run_demo
+from connectors import ChatClient, ConfigError, HashEmbedder, ScriptedChat
+from tests.support.copying_model import copying_reply
+
+
+def test_the_demo_reports_every_condition_over_seeds(tmp_path: Path) -> None:
+    chat = ChatClient(ScriptedChat(copying_reply))
+    result = run_demo(rounds=3, seeds=3, seed=4, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
+    assert result["seeds"] == [4, 5, 6]
+    lines = result["table"].splitlines()
+    assert lines[0].split() == ["round", "no", "memory", "similarity", "q-memory"] and len(lines) == 4
+    assert lines[1].split()[1:3] == ["0.00", "[0.00,"]  # round 1: nothing to recall on any seed
+    assert "q-memory − similarity, round 3, paired over 3 seeds:" in result["verdict"]
+    saved = json.loads((tmp_path / "demo" / "demo.json").read_text(encoding="utf-8"))
+    assert set(saved["curves"]) == set(CONDITIONS)
+    assert all(len(per_seed) == 3 and len(per_seed[0]) == 3 for per_seed in saved["curves"].values())
+    assert (tmp_path / "demo" / "learning_curve.png").stat().st_size > 10_000
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir() if p.is_dir()) == ["seed-4", "seed-5", "seed-6"]
+
+
+def test_one_seed_says_it_is_a_draw_and_no_seeds_is_refused(tmp_path: Path) -> None:
+    chat = ChatClient(ScriptedChat(copying_reply))
+    result = run_demo(rounds=2, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
+    assert "(1 seed)" in result["table"] and "one seed: a draw" in result["verdict"]
+    with pytest.raises(ConfigError, match="at least one seed"):
+        run_demo(rounds=2, seeds=0, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
