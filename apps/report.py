@@ -29,13 +29,14 @@ def seeded_table(runs: Mapping[str, Sequence[Sequence[RoundMetrics]]], *, metric
     95% interval (the value itself for one seed)."""
     names = list(runs)
     rounds = sorted({m.round for seeds in runs.values() for ms in seeds for m in ms})
-    width = max([22, *(len(n) + 2 for n in names)])
+    width = max([22 if any(len(s) > 1 for s in runs.values()) else 12, *(len(n) + 2 for n in names)])
     lines = ["round".ljust(7) + "".join(n.rjust(width) for n in names)]
     for r in rounds:
         cells = []
         for n in names:
             values = [getattr(m, metric) for ms in runs[n] for m in ms if m.round == r]
-            cells.append(seed_interval(values).text(2).rjust(width) if values else "-".rjust(width))
+            text = "-" if not values else f"{values[0]:.2f}" if len(values) == 1 else seed_interval(values).text(2)
+            cells.append(text.rjust(width))
         lines.append(str(r).ljust(7) + "".join(cells))
     return "\n".join(lines)
 
