@@ -38,7 +38,7 @@ from memory.scoring import assign_groups
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = Path(__file__).resolve().parents[1] / "data"
-FAMILIES = ("facility_codes", "changing_facts", "procedures", "lookalikes")
+FAMILIES = ("facility_codes", "changing_facts", "procedures", "lookalikes", "format_rules")
 FORMER = 0.90  # the default before this calibration
 THRESHOLDS = (0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 
@@ -68,15 +68,16 @@ def grouping_at(vecs: np.ndarray, owners: Sequence[str], threshold: float, order
     return {"merged_tasks": len(merged) / len(per_task), "phrasings_grouped": float(grouped)}
 
 
-def cosines(vecs: np.ndarray, owners: Sequence[str]) -> dict[str, float]:
+def cosines(vecs: np.ndarray, owners: Sequence[str]) -> dict[str, float | None]:
     """Mean cosine of two phrasings of one task, of a task's nearest other task, and the highest of those."""
     sims = vecs @ vecs.T
     same = np.equal.outer(np.asarray(owners), np.asarray(owners))
     upper = np.triu(np.ones_like(same), k=1).astype(bool)
     nearest_other = np.where(same, -1.0, sims).max(axis=1)
+    pairs = sims[same & upper]  # none for a family without paraphrases
     return {
-        "same_task_mean": float(sims[same & upper].mean()),
-        "same_task_min": float(sims[same & upper].min()),
+        "same_task_mean": float(pairs.mean()) if pairs.size else None,
+        "same_task_min": float(pairs.min()) if pairs.size else None,
         "nearest_other_task_mean": float(nearest_other.mean()),
         "nearest_other_task_max": float(nearest_other.max()),
     }
@@ -137,7 +138,7 @@ def markdown(r: dict[str, Any]) -> str:
         d, k = at[f"{former:.2f}"], at[f"{cal:.2f}"] if cal is not None else None
         calibrated = f"{k['merged_tasks']:.2f} | {k['phrasings_grouped']:.2f}" if k else "- | -"
         lines.append(
-            f"| {name} | {f['tasks']} | {c['same_task_mean']:.3f} / {c['same_task_min']:.3f} "
+            f"| {name} | {f['tasks']} | {_num(c['same_task_mean'])} / {_num(c['same_task_min'])} "
             f"| {c['nearest_other_task_mean']:.3f} / {c['nearest_other_task_max']:.3f} "
             f"| {d['merged_tasks']:.2f} | {d['phrasings_grouped']:.2f} | {calibrated} |"
         )
@@ -150,6 +151,10 @@ def markdown(r: dict[str, Any]) -> str:
         ]
         lines.append(f"| {t:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def summary_keys(r: dict[str, Any]) -> dict[str, Any]:

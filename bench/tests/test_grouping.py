@@ -33,7 +33,8 @@ def test_the_default_threshold_is_the_calibrated_one_and_merges_no_task(
     for family in grouping.FAMILIES:
         ladder = result["families"][family]["ladder"]
         assert ladder[f"{result['calibrated']:.2f}"]["merged_tasks"] == 0.0
-        assert ladder["0.90"]["merged_tasks"] > 0.25  # what the former default did
+        if family != "format_rules":  # one phrasing per task there: nothing to group, nothing merged
+            assert ladder["0.90"]["merged_tasks"] > 0.25  # what the former default did
     summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
     assert summary["grouping_threshold_calibrated"] == MemoryConfig().group_threshold
     assert "| lookalikes | 24 |" in (tmp_path / "grouping.md").read_text(encoding="utf-8")
