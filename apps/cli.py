@@ -26,7 +26,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
     over = f"mean of {seeds} seeds [95% interval]" if seeds > 1 else "one seed: a draw, not a measured difference"
     print(f"\nfacility codes — success rate per round ({result['model']}, {result['embedder']}; {over})\n")
     print(result["table"])
-    print(f"\n{result['verdict']}")
+    print(f"\n{result['solved']}")
+    print(result["verdict"])
     print(f"\nlearning curve: {result['plot']}\nall figures:    {Path(result['plot']).with_name('demo.json')}")
     print(f"took {result['seconds']:.0f} s")
 
@@ -232,7 +233,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--seed", type=count(0), default=0, help="the first seed (recall exploration, paraphrases; default 0)"
     )
-    d.add_argument("--seeds", type=count(1), default=1, help="seeds per condition: 5+ for intervals (default 1)")
+    d.add_argument(
+        "--seeds", type=count(1), default=5, help="seeds per condition, 5+ for intervals (default 5; 1 is a quick look)"
+    )
     d.add_argument("--home", type=Path, default=None, help=f"where the demo folder goes (default {evolve_home()})")
     d.set_defaults(func=cmd_demo)
 

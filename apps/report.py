@@ -41,6 +41,18 @@ def seeded_table(runs: Mapping[str, Sequence[Sequence[RoundMetrics]]], *, metric
     return "\n".join(lines)
 
 
+def solved_line(runs: Mapping[str, Sequence[Sequence[RoundMetrics]]]) -> str:
+    """The share of tasks solved at least once by the last round, per condition (mean [95% interval] over
+    seeds, the value itself for one seed)."""
+    cells = []
+    for name, seeds in runs.items():
+        values = [ms[-1].solved_share for ms in seeds if ms and ms[-1].solved_share is not None]
+        text = "-" if not values else f"{values[0]:.2f}" if len(values) == 1 else seed_interval(values).text(2)
+        cells.append(f"{name} {text}")
+    last = max((ms[-1].round for seeds in runs.values() for ms in seeds if ms), default=0)
+    return f"solved at least once by round {last}: " + ", ".join(cells)
+
+
 def paired_verdict(
     runs: Mapping[str, Sequence[Sequence[RoundMetrics]]], treatment: str, baseline: str, *, metric: str = "success_rate"
 ) -> str:

@@ -21,6 +21,7 @@ def test_the_demo_reports_every_condition_over_seeds(tmp_path: Path) -> None:
     assert lines[0].split() == ["round", "no", "memory", "similarity", "q-memory"] and len(lines) == 4
     assert lines[1].split()[1:3] == ["0.00", "[0.00,"]  # round 1: nothing to recall on any seed
     assert "q-memory − similarity, round 3, paired over 3 seeds:" in result["verdict"]
+    assert result["solved"].startswith("solved at least once by round 3: no memory 0.00 [0.00, 0.00], similarity ")
     saved = json.loads((tmp_path / "demo" / "demo.json").read_text(encoding="utf-8"))
     assert set(saved["curves"]) == set(CONDITIONS)
     assert all(len(per_seed) == 3 and len(per_seed[0]) == 3 for per_seed in saved["curves"].values())
@@ -30,8 +31,9 @@ def test_the_demo_reports_every_condition_over_seeds(tmp_path: Path) -> None:
 
 def test_one_seed_says_it_is_a_draw_and_no_seeds_is_refused(tmp_path: Path) -> None:
     chat = ChatClient(ScriptedChat(copying_reply))
-    result = run_demo(rounds=2, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
+    result = run_demo(rounds=2, seeds=1, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
     assert result["table"].splitlines()[1].split() == ["1", "0.00", "0.00", "0.00"]  # one seed: the values
     assert "one seed: a draw" in result["verdict"]
+    assert result["solved"] == "solved at least once by round 2: no memory 0.00, similarity 0.25, q-memory 0.25"
     with pytest.raises(ConfigError, match="at least one seed"):
         run_demo(rounds=2, seeds=0, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
