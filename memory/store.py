@@ -52,7 +52,7 @@ from memory.learning import apply_updates, check_entries, plan_updates
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
-from memory.writer import WriteEntry, check_write_entries, compose_entry, entry_ids, new_batches
+from memory.writer import WriteEntry, check_write_entries, compose_experiences, entry_ids, new_batches
 
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
@@ -219,7 +219,7 @@ class MemoryStore:
                 check_owner(known[e.id], e.namespace)
         todo = [entries[i] for i in firsts if ids[i] not in known]
         if todo:
-            written = [compose_entry(e, llm) for e in todo]
+            written = compose_experiences(todo, llm)
             vecs = self._embed([e.intent for e in todo])
             todo_ids = [ids[i] for i in firsts if ids[i] not in known]
             batches = new_batches(todo, todo_ids, written, vecs, q_init=self.config.q_init)

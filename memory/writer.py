@@ -114,27 +114,39 @@ def cheap_experience(task: str, *, trajectory: str, feedback: str, success: bool
     )
 
 
-def llm_experience(task: str, *, trajectory: str, feedback: str, success: bool, llm: ChatModel) -> str | None:
-    """The experience written by ``llm``, or None when the call failed or came back empty."""
+def writer_prompt(task: str, *, trajectory: str, feedback: str, success: bool) -> list[Message]:
+    """The messages that ask a model to write the experience of one attempt."""
     fields = {
         "task": condense(task, TRAJECTORY_LIMIT),
         "trajectory": condense(trajectory) or "(empty)",
         "feedback": condense(feedback, FEEDBACK_LIMIT) or "(none)",
     }
     prompt = (prompts.SUCCESS_PROMPT if success else prompts.FAILURE_PROMPT).format(**fields)
-    messages = [Message("system", prompts.WRITER_SYSTEM), Message("user", prompt)]
+    return [Message("system", prompts.WRITER_SYSTEM), Message("user", prompt)]
+
+
+def lesson_experience(answer: str, *, trajectory: str, feedback: str, success: bool) -> str | None:
+    """The stored experience around a model's lesson, or None when the lesson is empty."""
+    lesson = condense(answer or "", LESSON_LIMIT)
+    if not lesson:
+        return None
+    if success:
+        return prompts.SUCCESS_EXPERIENCE.format(script=lesson, trajectory=condense(trajectory) or "(empty)")
+    return prompts.FAILURE_EXPERIENCE.format(lesson=lesson, feedback=condense(feedback, FEEDBACK_LIMIT) or "(none)")
+
+
+def llm_experience(task: str, *, trajectory: str, feedback: str, success: bool, llm: ChatModel) -> str | None:
+    """The experience written by ``llm``, or None when the call failed or came back empty."""
+    messages = writer_prompt(task, trajectory=trajectory, feedback=feedback, success=success)
     try:
         answer = llm.complete(messages, temperature=0.0, max_tokens=WRITER_MAX_TOKENS).text
     except Exception as e:  # any backend failure: the attempt is kept in cheap mode instead
         log.warning("memory writer: %s failed (%s: %s); storing the cheap experience", llm.name, type(e).__name__, e)
         return None
-    lesson = condense(answer or "", LESSON_LIMIT)
-    if not lesson:
+    text = lesson_experience(answer, trajectory=trajectory, feedback=feedback, success=success)
+    if text is None:
         log.warning("memory writer: %s returned an empty answer; storing the cheap experience", llm.name)
-        return None
-    if success:
-        return prompts.SUCCESS_EXPERIENCE.format(script=lesson, trajectory=fields["trajectory"])
-    return prompts.FAILURE_EXPERIENCE.format(lesson=lesson, feedback=fields["feedback"])
+    return text
 
 
 def compose_experience(
@@ -146,6 +158,37 @@ def compose_experience(
         if text is not None:
             return Written(text, "llm")
     return Written(cheap_experience(task, trajectory=trajectory, feedback=feedback, success=success), "cheap")
+
+
+def compose_experiences(entries: Sequence[WriteEntry], llm: ChatModel | None) -> list[Written]:
+    """``compose_experience`` for many attempts; a model with ``complete_batch`` (a local model, a
+    ``ChatClient``) writes them all in one batched call. When that call fails, each attempt is asked
+    on its own, so one bad request costs no other attempt its lesson."""
+    batch_fn = getattr(llm, "complete_batch", None)
+    if llm is None or batch_fn is None or len(entries) < 2:
+        return [compose_entry(e, llm) for e in entries]
+    asked = [
+        writer_prompt(e.intent, trajectory=e.trajectory, feedback=e.feedback, success=bool(e.success)) for e in entries
+    ]
+    try:
+        answers = [c.text for c in batch_fn(asked, temperature=0.0, max_tokens=WRITER_MAX_TOKENS)]
+    except Exception as e:  # any backend failure: one call per attempt, each falling back to cheap mode
+        log.warning(
+            "memory writer: %s failed on a batch (%s: %s); writing one at a time", llm.name, type(e).__name__, e
+        )
+        return [compose_entry(entry, llm) for entry in entries]
+    if len(answers) != len(entries):
+        log.warning("memory writer: %s answered %d of %d; writing one at a time", llm.name, len(answers), len(entries))
+        return [compose_entry(entry, llm) for entry in entries]
+    out = []
+    for entry, answer in zip(entries, answers, strict=True):
+        text = lesson_experience(
+            answer, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success)
+        )
+        if text is None:
+            log.warning("memory writer: %s returned an empty answer; storing the cheap experience", llm.name)
+        out.append(Written(text, "llm") if text is not None else compose_entry(entry, None))
+    return out
 
 
 def check_write_entries(entries: object) -> list[WriteEntry]:

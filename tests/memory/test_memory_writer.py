@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from connectors.chat import ChatClient
 from connectors.errors import ConnectorError
 from connectors.fakes import ScriptedChat
-from connectors.types import Message
+from connectors.types import Completion, Message
 from memory import prompts
 from memory.store import MemoryStore
-from memory.writer import compose_experience, condense
+from memory.writer import WriteEntry, compose_experience, compose_experiences, condense
 
 GOLDEN = Path(__file__).parent / "golden" / "prompts.txt"
 TRAJECTORY = "look around\n\n   go   north\nopen the door\nsay hello"
@@ -86,6 +88,51 @@ def test_failing_llm_falls_back_to_cheap_and_the_store_keeps_the_attempt(
     assert item.meta == {"writer": "cheap", "provenance": {"episode": "ep-1"}, "success": False}
     assert store.get(item.id).experience.startswith("Task: open the door\nOutcome: failure")
     assert store.retrieve("open the door").ids == (item.id,)
+
+
+class BatchingChat:
+    """A backend that answers a whole batch in one call and records each call's size; ``fail_batches``
+    makes every call of more than one prompt fail, like a server refusing a large request."""
+
+    name = "fake/batching"
+
+    def __init__(self, reply: str, *, fail_batches: bool = False) -> None:
+        self.reply, self.fail_batches, self.sizes = reply, fail_batches, list[int]()
+
+    def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        return ScriptedChat([self.reply]).complete(messages)
+
+    def complete_batch(self, prompts: Sequence[Sequence[Message]], **params: Any) -> list[Completion]:
+        self.sizes.append(len(prompts))
+        assert params == {"temperature": 0.0, "max_tokens": 400}
+        if self.fail_batches and len(prompts) > 1:
+            raise ConnectorError("request too large")
+        return [ScriptedChat([self.reply if "Remember" not in p[-1].content else ""]).complete(p) for p in prompts]
+
+
+ATTEMPTS = [
+    WriteEntry("open the door", trajectory="push", feedback="opened", success=True),
+    WriteEntry("Remember the gate code", trajectory="Answer given: 1111", feedback="The code is 4471.", success=False),
+    WriteEntry("water the plants", trajectory="pour", feedback="too much", success=False),
+]
+
+
+def test_many_attempts_are_written_in_one_batched_call_and_an_empty_lesson_stays_cheap() -> None:
+    chat = BatchingChat("What went wrong: guessed.")
+    written = compose_experiences(ATTEMPTS, chat)
+    assert chat.sizes == [3]  # one generation for the three lessons, not three
+    assert [w.mode for w in written] == ["llm", "cheap", "llm"]  # the second came back empty
+    assert written[0].experience.startswith("Outcome: success\nReusable steps:\nWhat went wrong: guessed.")
+    assert "Feedback: The code is 4471." in written[1].experience
+    assert written[2].experience == "Outcome: failure\nWhat went wrong: guessed.\n\nFeedback: too much"
+
+
+def test_a_failed_batch_is_asked_one_attempt_at_a_time(caplog: pytest.LogCaptureFixture) -> None:
+    chat = BatchingChat("What went wrong: guessed.", fail_batches=True)
+    with caplog.at_level(logging.WARNING, logger="memory.writer"):
+        written = compose_experiences(ATTEMPTS, chat)
+    assert "request too large" in caplog.text and chat.sizes == [3]
+    assert [w.mode for w in written] == ["llm", "llm", "llm"]  # each asked alone through complete()
 
 
 def render_all() -> str:
