@@ -1,8 +1,9 @@
 """Learning, conditions side by side, over epochs of the same tasks (the MemRL protocol).
 
-Six conditions (``bench.learning_conditions.CONDITIONS``): no memory; repeated sampling without memory
-(pass@E over the same number of attempts); similarity-only memory (λ = 0, α = 0); Q-memory with the
-paper's defaults; Q-memory plus textual gradients; Training-Free GRPO. Each runs in its own SQLite
+Six conditions in the quick profile (``bench.learning_conditions.CONDITIONS``): no memory; repeated
+sampling without memory (pass@E over the same number of attempts); similarity-only memory (λ = 0,
+α = 0); Q-memory with the paper's defaults; Q-memory plus textual gradients; Training-Free GRPO. Two
+studies run when named or in the full profile: Q in context, and experiences written by the model. Each runs in its own SQLite
 file with one shared loaded model. Per cell: last-epoch success, cumulative success, tokens and wall
 time; per environment a PNG of the curves.
 
@@ -62,11 +63,16 @@ class Profile:
     epochs: int
     limits: Mapping[str, int | None] = field(default_factory=dict)
     skip_slow: bool = True
+    conditions: tuple[str, ...] = tuple(c.name for c in CONDITIONS)
 
 
 PROFILES = {
     "quick": Profile(
-        envs=("facility_codes", "format_rules", "textworld"), epochs=3, limits={"textworld": 3}, skip_slow=True
+        envs=("facility_codes", "format_rules", "textworld"),
+        epochs=3,
+        limits={"textworld": 3},
+        skip_slow=True,
+        conditions=("no_memory", "repeated_sampling", "similarity", "q_memory", "q_memory_textgrad", "tfgrpo"),
     ),
     "full": Profile(
         envs=("facility_codes", "format_rules", "textworld", "humaneval", "champ"),
@@ -326,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     settings = Settings(
         profile=args.profile,
         envs=tuple(pick([*(args.envs or []), *mine] or profile.envs, list(registry), "environments")),
-        conditions=tuple(pick(args.conditions, [c.name for c in CONDITIONS], "conditions")),
+        conditions=tuple(pick(args.conditions or profile.conditions, [c.name for c in CONDITIONS], "conditions")),
         epochs=args.epochs or profile.epochs,
         limit=args.limit,
         seed=args.seed,

@@ -228,6 +228,7 @@ class Condition:
     memory: MemoryKind = "none"
     temperature: float = 0.0
     optimizer: OptimizerKind = "none"
+    writer: bool = False  # the model writes each experience (a script, a lesson) instead of the cheap record
 
 
 CONDITIONS = (
@@ -240,6 +241,13 @@ CONDITIONS = (
     ),
     Condition("similarity", "similarity-only memory (λ = 0, α = 0: the RAG/MemP baseline)", memory="similarity"),
     Condition("q_memory", "Q-memory with the paper's defaults (λ = 0.5, α = 0.3, Q_init = 0)", memory="q"),
+    Condition(
+        "q_memory_writer",
+        "Q-memory whose experiences the same model writes (steps for a success, a lesson for a failure, "
+        "each with the condensed attempt or feedback) instead of the cheap record of the attempt",
+        memory="q",
+        writer=True,
+    ),
     Condition(
         "q_context",
         "Q-memory with Q in context: a memory ranks by the Q it earned for the task at hand, its global Q "
@@ -355,6 +363,7 @@ def build_evolver(
         max_turns=env.max_turns,
         schedule=paraphrase_schedule(seed) if paraphrases else same_tasks,
         prompts=prompts,
+        writer=chat if cond.writer else None,
         progress=progress,
     )
     return evolver, store

@@ -23,7 +23,7 @@ from connectors import ConfigError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = RESULTS / "seeds"
-CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context")
+CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context", "q_memory_writer")
 PROTOCOL = ("model", "embedder", "epochs", "seeds", "paraphrases")
 
 

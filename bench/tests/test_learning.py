@@ -154,6 +154,7 @@ def test_a_tiny_run_writes_json_markdown_png_and_summary_keys(tmp_path: Path) ->
     assert cells["q_memory"]["per_epoch"][0] == 0.0  # the first epoch has no memories yet
     assert cells["q_memory"]["last"] == 1.0  # later epochs copy the revealed codes
     assert cells["similarity"]["last"] == 1.0
+    assert cells["q_memory_writer"]["tokens"] > cells["q_memory"]["tokens"]  # the model also wrote each memory
     assert all(
         len(c["per_seed"][0]["rewards"]) == 3 and len(c["per_seed"][0]["rewards"][0]) == 3 for c in cells.values()
     )
