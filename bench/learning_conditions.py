@@ -19,11 +19,11 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from connectors import ChatClient, ConfigError, Embedder, Environment, make_engine
+from connectors import ChatClient, Completion, ConfigError, Embedder, Environment, Message, make_engine
 from evolve import (
     Agent,
     Evolver,
@@ -215,6 +215,25 @@ ENVS: dict[str, Callable[[], EnvSpec]] = {
 """Environment name → a builder of its ``EnvSpec`` (called only when the environment is chosen)."""
 
 
+WRITER_TOKENS = 120
+"""The writer condition's lessons are cut at this length: a 135M model rarely stops on its own, and one
+batch of lessons runs as long as its longest (400 tokens would make the writer 5x slower than the reader)."""
+
+
+class CappedWriter:
+    """The chat model as a memory writer whose answers stop at ``max_tokens``."""
+
+    def __init__(self, chat: ChatClient, max_tokens: int = WRITER_TOKENS) -> None:
+        self.chat, self.name, self.max_tokens = chat, chat.name, max_tokens
+
+    def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        return self.complete_batch([messages], **params)[0]
+
+    def complete_batch(self, prompts: Sequence[Sequence[Message]], **params: Any) -> list[Completion]:
+        asked = min(int(params.get("max_tokens") or self.max_tokens), self.max_tokens)
+        return self.chat.complete_batch(list(prompts), caller="writer", **{**params, "max_tokens": asked})
+
+
 MemoryKind = Literal["none", "similarity", "q", "q_context"]
 OptimizerKind = Literal["none", "textgrad", "tfgrpo"]
 
@@ -243,8 +262,8 @@ CONDITIONS = (
     Condition("q_memory", "Q-memory with the paper's defaults (λ = 0.5, α = 0.3, Q_init = 0)", memory="q"),
     Condition(
         "q_memory_writer",
-        "Q-memory whose experiences the same model writes (steps for a success, a lesson for a failure, "
-        "each with the condensed attempt or feedback) instead of the cheap record of the attempt",
+        "Q-memory whose experiences the same model writes (steps for a success, a lesson for a failure, at "
+        f"most {WRITER_TOKENS} tokens, each with the condensed attempt or feedback) instead of the cheap record",
         memory="q",
         writer=True,
     ),
@@ -363,7 +382,7 @@ def build_evolver(
         max_turns=env.max_turns,
         schedule=paraphrase_schedule(seed) if paraphrases else same_tasks,
         prompts=prompts,
-        writer=chat if cond.writer else None,
+        writer=CappedWriter(chat) if cond.writer else None,
         progress=progress,
     )
     return evolver, store

@@ -31,7 +31,7 @@ import numpy as np
 from sqlalchemy import Engine
 from tqdm.auto import tqdm
 
-from connectors import ChatClient, ConfigError, Environment
+from connectors import ChatModel, ConfigError, Environment
 from evolve.agent import Team
 from evolve.envs.tasks import Task, TaskEnv
 from evolve.episode import Episode, Step
@@ -113,7 +113,8 @@ class Evolver:
         batch_size: episodes generated together (local models batch them; API models thread them).
         max_turns: turns per episode for multi-step environments.
         learn: apply rewards to memory (reinforce) and write new experiences; False freezes memory.
-        writer: a chat model that summarises attempts into experiences (None: cheap mode).
+        writer: a chat model that summarises attempts into experiences (None: cheap mode); one with
+            ``complete_batch`` (a ``ChatClient``, a local model) writes a whole batch's lessons in one call.
         schedule: which tasks a round runs, and how they are phrased.
         memory_reward: maps a task reward to the reward that updates Q (default ``centred``).
         prompts: prompt evolution (a ``PromptEvolution``): one gated optimizer step per round, after
@@ -143,7 +144,7 @@ class Evolver:
         batch_size: int = 16,
         max_turns: int = 1,
         learn: bool = True,
-        writer: ChatClient | None = None,
+        writer: ChatModel | None = None,
         schedule: Schedule = same_tasks,
         memory_reward: Callable[[float], float] = centred,
         prompts: PromptEvolution | None = None,

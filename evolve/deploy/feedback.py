@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
-from connectors import ChatClient, ConnectorError, EvolveError, StoreError
+from connectors import ChatModel, ConnectorError, EvolveError, StoreError
 from evolve.agent import Team
 from evolve.build import agent_namespace
 from evolve.deploy.responses import feedback_rows, open_tables, quarantine, responses, stored_steps
@@ -67,7 +67,7 @@ def namespace_of(step: Step, run: str) -> str:
     return step.recall_namespace or agent_namespace(run, step.agent)
 
 
-def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatClient | None = None) -> int:
+def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatModel | None = None) -> int:
     """Finish the run's queued feedback: reinforce what was not yet reinforced, write each rated response
     into the memory of every agent that answered it (idempotent ids), mark it learned; returns how many.
 
@@ -152,7 +152,7 @@ def rating_text(score: float, comment: str) -> str:
 
 
 def _write(
-    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatClient | None
+    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatModel | None
 ) -> None:
     success = r["score"] >= 0.5
     feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
