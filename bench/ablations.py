@@ -35,16 +35,15 @@ from tqdm.auto import tqdm
 
 from bench.ablations_report import markdown, plot_family, summary_keys
 from bench.common import machine, merge_summary
-from bench.learning_conditions import ENVS, EnvSpec, seed_order
+from bench.learning_conditions import ENVS, FAILURE_CONTENT, EnvSpec, FailureContentStore, seed_order
 from bench.learning_report import cell_metrics, seed_cell
 from connectors import ChatClient, Embedder, Message, ScriptedChat, load_chat, load_embedder
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.evolver import centred, raw
-from memory import MemoryConfig, MemoryStore, RetrievalConfig, WriteEntry
+from memory import MemoryConfig, RetrievalConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FAMILIES = ("facility_codes", "changing_facts", "procedures", "lookalikes")
-FAILURE_CONTENT = ("both", "answer", "feedback")
 EPOCHS = 8
 
 
@@ -113,20 +112,6 @@ class CachedEmbedder:
         if new:
             self._seen.update(zip(new, np.asarray(self.inner.embed(new), dtype=np.float32), strict=True))
         return np.stack([self._seen[t] for t in texts]) if texts else np.empty((0, self.dim), dtype=np.float32)
-
-
-class FailureContentStore(MemoryStore):
-    """A store whose failure memories keep only part of an attempt: the answer given or the feedback."""
-
-    def __init__(self, *args: Any, keep: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keep = keep
-
-    def write_many(self, entries: Sequence[WriteEntry], **kwargs: Any) -> Any:
-        if self.keep != "both":
-            field = "feedback" if self.keep == "answer" else "trajectory"  # what the failure memory loses
-            entries = [e if e.success else replace(e, **{field: "(not kept)"}) for e in entries]  # type: ignore[arg-type]
-        return super().write_many(entries, **kwargs)
 
 
 def run_point(

@@ -40,7 +40,7 @@ from evolve import (
 )
 from evolve.build import memory_config
 from evolve.spec import load_spec
-from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
+from memory import MemoryConfig, MemoryStore, RetrievalConfig, WriteEntry, similarity_only
 from optimizers.types import PromptOptimizer
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -220,6 +220,24 @@ WRITER_TOKENS = 120
 batch of lessons runs as long as its longest (400 tokens would make the writer 5x slower than the reader)."""
 
 
+FAILURE_CONTENT = ("both", "answer", "feedback")
+"""What a failure memory keeps of an attempt: the answer given and the feedback, or one of them."""
+
+
+class FailureContentStore(MemoryStore):
+    """A store whose failure memories keep only part of an attempt: the answer given or the feedback."""
+
+    def __init__(self, *args: Any, keep: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keep = keep
+
+    def write_many(self, entries: Sequence[WriteEntry], **kwargs: Any) -> Any:
+        if self.keep != "both":
+            field = "feedback" if self.keep == "answer" else "trajectory"  # what the failure memory loses
+            entries = [e if e.success else replace(e, **{field: "(not kept)"}) for e in entries]  # type: ignore[arg-type]
+        return super().write_many(entries, **kwargs)
+
+
 class CappedWriter:
     """The chat model as a memory writer whose answers stop at ``max_tokens``."""
 
@@ -248,6 +266,7 @@ class Condition:
     temperature: float = 0.0
     optimizer: OptimizerKind = "none"
     writer: bool = False  # the model writes each experience (a script, a lesson) instead of the cheap record
+    failure_memory: str = "both"  # what a failure memory keeps (FAILURE_CONTENT)
 
 
 CONDITIONS = (
@@ -266,6 +285,12 @@ CONDITIONS = (
         f"most {WRITER_TOKENS} tokens, each with the condensed attempt or feedback) instead of the cheap record",
         memory="q",
         writer=True,
+    ),
+    Condition(
+        "q_memory_feedback_only",
+        "Q-memory whose failure memories keep the feedback but not the wrong answer given",
+        memory="q",
+        failure_memory="feedback",
     ),
     Condition(
         "q_context",
@@ -356,7 +381,9 @@ def build_evolver(
     ``paraphrases`` each round asks every task in one of its phrasings, chosen by seed and round."""
     url = f"sqlite:///{folder / f'{env.name}-{cond.name}.db'}"
     config = memory_for(cond, env.retrieval)
-    store = MemoryStore(url, embedder=embedder, config=config, seed=seed) if config is not None else None
+    store = None
+    if config is not None:
+        store = FailureContentStore(url, embedder=embedder, config=config, seed=seed, keep=cond.failure_memory)
     params = {"max_tokens": env.max_tokens, "temperature": cond.temperature, "seed": seed}
     agent = Agent("solver", chat, system=env.system, memory=MemoryView(store) if store else None, params=params)
     team = Team([agent])

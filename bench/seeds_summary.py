@@ -23,7 +23,7 @@ from connectors import ConfigError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = RESULTS / "seeds"
-CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context", "q_memory_writer")
+CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context", "q_memory_writer", "q_memory_feedback_only")
 PROTOCOL = ("model", "embedder", "epochs", "seeds", "paraphrases")
 
 
