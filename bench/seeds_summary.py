@@ -78,6 +78,14 @@ def markdown(m: Mapping[str, Any]) -> str:
             if q and b:
                 parts = [_verdict(q, b, key, label) for key, label in (("last", "last epoch"), ("cum", "cumulative"))]
                 lines.append(f"- **{env}**, {title}: " + "; ".join(parts) + ".")
+    lines += ["", "Per seed (seeds in the order above), last epoch / cumulative:", ""]
+    lines += ["| family | condition | last | cum |", "|---|---|---|---|"]
+    for env, cells in m["envs"].items():
+        for cond in CONDITIONS:
+            cell = cells["conditions"].get(cond)
+            if cell is not None:
+                last, cum = (" ".join(f"{v:.3f}" for v in cell[f"{key}_per_seed"]) for key in ("last", "cum"))
+                lines.append(f"| {env} | {cond} | {last} | {cum} |")
     lines += ["", "Runs: " + ", ".join(f"`{r['file']}` ({r['seconds']:.0f} s, {r['machine']})" for r in m["runs"])]
     return "\n".join(lines) + "\n"
 

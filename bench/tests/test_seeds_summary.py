@@ -51,6 +51,7 @@ def test_runs_merge_and_the_paired_verdict_reads_across_them(tmp_path: Path) -> 
         "Q in context against Q-memory: last epoch 0.650 vs 0.350 (paired over 3 seeds: +0.300 [+0.300, +0.300], above)"
         in text
     )
+    assert "| lookalikes | q_memory | 0.300 0.400 0.350 | 1.000 1.000 1.000 |" in text  # every seed's figure
 
 
 def test_a_cell_twice_or_another_protocol_is_refused(tmp_path: Path) -> None:
