@@ -159,6 +159,7 @@ COMPARED = (
     ("q_memory", "similarity", "Q-memory against similarity-only"),
     ("q_memory_writer", "q_memory", "model-written experiences against cheap ones (both Q-memory)"),
     ("q_memory_feedback_only", "q_memory", "failure memories without the wrong answer against with it"),
+    ("q_memory_feedback_only", "similarity", "Q-memory without the wrong answer against similarity-only (with it)"),
     ("q_context", "q_memory", "Q in context against Q-memory"),
     ("q_context", "similarity", "Q in context against similarity-only"),
 )
