@@ -35,12 +35,12 @@ from tqdm.auto import tqdm
 
 from bench.ablations_report import markdown, plot_family, summary_keys
 from bench.common import machine, merge_summary
-from bench.learning_conditions import ENVS, FAILURE_CONTENT, EnvSpec, FailureContentStore, seed_order
+from bench.learning_conditions import ENVS, EnvSpec, seed_order
 from bench.learning_report import cell_metrics, seed_cell
 from connectors import ChatClient, Embedder, Message, ScriptedChat, load_chat, load_embedder
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.evolver import centred, raw
-from memory import MemoryConfig, RetrievalConfig
+from memory import MemoryConfig, MemoryStore, RetrievalConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FAMILIES = ("facility_codes", "changing_facts", "procedures", "lookalikes")
@@ -58,14 +58,19 @@ class Point:
     alpha: float = 0.3
     epsilon: float = 0.0
     reward: str = "centred"
-    failure_memory: str = "both"
+    failure_memory: str = "both"  # the default before 2026-11-26, around which these ablations were measured
     context_q: bool = False
 
     def config(self) -> MemoryConfig:
         retrieval = RetrievalConfig(
             k1=self.k1, k2=self.k2, delta=self.delta, lam=self.lam, epsilon=self.epsilon, context_q=self.context_q
         )
-        return MemoryConfig(retrieval=retrieval, alpha=self.alpha)
+        keeps = FAILURE_CONTENT[self.failure_memory]
+        return MemoryConfig(retrieval=retrieval, alpha=self.alpha, failure_keeps=keeps)  # type: ignore[arg-type]
+
+
+FAILURE_CONTENT = {"both": "both", "answer": "attempt", "feedback": "feedback"}
+"""The failure_memory knob's values (as the results name them) → ``MemoryConfig.failure_keeps``."""
 
 
 BASE = Point()
@@ -77,7 +82,7 @@ KNOBS: dict[str, tuple[Any, ...]] = {
     "alpha": (0.1, 0.3, 0.6, 1.0),
     "epsilon": (0.0, 0.1, 0.2, 0.4),
     "reward": ("centred", "raw"),
-    "failure_memory": FAILURE_CONTENT,
+    "failure_memory": tuple(FAILURE_CONTENT),
     "context_q": (False, True),
 }
 """Knob → the values it takes (the bundled value among them); k1 values below k2 are skipped."""
@@ -119,9 +124,7 @@ def run_point(
 ) -> dict[str, Any]:
     """8 epochs (``EPOCHS``) of one family at one setting and seed; the epochs × tasks rewards' metrics."""
     url = f"sqlite:///{folder / f'{env.name}-{len(list(folder.iterdir()))}.db'}"
-    with FailureContentStore(
-        url, embedder=embedder, config=point.config(), seed=seed, keep=point.failure_memory
-    ) as store:
+    with MemoryStore(url, embedder=embedder, config=point.config(), seed=seed) as store:
         params = {"max_tokens": env.max_tokens, "temperature": 0.0, "seed": seed}
         agent = Agent("solver", chat, system=env.system, memory=MemoryView(store), params=params)
         ordered = seed_order(tasks, seed)
@@ -180,7 +183,7 @@ def parse_setting(text: str) -> tuple[str, tuple[Any, ...]]:
     if knob == "reward" and not set(parsed) <= {"centred", "raw"}:
         raise ValueError(f"reward is 'centred' or 'raw', got {values!r}")
     if knob == "failure_memory" and not set(parsed) <= set(FAILURE_CONTENT):
-        raise ValueError(f"failure_memory is one of {FAILURE_CONTENT}, got {values!r}")
+        raise ValueError(f"failure_memory is one of {tuple(FAILURE_CONTENT)}, got {values!r}")
     return knob, parsed
 
 

@@ -245,6 +245,7 @@ def run(
             "paraphrases": s.paraphrases,
             "sampling_temperature": SAMPLING_TEMPERATURE,
             "optimizer": vars(s.optimizer),
+            "failure_keeps": {c.name: c.failure_keeps for c in CONDITIONS if c.name in s.conditions},
         },
         "machine": machine(),
         "conditions": {c.name: c.about for c in CONDITIONS if c.name in s.conditions},

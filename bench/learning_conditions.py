@@ -40,7 +40,8 @@ from evolve import (
 )
 from evolve.build import memory_config
 from evolve.spec import load_spec
-from memory import MemoryConfig, MemoryStore, RetrievalConfig, WriteEntry, similarity_only
+from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
+from memory.config import FailureKeeps
 from optimizers.types import PromptOptimizer
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -220,24 +221,6 @@ WRITER_TOKENS = 120
 batch of lessons runs as long as its longest (400 tokens would make the writer 5x slower than the reader)."""
 
 
-FAILURE_CONTENT = ("both", "answer", "feedback")
-"""What a failure memory keeps of an attempt: the answer given and the feedback, or one of them."""
-
-
-class FailureContentStore(MemoryStore):
-    """A store whose failure memories keep only part of an attempt: the answer given or the feedback."""
-
-    def __init__(self, *args: Any, keep: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keep = keep
-
-    def write_many(self, entries: Sequence[WriteEntry], **kwargs: Any) -> Any:
-        if self.keep != "both":
-            field = "feedback" if self.keep == "answer" else "trajectory"  # what the failure memory loses
-            entries = [e if e.success else replace(e, **{field: "(not kept)"}) for e in entries]  # type: ignore[arg-type]
-        return super().write_many(entries, **kwargs)
-
-
 class CappedWriter:
     """The chat model as a memory writer whose answers stop at ``max_tokens``."""
 
@@ -266,7 +249,7 @@ class Condition:
     temperature: float = 0.0
     optimizer: OptimizerKind = "none"
     writer: bool = False  # the model writes each experience (a script, a lesson) instead of the cheap record
-    failure_memory: str = "both"  # what a failure memory keeps (FAILURE_CONTENT)
+    failure_keeps: FailureKeeps = MemoryConfig.failure_keeps  # what a failure memory stores of its attempt
 
 
 CONDITIONS = (
@@ -287,10 +270,17 @@ CONDITIONS = (
         writer=True,
     ),
     Condition(
-        "q_memory_feedback_only",
-        "Q-memory whose failure memories keep the feedback but not the wrong answer given",
+        "q_memory_keeps_answer",
+        "Q-memory whose failure memories keep the wrong answer as well as the feedback "
+        "(MemoryConfig.failure_keeps = \"both\": the MemRL paper's record, Evolve's default until 2026-11-26)",
         memory="q",
-        failure_memory="feedback",
+        failure_keeps="both",
+    ),
+    Condition(
+        "similarity_keeps_answer",
+        'similarity-only memory whose failure memories keep the wrong answer (failure_keeps = "both")',
+        memory="similarity",
+        failure_keeps="both",
     ),
     Condition(
         "q_context",
@@ -359,7 +349,8 @@ def memory_for(cond: Condition, retrieval: RetrievalConfig) -> MemoryConfig | No
     """The store configuration of a condition: the paper's α and λ, or their similarity-only zeroes."""
     if cond.memory == "none":
         return None
-    config = MemoryConfig(retrieval=replace(retrieval, lam=0.5, context_q=cond.memory == "q_context"), alpha=0.3)
+    retrieval = replace(retrieval, lam=0.5, context_q=cond.memory == "q_context")
+    config = MemoryConfig(retrieval=retrieval, alpha=0.3, failure_keeps=cond.failure_keeps)
     return similarity_only(config) if cond.memory == "similarity" else config
 
 
@@ -383,7 +374,7 @@ def build_evolver(
     config = memory_for(cond, env.retrieval)
     store = None
     if config is not None:
-        store = FailureContentStore(url, embedder=embedder, config=config, seed=seed, keep=cond.failure_memory)
+        store = MemoryStore(url, embedder=embedder, config=config, seed=seed)
     params = {"max_tokens": env.max_tokens, "temperature": cond.temperature, "seed": seed}
     agent = Agent("solver", chat, system=env.system, memory=MemoryView(store) if store else None, params=params)
     team = Team([agent])

@@ -157,11 +157,18 @@ def _cell_row(cond: str, cell: Mapping[str, Any]) -> str:
 
 COMPARED = (
     ("q_memory", "similarity", "Q-memory against similarity-only"),
+    ("q_memory", "q_memory_keeps_answer", "failure memories without the wrong answer (the default) against with it"),
+    ("q_memory", "similarity_keeps_answer", "Q-memory against similarity-only keeping the wrong answer"),
+    ("q_memory_keeps_answer", "similarity_keeps_answer", "both keeping the wrong answer, Q against similarity-only"),
     ("q_memory_writer", "q_memory", "model-written experiences against cheap ones (both Q-memory)"),
-    ("q_memory_feedback_only", "q_memory", "failure memories without the wrong answer against with it"),
-    ("q_memory_feedback_only", "similarity", "Q-memory without the wrong answer against similarity-only (with it)"),
+    (
+        "q_memory_writer",
+        "q_memory_keeps_answer",
+        "model-written experiences against cheap ones keeping the wrong answer",
+    ),
     ("q_context", "q_memory", "Q in context against Q-memory"),
     ("q_context", "similarity", "Q in context against similarity-only"),
+    ("q_context_keeps_answer", "q_memory_keeps_answer", "Q in context against Q-memory, both keeping the wrong answer"),
 )
 
 

@@ -4,7 +4,9 @@ paired differences that decide whether one condition is above another.
 
 Runs are merged cell by cell; a (family, condition) cell found in two runs, or runs made with different
 epochs, seeds or paraphrase settings, is an error: pairing seeds across runs is only fair when every run
-asked the same tasks in the same orders and phrasings.
+asked the same tasks in the same orders and phrasings. Runs made before failure memories stopped keeping
+the wrong answer (2026-11-26: their settings name no ``failure_keeps``) have their conditions renamed to
+what they measured (``FORMER_NAMES``).
 
 Run: python -m bench.seeds_summary   (writes bench/results/seeds/README.md and the learning_* keys of
 bench/results/summary.json)
@@ -23,7 +25,18 @@ from connectors import ConfigError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = RESULTS / "seeds"
-CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context", "q_memory_writer", "q_memory_feedback_only")
+CONDITIONS = (
+    "no_memory", "similarity", "q_memory", "similarity_keeps_answer", "q_memory_keeps_answer",
+    "q_context_keeps_answer", "q_memory_writer",
+)  # fmt: skip
+FORMER_NAMES = {
+    "similarity": "similarity_keeps_answer",
+    "q_memory": "q_memory_keeps_answer",
+    "q_context": "q_context_keeps_answer",
+    "q_memory_feedback_only": "q_memory",  # the same store and text as today's default (memory.writer.NOT_KEPT)
+}
+"""A condition's name in a run made before ``MemoryConfig.failure_keeps`` → what it measured, by today's names.
+(``q_memory_writer`` stores a failure as the lesson and the feedback either way; ``no_memory`` stores none.)"""
 PROTOCOL = ("model", "embedder", "epochs", "seeds", "paraphrases")
 
 
@@ -38,11 +51,13 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
             raise ConfigError(f"{path.name} was run with {mine}, the others with {protocol}: seeds cannot be paired")
         protocol = mine
         merged["runs"].append({"file": path.name, "seconds": run["seconds"], "machine": run["machine"]["cpu"]})
+        renamed = {} if "failure_keeps" in run["settings"] else FORMER_NAMES
         for env, cells in run["envs"].items():
             into = merged["envs"].setdefault(env, {"tasks": cells["tasks"], "conditions": {}})
             for cond, cell in cells["conditions"].items():
                 if cell.get("status") != "ok":
                     continue
+                cond = renamed.get(cond, cond)
                 if cond in into["conditions"]:
                     raise ConfigError(f"{env} / {cond} is in two runs (the second: {path.name})")
                 into["conditions"][cond] = cell

@@ -30,6 +30,8 @@ k2 = 1
 lam = 0.5
 alpha = 0.3
 durability = "normal"                   # or "full": a commit survives a power loss (slower writes)
+failure_keeps = "feedback"              # a failure memory keeps the feedback, not the wrong answer
+                                        # ("both": the answer too, e.g. for multi-step agents)
 
 [marft]                                 # weight updates: LoRA MARFT when success plateaus (local models only)
 enabled = false
@@ -103,6 +105,7 @@ class MemorySection(_Strict):
     context_q: bool = False  # rank memories by the Q they earned for the task at hand (RetrievalConfig.context_q)
     writer: Literal["cheap", "llm"] = "cheap"
     durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
+    failure_keeps: Literal["feedback", "attempt", "both"] = "feedback"  # what a failure memory stores of its attempt
 
 
 class OptimizerSection(_Strict):

@@ -22,6 +22,8 @@ from connectors.db import DURABILITY_LEVELS, Durability
 from connectors.errors import ConfigError
 
 CreditMode = Literal["uniform", "score"]
+FailureKeeps = Literal["feedback", "attempt", "both"]
+FAILURE_KEEPS: tuple[str, ...] = ("feedback", "attempt", "both")
 IndexKind = Literal["auto", "flat", "hnsw", "ivf", "pgvector"]
 CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
 INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")  # the in-process (FAISS / NumPy) kinds
@@ -124,6 +126,16 @@ class MemoryConfig:
             ``synchronous_commit``). ``"full"``: a committed transaction survives a power loss (SQLite
             ``synchronous=FULL``, PostgreSQL ``synchronous_commit=on`` for the store's sessions), at the
             cost of a disk flush per commit (``bench/reliability_storage.py``).
+        failure_keeps: what a failure memory stores of its attempt besides the task and outcome.
+            ``"feedback"`` (the default): the feedback, not the attempt (the wrong answer or steps);
+            ``"attempt"``: the attempt, not the feedback; ``"both"``: both, as the MemRL paper does.
+            A failure whose kept part is empty keeps the other, so no memory is stored blank; a
+            success always keeps both. With SmolLM2 on the four bundled families (5 seeds, paired),
+            dropping the wrong answer lifted Q-memory by +0.115 [+0.048, +0.181] pooled, from +0.283
+            on facility codes to level on look-alikes: a small model copies a remembered wrong answer
+            instead of the feedback's correction (``bench/results/learning_findings.md``). Measured on
+            single-answer tasks only; for multi-step agents whose failed steps are worth reading,
+            ``"both"`` keeps them.
 
     Example:
         >>> MemoryConfig(alpha=0.5, capacity=1000).capacity
@@ -139,6 +151,7 @@ class MemoryConfig:
     capacity: int | None = None
     item_cache: int = 20_000
     durability: Durability = "normal"
+    failure_keeps: FailureKeeps = "feedback"
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
@@ -158,6 +171,8 @@ class MemoryConfig:
         _check_int(owner, "item_cache", self.item_cache, 0)
         if self.durability not in DURABILITY_LEVELS:
             raise ConfigError(f"{owner}.durability must be one of {DURABILITY_LEVELS}, got {self.durability!r}")
+        if self.failure_keeps not in FAILURE_KEEPS:
+            raise ConfigError(f"{owner}.failure_keeps must be one of {FAILURE_KEEPS}, got {self.failure_keeps!r}")
 
 
 def similarity_only(cfg: MemoryConfig | None = None) -> MemoryConfig:

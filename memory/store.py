@@ -219,7 +219,7 @@ class MemoryStore:
                 check_owner(known[e.id], e.namespace)
         todo = [entries[i] for i in firsts if ids[i] not in known]
         if todo:
-            written = compose_experiences(todo, llm)
+            written = compose_experiences(todo, llm, keeps=self.config.failure_keeps)
             vecs = self._embed([e.intent for e in todo])
             todo_ids = [ids[i] for i in firsts if ids[i] not in known]
             batches = new_batches(todo, todo_ids, written, vecs, q_init=self.config.q_init)

@@ -3,7 +3,8 @@
 Success and failure alike leave an experience (DESIGN §4 "Writing"). With a model, a success becomes
 a 3–5 step reusable script plus the condensed trajectory, and a failure becomes what went wrong,
 what to avoid and the correct approach when the feedback reveals it. When the model fails or answers
-nothing, the cheap text is stored instead: an attempt is never lost.
+nothing, the cheap text is stored instead: an attempt is never lost. What a failure memory stores of
+its attempt is ``MemoryConfig.failure_keeps`` (by default the feedback, not the wrong answer).
 
 Example:
     >>> text = compose_experience("open the door", trajectory="go north\\nopen door", feedback="done", success=True)
@@ -26,6 +27,7 @@ from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
 from memory.checks import check_chars, check_id, check_meta, check_namespace, check_success, check_text, new_id
+from memory.config import FailureKeeps
 from memory.inserts import NewItems
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ TRAJECTORY_LIMIT = 1500
 FEEDBACK_LIMIT = 500
 LESSON_LIMIT = 1500
 WRITER_MAX_TOKENS = 400
+NOT_KEPT = "(not kept)"
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,32 @@ def condense(text: str, limit: int = TRAJECTORY_LIMIT) -> str:
     return f"{head}\n{prompts.OMITTED.format(count=omitted)}\n{tail}"
 
 
-def cheap_experience(task: str, *, trajectory: str, feedback: str, success: bool) -> str:
-    """The model-free experience: task, outcome, condensed trajectory and the environment's feedback."""
+def kept_parts(trajectory: str, feedback: str, *, success: bool, keeps: FailureKeeps) -> tuple[str, str]:
+    """The trajectory and feedback a memory stores: both for a success; for a failure what ``keeps`` says
+    (``MemoryConfig.failure_keeps``), the dropped part shown as ``NOT_KEPT`` — unless the kept part is
+    empty, when both stay, so that no memory is stored blank.
+
+    Example:
+        >>> kept_parts("Answer given: blue", "Wrong: it is grey.", success=False, keeps="feedback")
+        ('(not kept)', 'Wrong: it is grey.')
+        >>> kept_parts("Answer given: blue", "", success=False, keeps="feedback")
+        ('Answer given: blue', '')
+    """
+    if success or keeps == "both":
+        return trajectory, feedback
+    if keeps == "feedback" and feedback.strip():
+        return NOT_KEPT, feedback
+    if keeps == "attempt" and trajectory.strip():
+        return trajectory, NOT_KEPT
+    return trajectory, feedback
+
+
+def cheap_experience(
+    task: str, *, trajectory: str, feedback: str, success: bool, keeps: FailureKeeps = "feedback"
+) -> str:
+    """The model-free experience: task, outcome, condensed trajectory and the environment's feedback
+    (of a failure, the part ``keeps`` says)."""
+    trajectory, feedback = kept_parts(trajectory, feedback, success=success, keeps=keeps)
     return prompts.CHEAP_EXPERIENCE.format(
         task=condense(task, TRAJECTORY_LIMIT),
         outcome="success" if success else "failure",
@@ -125,48 +152,66 @@ def writer_prompt(task: str, *, trajectory: str, feedback: str, success: bool) -
     return [Message("system", prompts.WRITER_SYSTEM), Message("user", prompt)]
 
 
-def lesson_experience(answer: str, *, trajectory: str, feedback: str, success: bool) -> str | None:
-    """The stored experience around a model's lesson, or None when the lesson is empty."""
+def lesson_experience(
+    answer: str, *, trajectory: str, feedback: str, success: bool, keeps: FailureKeeps = "feedback"
+) -> str | None:
+    """The stored experience around a model's lesson, or None when the lesson is empty. A failure's
+    lesson is stored with the feedback (never the raw attempt), unless ``keeps`` is ``"attempt"``."""
     lesson = condense(answer or "", LESSON_LIMIT)
     if not lesson:
         return None
     if success:
         return prompts.SUCCESS_EXPERIENCE.format(script=lesson, trajectory=condense(trajectory) or "(empty)")
+    feedback = kept_parts(trajectory, feedback, success=False, keeps=keeps)[1]
     return prompts.FAILURE_EXPERIENCE.format(lesson=lesson, feedback=condense(feedback, FEEDBACK_LIMIT) or "(none)")
 
 
-def llm_experience(task: str, *, trajectory: str, feedback: str, success: bool, llm: ChatModel) -> str | None:
-    """The experience written by ``llm``, or None when the call failed or came back empty."""
+def llm_experience(
+    task: str, *, trajectory: str, feedback: str, success: bool, llm: ChatModel, keeps: FailureKeeps = "feedback"
+) -> str | None:
+    """The experience written by ``llm`` (which reads the whole attempt), or None when the call failed or
+    came back empty."""
     messages = writer_prompt(task, trajectory=trajectory, feedback=feedback, success=success)
     try:
         answer = llm.complete(messages, temperature=0.0, max_tokens=WRITER_MAX_TOKENS).text
     except Exception as e:  # any backend failure: the attempt is kept in cheap mode instead
         log.warning("memory writer: %s failed (%s: %s); storing the cheap experience", llm.name, type(e).__name__, e)
         return None
-    text = lesson_experience(answer, trajectory=trajectory, feedback=feedback, success=success)
+    text = lesson_experience(answer, trajectory=trajectory, feedback=feedback, success=success, keeps=keeps)
     if text is None:
         log.warning("memory writer: %s returned an empty answer; storing the cheap experience", llm.name)
     return text
 
 
 def compose_experience(
-    task: str, *, trajectory: str, feedback: str, success: bool, llm: ChatModel | None = None
+    task: str,
+    *,
+    trajectory: str,
+    feedback: str,
+    success: bool,
+    llm: ChatModel | None = None,
+    keeps: FailureKeeps = "feedback",
 ) -> Written:
-    """One experience for one attempt: written by ``llm`` when given and working, else cheap mode."""
+    """One experience for one attempt: written by ``llm`` when given and working, else cheap mode; a
+    failure stores the part of its attempt ``keeps`` says (``MemoryConfig.failure_keeps``)."""
     if llm is not None:
-        text = llm_experience(task, trajectory=trajectory, feedback=feedback, success=success, llm=llm)
+        text = llm_experience(task, trajectory=trajectory, feedback=feedback, success=success, llm=llm, keeps=keeps)
         if text is not None:
             return Written(text, "llm")
-    return Written(cheap_experience(task, trajectory=trajectory, feedback=feedback, success=success), "cheap")
+    return Written(
+        cheap_experience(task, trajectory=trajectory, feedback=feedback, success=success, keeps=keeps), "cheap"
+    )
 
 
-def compose_experiences(entries: Sequence[WriteEntry], llm: ChatModel | None) -> list[Written]:
+def compose_experiences(
+    entries: Sequence[WriteEntry], llm: ChatModel | None, *, keeps: FailureKeeps = "feedback"
+) -> list[Written]:
     """``compose_experience`` for many attempts; a model with ``complete_batch`` (a local model, a
     ``ChatClient``) writes them all in one batched call. When that call fails, each attempt is asked
     on its own, so one bad request costs no other attempt its lesson."""
     batch_fn = getattr(llm, "complete_batch", None)
     if llm is None or batch_fn is None or len(entries) < 2:
-        return [compose_entry(e, llm) for e in entries]
+        return [compose_entry(e, llm, keeps) for e in entries]
     asked = [
         writer_prompt(e.intent, trajectory=e.trajectory, feedback=e.feedback, success=bool(e.success)) for e in entries
     ]
@@ -176,18 +221,18 @@ def compose_experiences(entries: Sequence[WriteEntry], llm: ChatModel | None) ->
         log.warning(
             "memory writer: %s failed on a batch (%s: %s); writing one at a time", llm.name, type(e).__name__, e
         )
-        return [compose_entry(entry, llm) for entry in entries]
+        return [compose_entry(entry, llm, keeps) for entry in entries]
     if len(answers) != len(entries):
         log.warning("memory writer: %s answered %d of %d; writing one at a time", llm.name, len(answers), len(entries))
-        return [compose_entry(entry, llm) for entry in entries]
+        return [compose_entry(entry, llm, keeps) for entry in entries]
     out = []
     for entry, answer in zip(entries, answers, strict=True):
         text = lesson_experience(
-            answer, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success)
+            answer, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success), keeps=keeps
         )
         if text is None:
             log.warning("memory writer: %s returned an empty answer; storing the cheap experience", llm.name)
-        out.append(Written(text, "llm") if text is not None else compose_entry(entry, None))
+        out.append(Written(text, "llm") if text is not None else compose_entry(entry, None, keeps))
     return out
 
 
@@ -234,11 +279,12 @@ def entry_ids(entries: Sequence[WriteEntry]) -> tuple[list[str], list[int]]:
     return ids, sorted(first.values())
 
 
-def compose_entry(entry: WriteEntry, llm: ChatModel | None) -> Written:
+def compose_entry(entry: WriteEntry, llm: ChatModel | None, keeps: FailureKeeps = "feedback") -> Written:
     """``compose_experience`` for one checked entry."""
     return compose_experience(
-        entry.intent, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success), llm=llm
-    )
+        entry.intent, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success), llm=llm,
+        keeps=keeps,
+    )  # fmt: skip
 
 
 def new_batches(

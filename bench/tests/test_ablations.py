@@ -12,7 +12,7 @@ import pytest
 from bench import ablations
 from connectors import ChatClient, HashEmbedder, Message, ScriptedChat
 from evolve.agent import EXPERIENCE_INTRO
-from memory import WriteEntry
+from memory import MemoryStore, WriteEntry
 
 
 def user(*experiences: str) -> list[Message]:
@@ -58,7 +58,8 @@ def test_the_cached_embedder_embeds_each_text_once() -> None:
 def test_a_failure_memory_keeps_what_the_knob_says_and_a_success_keeps_all(
     tmp_path: Path, keep: str, trajectory: str, feedback: str
 ) -> None:
-    with ablations.FailureContentStore(f"sqlite:///{tmp_path}/m.db", embedder=HashEmbedder(), keep=keep) as store:
+    config = ablations.Point(failure_memory=keep).config()
+    with MemoryStore(f"sqlite:///{tmp_path}/m.db", embedder=HashEmbedder(), config=config) as store:
         failed, solved = store.write_many([
             WriteEntry("Badge colour at Quartz?", trajectory="Answer given: blue",
                        feedback="Wrong. The expected answer is: grey.", success=False),

@@ -155,7 +155,7 @@ def test_a_tiny_run_writes_json_markdown_png_and_summary_keys(tmp_path: Path) ->
     assert cells["q_memory"]["last"] == 1.0  # later epochs copy the revealed codes
     assert cells["similarity"]["last"] == 1.0
     assert cells["q_memory_writer"]["tokens"] > cells["q_memory"]["tokens"]  # the model also wrote each memory
-    assert cells["q_memory_feedback_only"]["last"] == 1.0  # the revealed code is in the feedback it keeps
+    assert cells["q_memory_keeps_answer"]["last"] == 1.0  # the revealed code is in the feedback it keeps too
     assert all(
         len(c["per_seed"][0]["rewards"]) == 3 and len(c["per_seed"][0]["rewards"][0]) == 3 for c in cells.values()
     )

@@ -61,12 +61,32 @@ def test_memory_durability_full_reaches_the_store_s_sqlite_connection(tmp_path: 
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 2  # FULL (NORMAL is 1)
 
 
+@pytest.mark.parametrize("keeps", ["feedback", "both", None])
+def test_memory_failure_keeps_reaches_the_store(tmp_path: Path, keeps: str | None) -> None:
+    from evolve.build import build_store
+    from memory import WriteEntry
+
+    spec = tmp_path / "Équipe support — nuit (fr)" / "spec.toml"
+    spec.parent.mkdir()
+    line = f'failure_keeps = "{keeps}"\n' if keeps else ""
+    spec.write_text(f'[environment]\ntasks = "t.jsonl"\n\n[embedder]\nname = "hash"\n\n[memory]\n{line}')
+    store = build_store(load_spec(spec))
+    assert store is not None
+    with store:
+        assert store.config.failure_keeps == (keeps or "feedback")
+        entry = WriteEntry(
+            "Badge colour at Quartz?", trajectory="Answer given: blue", feedback="It is grey.", success=False
+        )
+        text = store.write_many([entry])[0].experience
+    assert ("Answer given: blue" in text) == (keeps == "both") and "It is grey." in text
+
+
 @pytest.mark.parametrize("text", ['[memory]\ndurability = "paranoid"\n', '[run]\nname = "codes\\u0000nul"\n',
-                                  '[run]\nname = "two\\nlines"\n'])  # fmt: skip
+                                  '[run]\nname = "two\\nlines"\n', '[memory]\nfailure_keeps = "answer"\n'])  # fmt: skip
 def test_an_unknown_durability_or_a_control_character_in_a_run_name_is_refused(tmp_path: Path, text: str) -> None:
     from connectors import ConfigError
 
     spec = tmp_path / "spec.toml"
     spec.write_text(text + '\n[environment]\ntasks = "t.jsonl"\n' if "[run]" in text else text)
-    with pytest.raises(ConfigError, match="durability|name"):
+    with pytest.raises(ConfigError, match="durability|name|failure_keeps"):
         load_spec(spec)

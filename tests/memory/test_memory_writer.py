@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from connectors.chat import ChatClient
+from connectors.embedders import HashEmbedder
 from connectors.errors import ConnectorError
 from connectors.fakes import ScriptedChat
 from connectors.types import Completion, Message
 from memory import prompts
+from memory.config import MemoryConfig
 from memory.store import MemoryStore
 from memory.writer import WriteEntry, compose_experience, compose_experiences, condense
 
@@ -39,6 +41,51 @@ def test_cheap_mode_keeps_task_outcome_trajectory_and_feedback() -> None:
     )
     failed = compose_experience("open the door", trajectory="", feedback="", success=False)
     assert "Outcome: failure" in failed.experience and "(empty)" in failed.experience
+
+
+QUARTZ = "Visitor badge colour for the Quartz reception — north wing?"
+WRONG, FEEDBACK = "Answer given: blue", "Wrong. The expected answer is: grey."
+
+
+def test_a_failure_memory_keeps_the_feedback_not_the_wrong_answer_by_default(tmp_path: Path) -> None:
+    with MemoryStore(f"sqlite:///{tmp_path}/m.db", embedder=HashEmbedder()) as store:
+        failed, solved = store.write_many([
+            WriteEntry(QUARTZ, trajectory=WRONG, feedback=FEEDBACK, success=False),
+            WriteEntry("Badge colour at Ash?", trajectory="Answer given: red", feedback="Correct.", success=True),
+        ])  # fmt: skip
+        # byte for byte the text the benchmark measured (bench/results/seeds: q_memory_feedback_only)
+        assert store.get(failed.id).experience == (
+            f"Task: {QUARTZ}\nOutcome: failure\nTrajectory (condensed):\n(not kept)\nFeedback: {FEEDBACK}"
+        )
+        assert "Answer given: red" in store.get(solved.id).experience  # a success keeps its answer
+
+
+@pytest.mark.parametrize(
+    ("keeps", "trajectory", "feedback", "kept"),
+    [
+        ("both", WRONG, FEEDBACK, (WRONG, FEEDBACK)),
+        ("attempt", WRONG, FEEDBACK, (WRONG, "Feedback: (not kept)")),
+        ("feedback", WRONG, "", (WRONG,)),  # no feedback to keep: the attempt stays, no memory is blank
+        ("attempt", "", FEEDBACK, (FEEDBACK,)),
+    ],
+)
+def test_failure_keeps_chooses_the_part_of_a_failed_attempt_a_memory_stores(
+    tmp_path: Path, keeps: str, trajectory: str, feedback: str, kept: tuple[str, ...]
+) -> None:
+    config = MemoryConfig(failure_keeps=keeps)  # type: ignore[arg-type]
+    with MemoryStore(f"sqlite:///{tmp_path}/m.db", embedder=HashEmbedder(), config=config) as store:
+        item = store.write(QUARTZ, trajectory=trajectory, feedback=feedback, success=False)
+        assert all(part in store.get(item.id).experience for part in kept)
+
+
+@pytest.mark.parametrize(("keeps", "stored_feedback"), [("feedback", FEEDBACK), ("attempt", "(not kept)")])
+def test_a_model_written_lesson_reads_the_whole_attempt_and_is_stored_without_it(
+    keeps: str, stored_feedback: str
+) -> None:
+    chat = ScriptedChat(["What went wrong: said blue. Correct approach: grey."])
+    written = compose_experience(QUARTZ, trajectory=WRONG, feedback=FEEDBACK, success=False, llm=chat, keeps=keeps)  # type: ignore[arg-type]
+    assert WRONG in chat.calls[0][0][1].content and FEEDBACK in chat.calls[0][0][1].content
+    assert WRONG not in written.experience and written.experience.endswith(f"Feedback: {stored_feedback}")
 
 
 def test_llm_mode_success_writes_a_script_plus_the_trajectory() -> None:
