@@ -44,7 +44,7 @@ from memory.checks import (
     check_texts,
     new_id,
 )
-from memory.config import MemoryConfig, RetrievalConfig
+from memory.config import FailureKeeps, MemoryConfig, RetrievalConfig
 from memory.context_q import check_contexts, q_in_context
 from memory.database import Database, OpenStore, mirror_set, resolve_index
 from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
@@ -191,14 +191,16 @@ class MemoryStore:
         llm: ChatModel | None = None,
         provenance: Mapping[str, Any] | None = None,
         id: str | None = None,
+        failure_keeps: FailureKeeps | None = None,
     ) -> MemoryItem:
         """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson.
 
-        Pass a deterministic ``id`` (e.g. episode id + namespace) to make writing idempotent.
+        Pass a deterministic ``id`` (e.g. episode id + namespace) to make writing idempotent, and
+        ``failure_keeps`` to store a failure otherwise than ``MemoryConfig.failure_keeps`` says.
         """
         entry = WriteEntry(
             intent, trajectory=trajectory, feedback=feedback, success=success, namespace=namespace,
-            provenance=provenance, id=id,
+            provenance=provenance, id=id, failure_keeps=failure_keeps,
         )  # fmt: skip
         return self.write_many([entry], llm=llm)[0]
 

@@ -27,7 +27,7 @@ from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
 from memory.checks import check_chars, check_id, check_meta, check_namespace, check_success, check_text, new_id
-from memory.config import FailureKeeps
+from memory.config import FAILURE_KEEPS, FailureKeeps
 from memory.inserts import NewItems
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,9 @@ class WriteEntry:
         task: the task the attempt was at, when the caller knows it (a task id): memories of one task
             share one intent group and memories of different tasks never do, however alike their
             questions read. Without it, intents are grouped by similarity (``MemoryConfig.group_threshold``).
+        failure_keeps: what this attempt's memory keeps if it failed, when it should differ from the
+            store's ``MemoryConfig.failure_keeps`` (None: the store's). E.g. ``"both"`` where the feedback
+            is only a verdict ("rated bad") and the attempt is what it judged.
 
     Example:
         >>> WriteEntry("open the door", trajectory="push", feedback="opened", success=True).namespace
@@ -82,6 +85,7 @@ class WriteEntry:
     provenance: Mapping[str, Any] | None = None
     id: str | None = None
     task: str | None = None
+    failure_keeps: FailureKeeps | None = None
 
 
 def condense(text: str, limit: int = TRAJECTORY_LIMIT) -> str:
@@ -211,7 +215,7 @@ def compose_experiences(
     on its own, so one bad request costs no other attempt its lesson."""
     batch_fn = getattr(llm, "complete_batch", None)
     if llm is None or batch_fn is None or len(entries) < 2:
-        return [compose_entry(e, llm, keeps) for e in entries]
+        return [compose_entry(e, llm, e.failure_keeps or keeps) for e in entries]
     asked = [
         writer_prompt(e.intent, trajectory=e.trajectory, feedback=e.feedback, success=bool(e.success)) for e in entries
     ]
@@ -221,18 +225,19 @@ def compose_experiences(
         log.warning(
             "memory writer: %s failed on a batch (%s: %s); writing one at a time", llm.name, type(e).__name__, e
         )
-        return [compose_entry(entry, llm, keeps) for entry in entries]
+        return [compose_entry(entry, llm, entry.failure_keeps or keeps) for entry in entries]
     if len(answers) != len(entries):
         log.warning("memory writer: %s answered %d of %d; writing one at a time", llm.name, len(answers), len(entries))
-        return [compose_entry(entry, llm, keeps) for entry in entries]
+        return [compose_entry(entry, llm, entry.failure_keeps or keeps) for entry in entries]
     out = []
     for entry, answer in zip(entries, answers, strict=True):
+        mine = entry.failure_keeps or keeps
         text = lesson_experience(
-            answer, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success), keeps=keeps
+            answer, trajectory=entry.trajectory, feedback=entry.feedback, success=bool(entry.success), keeps=mine
         )
         if text is None:
             log.warning("memory writer: %s returned an empty answer; storing the cheap experience", llm.name)
-        out.append(Written(text, "llm") if text is not None else compose_entry(entry, None, keeps))
+        out.append(Written(text, "llm") if text is not None else compose_entry(entry, None, mine))
     return out
 
 
@@ -259,6 +264,10 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
             check_id(f"entries[{i}].id", e.id)
         if e.task is not None:
             check_text(f"entries[{i}].task", e.task)
+        if e.failure_keeps is not None and e.failure_keeps not in FAILURE_KEEPS:
+            raise ConfigError(
+                f"entries[{i}].failure_keeps must be one of {FAILURE_KEEPS} or None, got {e.failure_keeps!r}"
+            )
         check_meta(e.provenance, f"entries[{i}].provenance")
     return out
 

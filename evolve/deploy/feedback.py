@@ -42,6 +42,7 @@ from evolve.deploy.responses import feedback_rows, open_tables, quarantine, resp
 from evolve.episode import Step, condense, to_trace
 from evolve.evolver import Evolver, centred
 from memory import MemoryStore, fit_id, reinforcements
+from memory.config import FailureKeeps
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,9 @@ def _write(
 ) -> None:
     success = r["score"] >= 0.5
     feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
+    # A rating without a comment is only a verdict: the answer it judged is what the memory must show
+    # (else "rated bad" about nothing); a comment says what was wrong, as an environment's feedback does.
+    keeps: FailureKeeps | None = None if r["comment"] else "both"
     for agent in dict.fromkeys(s.agent for s in steps):
         view = team.agents[agent].memory if agent in team.agents else None
         if view is None:
@@ -169,6 +173,7 @@ def _write(
             llm=writer,
             provenance={"response": r["response_id"], "feedback": r["id"], "score": r["score"]},
             id=fit_id(f"served:{r['response_id']}/{view.namespace}"),  # the same id every time: written once
+            failure_keeps=keeps,
         )
 
 

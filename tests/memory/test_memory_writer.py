@@ -210,3 +210,17 @@ def test_prompts_match_the_golden_snapshot() -> None:
     if os.environ.get("EVOLVE_UPDATE_GOLDEN") == "1":
         GOLDEN.write_text(rendered, encoding="utf-8")
     assert rendered == GOLDEN.read_text(encoding="utf-8")
+
+
+def test_an_entry_may_keep_its_failure_otherwise_than_the_store_and_a_bad_choice_is_refused(tmp_path: Path) -> None:
+    from connectors.errors import ConfigError
+
+    with MemoryStore(f"sqlite:///{tmp_path}/m.db", embedder=HashEmbedder()) as store:
+        own = WriteEntry(QUARTZ, trajectory=WRONG, feedback=FEEDBACK, success=False, failure_keeps="both")
+        assert WRONG in store.write_many([own])[0].experience  # the store's default would drop it
+        bad = WriteEntry(QUARTZ, trajectory=WRONG, feedback=FEEDBACK, success=False, failure_keeps="answer")  # type: ignore[arg-type]
+        with pytest.raises(
+            ConfigError, match=r"entries\[0\].failure_keeps must be one of \('feedback', 'attempt', 'both'\)"
+        ):
+            store.write_many([bad])
+        assert len(store.items()) == 1  # nothing written by the refused batch

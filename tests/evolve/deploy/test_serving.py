@@ -198,3 +198,23 @@ def test_rated_answers_become_traces_for_the_prompt_optimizer(deployment: Deploy
     assert traces[0].feedback.endswith("Their comment: the code changed to 4472")
     assert [c.node for c in traces[0].calls] == ["solver"] and traces[0].calls[0].prompt == QUESTION
     assert feedback_traces(deployment.engine, deployment.run_name("alice"), since=time.time() + 1) == []
+
+
+def test_a_bad_rating_keeps_the_answer_it_judged_unless_its_comment_says_what_was_wrong(
+    deployment: Deployment,
+) -> None:
+    team, _ = deployment.team("alice")
+    store = deployment.store
+    assert store is not None
+    silent = deployment.answer([Message("user", QUESTION)], tenant="alice")
+    deployment.feedback(silent.id, 0.0, tenant="alice")
+    told = deployment.answer([Message("user", "Alarm code of the Summit office — east stair?")], tenant="alice")
+    deployment.feedback(told.id, 0.0, tenant="alice", comment="the code changed to 4472")
+
+    run = deployment.run_name("alice")
+    assert learn_from_feedback(store, team, run) == 2
+    by_answer = {it.id.split(":", 1)[1].split("/")[0]: it.experience for it in store.items(f"{run}/solver")}
+    # "rated 0 (bad)" alone says nothing of what was wrong: the memory shows the answer it judged
+    assert "Answer given: 4471" in by_answer[silent.id] and "(bad)" in by_answer[silent.id]
+    # a comment says it, as an environment's feedback does: the wrong answer is not kept (the default)
+    assert "4471" not in by_answer[told.id] and "the code changed to 4472" in by_answer[told.id]
