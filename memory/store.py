@@ -193,11 +193,8 @@ class MemoryStore:
         id: str | None = None,
         failure_keeps: FailureKeeps | None = None,
     ) -> MemoryItem:
-        """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson.
-
-        Pass a deterministic ``id`` (e.g. episode id + namespace) to make writing idempotent, and
-        ``failure_keeps`` to store a failure otherwise than ``MemoryConfig.failure_keeps`` says.
-        """
+        """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson. A
+        deterministic ``id`` makes writing idempotent; ``failure_keeps`` overrides the config's for it."""
         entry = WriteEntry(
             intent, trajectory=trajectory, feedback=feedback, success=success, namespace=namespace,
             provenance=provenance, id=id, failure_keeps=failure_keeps,
