@@ -158,6 +158,7 @@ def _cell_row(cond: str, cell: Mapping[str, Any]) -> str:
 COMPARED = (
     ("q_memory", "similarity", "Q-memory against similarity-only"),
     ("q_memory", "q_memory_keeps_answer", "failure memories without the wrong answer (the default) against with it"),
+    ("similarity", "similarity_keeps_answer", "similarity-only without the wrong answer against with it"),
     ("q_memory", "similarity_keeps_answer", "Q-memory against similarity-only keeping the wrong answer"),
     ("q_memory_keeps_answer", "similarity_keeps_answer", "both keeping the wrong answer, Q against similarity-only"),
     ("q_memory_writer", "q_memory", "model-written experiences against cheap ones (both Q-memory)"),
