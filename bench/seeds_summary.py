@@ -27,7 +27,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = RESULTS / "seeds"
 CONDITIONS = (
     "no_memory", "similarity", "q_memory", "similarity_keeps_answer", "q_memory_keeps_answer",
-    "q_context_keeps_answer", "q_memory_writer",
+    "q_context", "q_context_keeps_answer", "q_memory_writer",
 )  # fmt: skip
 FORMER_NAMES = {
     "similarity": "similarity_keeps_answer",
