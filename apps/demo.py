@@ -132,6 +132,7 @@ def run_demo(
         "rounds": rounds,
         "seeds": numbers,
         "retrieval": asdict(RETRIEVAL),
+        "failure_keeps": MemoryConfig().failure_keeps,  # what a failure memory stores of its attempt
         "seconds": round(time.perf_counter() - started, 1),
         "curves": {n: [[asdict(m) for m in ms] for ms in per_seed] for n, per_seed in runs.items()},
         "table": seeded_table(runs),
