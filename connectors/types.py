@@ -2,36 +2,67 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from connectors.errors import ConfigError
+from connectors.tools import ToolCall
 
-Role = Literal["system", "user", "assistant"]
-ROLES: tuple[str, ...] = ("system", "user", "assistant")
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message.
+    """One chat message. An assistant message may carry the tool calls it asks for (``tool_calls``); a
+    ``tool`` message is one call's result, naming the call it answers (``tool_call_id``).
 
     Example:
         >>> Message("user", "What is 2 + 2?")
         Message(role='user', content='What is 2 + 2?')
+        >>> Message("tool", "120", tool_call_id="call_1").to_dict()
+        {'role': 'tool', 'content': '120', 'tool_call_id': 'call_1'}
     """
 
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = field(default=(), repr=False)
+    tool_call_id: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ConfigError(f"Message.role must be one of {ROLES}, got {self.role!r}")
         if not isinstance(self.content, str):
             raise ConfigError(f"Message.content must be str, got {type(self.content).__name__}")
+        if not isinstance(self.tool_calls, tuple) or not all(isinstance(c, ToolCall) for c in self.tool_calls):
+            raise ConfigError(f"Message.tool_calls must be a tuple of ToolCall, got {self.tool_calls!r:.120}")
+        if self.tool_calls and self.role != "assistant":
+            raise ConfigError(f"Message.tool_calls belong to an assistant message, not a {self.role!r} one")
+        if (self.role == "tool") != isinstance(self.tool_call_id, str) or self.tool_call_id == "":
+            raise ConfigError(
+                "a tool message needs the tool_call_id of the call it answers, and only a tool message has one; "
+                f"got role={self.role!r}, tool_call_id={self.tool_call_id!r}"
+            )
 
-    def to_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def __repr__(self) -> str:
+        extra = "".join(
+            f", {name}={value!r}" for name in ("tool_calls", "tool_call_id") if (value := getattr(self, name))
+        )
+        return f"Message(role={self.role!r}, content={self.content!r}{extra})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as the OpenAI chat API takes it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 @dataclass(frozen=True)
@@ -70,7 +101,19 @@ class Completion:
     cached: bool = False
 
 
-def as_messages(messages: Sequence[Message | Mapping[str, str]] | str) -> list[Message]:
+def _tool_call(c: Any, where: str) -> ToolCall:
+    """One call in the OpenAI form (``{"id", "function": {"name", "arguments": "<json>"}}``)."""
+    try:
+        fn = c["function"]
+        args = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
+        return ToolCall(str(fn["name"]), dict(args), id=str(c.get("id", "")))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(
+            f"{where} must hold {{'id', 'function': {{'name', 'arguments': '<JSON object>'}}}}, got {c!r:.120} ({e})"
+        ) from None
+
+
+def as_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> list[Message]:
     """Normalise a prompt given as a string, dicts or ``Message``s to a list of ``Message``."""
     if isinstance(messages, str):
         return [Message("user", messages)]
@@ -79,7 +122,8 @@ def as_messages(messages: Sequence[Message | Mapping[str, str]] | str) -> list[M
         if isinstance(m, Message):
             out.append(m)
         elif isinstance(m, Mapping) and "role" in m and "content" in m:
-            out.append(Message(m["role"], m["content"]))  # type: ignore[arg-type]
+            calls = tuple(_tool_call(c, f"messages[{i}].tool_calls") for c in m.get("tool_calls") or ())
+            out.append(Message(m["role"], m["content"] or "", calls, m.get("tool_call_id")))  # type: ignore[arg-type]
         else:
             raise ConfigError(f"messages[{i}] must be a Message or a dict with 'role' and 'content', got {m!r}")
     if not out:

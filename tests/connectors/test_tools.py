@@ -137,3 +137,47 @@ def test_no_text_makes_the_reader_raise() -> None:
         )
         parsed = parse_tool_calls(text, TOOLS)
         assert all(isinstance(p, str) for p in parsed.problems)
+
+
+def test_a_tool_conversation_round_trips_through_the_openai_form() -> None:
+    from connectors.types import Message, as_messages
+
+    call = ToolCall("book_flight", {"origin": "CDG", "destination": "NRT"}, id="call_1")
+    asked = Message("assistant", "", (call,))
+    answered = Message("tool", "booked: CDG->NRT — siège 12A", tool_call_id="call_1")
+    wire = [asked.to_dict(), answered.to_dict()]
+    assert wire[0]["tool_calls"][0] == {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "book_flight", "arguments": '{"origin": "CDG", "destination": "NRT"}'},
+    }
+    assert as_messages(wire) == [asked, answered]
+    assert repr(answered) == "Message(role='tool', content='booked: CDG->NRT — siège 12A', tool_call_id='call_1')"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"role": "tool", "content": "120"}, "a tool message needs the tool_call_id"),
+        ({"role": "user", "content": "hi", "tool_call_id": "call_1"}, "only a tool message has one"),
+        ({"role": "user", "content": "hi", "tool_calls": (ToolCall("f"),)}, "belong to an assistant message"),
+        ({"role": "assistant", "content": "", "tool_calls": [ToolCall("f")]}, "must be a tuple of ToolCall"),
+    ],
+)
+def test_a_malformed_tool_message_is_refused(kwargs: dict, message: str) -> None:
+    from connectors.types import Message
+
+    with pytest.raises(ConfigError, match=message):
+        Message(**kwargs)
+
+
+def test_an_openai_tool_call_with_unparsable_arguments_is_a_clear_error() -> None:
+    from connectors.types import as_messages
+
+    bad = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{x"}}],
+    }
+    with pytest.raises(ConfigError, match=r"messages\[0\].tool_calls must hold"):
+        as_messages([bad])
