@@ -23,6 +23,7 @@ from connectors.errors import (
     StoreError,
 )
 from connectors.fakes import ReplayChat, ScriptedChat
+from connectors.tools import ParsedCalls, Tool, ToolCall, parse_tool_calls
 from connectors.types import Completion, Message, Usage
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Observation",
     "OpenAIEmbedder",
     "ParseError",
+    "ParsedCalls",
     "ProviderTimeout",
     "RateLimited",
     "ReplayChat",
@@ -46,8 +48,11 @@ __all__ = [
     "ScriptedChat",
     "SentenceTransformerEmbedder",
     "StoreError",
+    "Tool",
+    "ToolCall",
     "Usage",
     "evolve_home",
+    "parse_tool_calls",
     "load_chat",
     "load_embedder",
     "make_engine",

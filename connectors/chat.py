@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from connectors.errors import ConfigError, ConnectorError, RateLimited
+from connectors.tools import Tool, ToolCall
 from connectors.types import Completion, Message, Usage, as_messages
 
 log = logging.getLogger(__name__)
@@ -99,11 +100,20 @@ def request_key(model: str, messages: Sequence[Message], params: Mapping[str, An
     payload = {
         "model": model,
         "messages": [m.to_dict() for m in messages],
-        "params": {k: params[k] for k in sorted(params)},
+        "params": {k: _canonical(params[k]) for k in sorted(params)},
         "sample_index": sample_index,
     }
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """A request parameter as JSON: tools by their schema (not the Python function behind them)."""
+    if isinstance(value, Tool):
+        return value.spec()
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
 
 
 class ResponseCache:
@@ -147,6 +157,8 @@ def completion_to_json(c: Completion) -> str:
             "usage": [c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.cost],
             "logprobs": list(c.logprobs) if c.logprobs is not None else None,
             "finish_reason": c.finish_reason,
+            "tool_calls": [{"id": t.id, "name": t.name, "arguments": dict(t.arguments)} for t in c.tool_calls],
+            "tool_problems": list(c.tool_problems),
         },
         ensure_ascii=False,
     )
@@ -156,7 +168,11 @@ def completion_from_json(body: str) -> Completion:
     d = json.loads(body)
     p, c, cost = d["usage"]
     logprobs = tuple(d["logprobs"]) if d.get("logprobs") is not None else None
-    return Completion(d["text"], d["model"], Usage(p, c, cost), logprobs, d.get("finish_reason"), cached=True)
+    calls = tuple(ToolCall(t["name"], t["arguments"], id=t["id"]) for t in d.get("tool_calls") or ())
+    return Completion(
+        d["text"], d["model"], Usage(p, c, cost), logprobs, d.get("finish_reason"), cached=True,
+        tool_calls=calls, tool_problems=tuple(d.get("tool_problems") or ()),
+    )  # fmt: skip
 
 
 class ChatClient:

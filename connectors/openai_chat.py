@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import email.utils
 import ipaddress
+import json
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
 from connectors.redact import redact
+from connectors.tools import Tool, ToolCall
 from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -164,15 +166,20 @@ class OpenAIChat:
         top_p: float | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: str | None = None,
         **extra: Any,
     ) -> Completion:
-        """One answer. ``extra`` goes to the server as is (``logprobs=True``, ``response_format=…``)."""
+        """One answer. ``tools`` go out as native function calling (``tool_choice``: ``"auto"``,
+        ``"required"`` or ``"none"``) and the calls come back in ``Completion.tool_calls``; ``extra`` goes
+        to the server as is (``logprobs=True``, ``response_format=…``)."""
         import openai
 
         from connectors.capped_http import ResponseTooLarge, cause_of
 
         sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
         request = {k: v for k, v in sampling.items() if v is not None}
+        request.update(tool_request(tools, tool_choice))
         request.update(extra)
         try:
             response = self._client.chat.completions.create(
@@ -194,6 +201,9 @@ class OpenAIChat:
             raise ConnectorError(f"{self.name}: the server returned no choices for model {self.model!r}")
         choice = response.choices[0]
         content = choice.message.content
+        calls, problems = read_tool_calls(getattr(choice.message, "tool_calls", None) or ())
+        if content is None and (calls or problems):
+            content = ""
         if content is None:
             refusal = getattr(choice.message, "refusal", None)
             why = f"refusal: {refusal!r}" if refusal else f"finish_reason={choice.finish_reason!r}"
@@ -203,7 +213,42 @@ class OpenAIChat:
         usage = Usage(usage.prompt_tokens, usage.completion_tokens, price_of(usage, self.prices))
         tokens = choice.logprobs.content if choice.logprobs is not None else None
         logprobs = tuple(float(t.logprob) for t in tokens) if tokens else None
-        return Completion(content, self.name, usage, logprobs, choice.finish_reason)
+        return Completion(
+            content, self.name, usage, logprobs, choice.finish_reason, tool_calls=calls, tool_problems=problems
+        )
+
+
+def tool_request(tools: Sequence[Tool] | None, tool_choice: str | None) -> dict[str, Any]:
+    """The ``tools``/``tool_choice`` fields of a request; ConfigError for anything but ``Tool``s."""
+    if not tools:
+        if tool_choice is not None:
+            raise ConfigError(f"tool_choice={tool_choice!r} needs tools=[...]")
+        return {}
+    if isinstance(tools, (str, Tool)) or not all(isinstance(t, Tool) for t in tools):
+        raise ConfigError(f"tools must be a list of connectors.Tool, got {tools!r:.120}")
+    if tool_choice not in (None, "auto", "required", "none"):
+        raise ConfigError(f"tool_choice must be 'auto', 'required' or 'none', got {tool_choice!r}")
+    out: dict[str, Any] = {"tools": [t.spec() for t in tools]}
+    if tool_choice is not None:
+        out["tool_choice"] = tool_choice
+    return out
+
+
+def read_tool_calls(raw: Sequence[Any]) -> tuple[tuple[ToolCall, ...], tuple[str, ...]]:
+    """The SDK's tool calls as ``ToolCall``s, and a problem for each whose arguments are not a JSON object."""
+    calls, problems = [], []
+    for c in raw:
+        name, text = c.function.name, c.function.arguments or "{}"
+        try:
+            args = json.loads(text)
+        except json.JSONDecodeError as e:
+            problems.append(f"tool {name!r}: arguments are not valid JSON ({e.msg}): {text[:80]}")
+            continue
+        if not isinstance(args, dict):
+            problems.append(f"tool {name!r}: arguments must be a JSON object, got {text[:80]}")
+            continue
+        calls.append(ToolCall(name, args, id=c.id or ""))
+    return tuple(calls), tuple(problems)
 
 
 def _make_client(base_url: str | None, api_key: str | None, timeout: float, max_bytes: int) -> Any:

@@ -73,7 +73,7 @@ class Tool:
     name: str
     description: str
     parameters: Mapping[str, Any]
-    fn: Callable[..., Any] | None = field(default=None, compare=False)
+    fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.match(self.name):

@@ -90,7 +90,9 @@ class Completion:
     """One model answer.
 
     ``logprobs`` holds per-token log-probabilities when the backend returns them; ``cached`` is true
-    when the answer came from the response cache rather than the backend.
+    when the answer came from the response cache rather than the backend. ``tool_calls`` are the calls
+    the model asked for (asked with ``tools=``), and ``tool_problems`` why each call it wrote that could
+    not be read (arguments that are not JSON) was left out.
     """
 
     text: str
@@ -99,6 +101,8 @@ class Completion:
     logprobs: tuple[float, ...] | None = None
     finish_reason: str | None = None
     cached: bool = False
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_problems: tuple[str, ...] = ()
 
 
 def _tool_call(c: Any, where: str) -> ToolCall:

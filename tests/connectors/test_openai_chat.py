@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,69 @@ def test_price_of() -> None:
 def test_bad_prices_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="prices"):
         OpenAIChat("m", base_url="http://localhost:1/v1", prices=(-1.0, 0.0))
+
+
+def tool_call_body(*calls: tuple[str, str]) -> dict:
+    """A completion whose message asks for tool calls, as an OpenAI-compatible server sends it."""
+    body = chat_body(None, finish_reason="tool_calls")
+    body["choices"][0]["message"]["tool_calls"] = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+        for i, (name, args) in enumerate(calls, 1)
+    ]
+    return body
+
+
+def test_tools_go_out_as_native_function_calling_and_the_calls_come_back(
+    openai_server: FakeOpenAIServer,
+) -> None:
+    from connectors import Tool, ToolCall
+
+    def book_room(building: str, people: int) -> str:
+        """Book a meeting room in the Équipe support — nuit (fr) building."""
+        return f"{building}: {people}"
+
+    tool = Tool.from_function(book_room)
+    openai_server.script(
+        Reply(
+            body=tool_call_body(("book_room", '{"building": "Tour Eiffel — B", "people": 4}'), ("book_room", "{oops"))
+        )
+    )
+    chat = ChatClient(OpenAIChat("test-model", base_url=openai_server.url))
+    done = chat.complete([Message("user", "Book a room for 4 in Tour Eiffel — B")], tools=[tool], tool_choice="auto")
+    sent = openai_server.requests[0]["json"]
+    assert sent["tools"] == [tool.spec()] and sent["tool_choice"] == "auto"
+    assert done.text == "" and done.finish_reason == "tool_calls"
+    assert done.tool_calls == (ToolCall("book_room", {"building": "Tour Eiffel — B", "people": 4}, id="call_1"),)
+    assert done.tool_problems[0].startswith("tool 'book_room': arguments are not valid JSON")
+
+
+def test_a_cached_answer_keeps_its_tool_calls(openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    from connectors import ResponseCache, Tool
+
+    def lookup(code: str) -> str:
+        """Look a facility code up."""
+        return code
+
+    tools = [Tool.from_function(lookup)]
+    openai_server.script(Reply(body=tool_call_body(("lookup", '{"code": "4471"}'))))
+    chat = ChatClient(OpenAIChat("test-model", base_url=openai_server.url), cache=ResponseCache(tmp_path / "c.db"))
+    first = chat.complete("Which code?", tools=tools, temperature=0.0)
+    again = ChatClient(OpenAIChat("test-model", base_url=openai_server.url), cache=ResponseCache(tmp_path / "c.db"))
+    second = again.complete("Which code?", tools=[Tool.from_function(lookup)], temperature=0.0)
+    assert second.cached and second.tool_calls == first.tool_calls and len(openai_server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tool_choice": "auto"}, r"tool_choice='auto' needs tools"),
+        ({"tools": [{"type": "function"}]}, "tools must be a list of connectors.Tool"),
+        ({"tools": "lookup"}, "tools must be a list of connectors.Tool"),
+    ],
+)
+def test_tools_asked_wrongly_are_refused_before_any_request(
+    openai_server: FakeOpenAIServer, kwargs: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        OpenAIChat("test-model", base_url=openai_server.url).complete([Message("user", "hi")], **kwargs)
+    assert openai_server.requests == []
