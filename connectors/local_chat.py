@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.prompted_tools import prompted_batch
 from connectors.quoting import neutralise_tokens
+from connectors.tools import Tool
 from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -223,20 +225,27 @@ class LocalChat:
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         adapter: str | None = None,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: str | None = None,
     ) -> list[Completion]:
         """Answers for many prompts, generated together in chunks of ``batch_size``.
 
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
-        greedy, no nucleus cut), so callers can forward OpenAI-style parameters unchanged.
+        greedy, no nucleus cut), so callers can forward OpenAI-style parameters unchanged. ``tools`` are
+        prompted in and the calls read back (``connectors.prompted_tools``).
         """
         params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
-        out: list[Completion] = []
-        with self._lock:
-            self._ensure_loaded()
-            generator = self._generator(params)
-            for start in range(0, len(prompts), self.batch_size):
-                out.extend(self._generate(prompts[start : start + self.batch_size], params, generator))
-        return out
+
+        def generate(batch: list[list[Message]]) -> list[Completion]:
+            out: list[Completion] = []
+            with self._lock:
+                self._ensure_loaded()
+                generator = self._generator(params)
+                for start in range(0, len(batch), self.batch_size):
+                    out.extend(self._generate(batch[start : start + self.batch_size], params, generator))
+            return out
+
+        return prompted_batch(generate, prompts, tools, tool_choice)
 
     @property
     def folder(self) -> Path:

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
+from connectors.prompted_tools import check_tools
 from connectors.redact import redact
 from connectors.tools import Tool, ToolCall
 from connectors.types import Completion, Message, Usage
@@ -220,14 +221,9 @@ class OpenAIChat:
 
 def tool_request(tools: Sequence[Tool] | None, tool_choice: str | None) -> dict[str, Any]:
     """The ``tools``/``tool_choice`` fields of a request; ConfigError for anything but ``Tool``s."""
+    check_tools(tools, tool_choice)
     if not tools:
-        if tool_choice is not None:
-            raise ConfigError(f"tool_choice={tool_choice!r} needs tools=[...]")
         return {}
-    if isinstance(tools, (str, Tool)) or not all(isinstance(t, Tool) for t in tools):
-        raise ConfigError(f"tools must be a list of connectors.Tool, got {tools!r:.120}")
-    if tool_choice not in (None, "auto", "required", "none"):
-        raise ConfigError(f"tool_choice must be 'auto', 'required' or 'none', got {tool_choice!r}")
     out: dict[str, Any] = {"tools": [t.spec() for t in tools]}
     if tool_choice is not None:
         out["tool_choice"] = tool_choice

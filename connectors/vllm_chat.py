@@ -37,6 +37,8 @@ from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
 from connectors.local_chat import GenerationParams, generation_params, render_prompt
+from connectors.prompted_tools import prompted_batch
+from connectors.tools import Tool
 from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -164,8 +166,10 @@ class VLLMChat:
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         adapter: str | None = None,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: str | None = None,
     ) -> list[Completion]:
-        """Answers for many prompts from one ``generate`` call.
+        """Answers for many prompts from one ``generate`` call (``tools`` prompted in, calls read back).
 
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
         greedy, no nucleus cut). With a ``seed``, prompt i is sampled with seed ``seed + i``: the same
@@ -176,20 +180,24 @@ class VLLMChat:
             ConnectorError: vLLM refused the batch (e.g. a prompt longer than ``max_model_len``).
         """
         params = generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter)
-        if not prompts:
-            return []
-        with self._lock:
-            self._ensure_loaded()
-            request = self._lora_request(adapter)
-            ids = [self._encode(m) for m in prompts]
-            sampling = self._sampling(params, len(prompts))
-            try:
-                outputs = self._llm.generate(
-                    [{"prompt_token_ids": p} for p in ids], sampling, lora_request=request, use_tqdm=False
-                )
-            except (ValueError, RuntimeError) as e:
-                raise ConnectorError(f"{self.name}: generation failed: {e}", retryable=False) from e
-        return [self._completion(out) for out in outputs]
+
+        def generate(batch: list[list[Message]]) -> list[Completion]:
+            if not batch:
+                return []
+            with self._lock:
+                self._ensure_loaded()
+                request = self._lora_request(adapter)
+                ids = [self._encode(m) for m in batch]
+                sampling = self._sampling(params, len(batch))
+                try:
+                    outputs = self._llm.generate(
+                        [{"prompt_token_ids": p} for p in ids], sampling, lora_request=request, use_tqdm=False
+                    )
+                except (ValueError, RuntimeError) as e:
+                    raise ConnectorError(f"{self.name}: generation failed: {e}", retryable=False) from e
+            return [self._completion(out) for out in outputs]
+
+        return prompted_batch(generate, prompts, tools, tool_choice)
 
     def load_adapter(self, name: str, folder: str | Path) -> None:
         """Add a peft LoRA adapter (or point ``name`` at a new folder), usable as ``adapter=name`` from the

@@ -1,0 +1,106 @@
+"""Tool calling for models without native function calling (a local model through transformers or
+vLLM): the tools are described in the system message, the model is asked to write its calls in Python
+call syntax (``[name(arg=value, ...)]``, BFCL's prompt format for such models), and what it writes is
+read back by ``connectors.tools.parse_tool_calls`` into ``Completion.tool_calls`` — or into
+``tool_problems`` when an attempt cannot be read, never an exception.
+
+Earlier tool turns are rendered as text the model's chat template knows: an assistant's calls as the
+call syntax, a tool result as a user turn naming the call it answers.
+
+Example:
+    >>> from connectors.tools import Tool
+    >>> tool = Tool("lookup", "Look a code up.", {"type": "object", "properties": {"code": {"type": "string"}}})
+    >>> msgs = render([Message("user", "Which code?")], [tool], "auto")
+    >>> msgs[0].role, "lookup" in msgs[0].content, msgs[1].content
+    ('system', True, 'Which code?')
+    >>> with_calls(Completion('[lookup(code="4471")]', "m"), [tool]).tool_calls[0].arguments
+    {'code': '4471'}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+
+from connectors.errors import ConfigError
+from connectors.tools import Tool, ToolCall, parse_tool_calls
+from connectors.types import Completion, Message
+
+TOOL_CHOICES = ("auto", "required", "none")
+
+TOOLS_SYSTEM = """You can call these functions (JSON Schema of each one's arguments):
+{specs}
+
+{rule} To call functions, reply with only the calls, in this form:
+[function_name(argument_name=value, other_argument=value), other_function(argument_name=value)]"""
+
+RULES = {
+    "auto": "Call a function when it helps; otherwise answer in plain text.",
+    "required": "You must call at least one function.",
+}
+
+
+def check_tools(tools: Sequence[Tool] | None, tool_choice: str | None) -> None:
+    """ConfigError unless ``tools`` is a list of ``Tool`` and ``tool_choice`` one of ``TOOL_CHOICES``."""
+    if not tools:
+        if tool_choice is not None:
+            raise ConfigError(f"tool_choice={tool_choice!r} needs tools=[...]")
+        return
+    if isinstance(tools, (str, Tool)) or not all(isinstance(t, Tool) for t in tools):
+        raise ConfigError(f"tools must be a list of connectors.Tool, got {tools!r:.120}")
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+        raise ConfigError(f"tool_choice must be one of {TOOL_CHOICES}, got {tool_choice!r}")
+
+
+def render(messages: Sequence[Message], tools: Sequence[Tool], tool_choice: str | None) -> list[Message]:
+    """``messages`` with the tools described in the system message (merged into the first one, if any)
+    and tool turns as plain text; ``tool_choice="none"`` describes no tool."""
+    turns = [_as_text(m) for m in messages]
+    if tool_choice == "none":
+        return turns
+    specs = "\n".join(json.dumps(t.spec()["function"], ensure_ascii=False) for t in tools)
+    described = TOOLS_SYSTEM.format(specs=specs, rule=RULES[tool_choice or "auto"])
+    if turns and turns[0].role == "system":
+        return [Message("system", f"{turns[0].content}\n\n{described}"), *turns[1:]]
+    return [Message("system", described), *turns]
+
+
+def _as_text(m: Message) -> Message:
+    if m.role == "tool":
+        return Message("user", f"Result of {m.tool_call_id}: {m.content}")
+    if m.tool_calls:
+        calls = ", ".join(call_text(c) for c in m.tool_calls)
+        return Message("assistant", f"{m.content}\n[{calls}]".strip())
+    return m
+
+
+def call_text(call: ToolCall) -> str:
+    """A call in the syntax the model is asked to write: ``name(a=1, b='x')``."""
+    return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.arguments.items())})"
+
+
+def with_calls(completion: Completion, tools: Sequence[Tool]) -> Completion:
+    """``completion`` with the calls its text asks for (and the problems of those it cannot read)."""
+    parsed = parse_tool_calls(completion.text, tools)
+    if not parsed.attempted:
+        return completion
+    reason = "tool_calls" if parsed.calls else completion.finish_reason
+    return dataclasses.replace(completion, tool_calls=parsed.calls, tool_problems=parsed.problems, finish_reason=reason)
+
+
+def prompted_batch(
+    generate: Callable[[list[list[Message]]], list[Completion]],
+    prompts: Sequence[Sequence[Message]],
+    tools: Sequence[Tool] | None,
+    tool_choice: str | None,
+) -> list[Completion]:
+    """``generate`` over ``prompts`` with ``tools`` prompted in and their calls read back out."""
+    check_tools(tools, tool_choice)
+    if not tools:  # tool turns of an earlier exchange still become text the chat template knows
+        return generate([[_as_text(m) for m in p] for p in prompts])
+    out = generate([render(p, tools, tool_choice) for p in prompts])
+    return out if tool_choice == "none" else [with_calls(c, tools) for c in out]
+
+
+__all__ = ["TOOL_CHOICES", "call_text", "check_tools", "prompted_batch", "render", "with_calls"]
