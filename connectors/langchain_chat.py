@@ -30,6 +30,8 @@ from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
 from connectors.openai_chat import parse_retry_after
+from connectors.prompted_tools import check_tools
+from connectors.tools import Tool, ToolCall
 from connectors.types import Completion, Message, Usage
 
 INSTALL_HINT = "pip install 'evolve[langchain]'"
@@ -41,6 +43,7 @@ try:
         ChatMessage,
         HumanMessage,
         SystemMessage,
+        ToolMessage,
         convert_to_messages,
     )
     from langchain_core.prompt_values import PromptValue
@@ -56,9 +59,18 @@ ROLE_OF_TYPE = {"human": "user", "system": "system", "ai": "assistant"}
 
 
 def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
-    """Our messages as LangChain's: system → ``SystemMessage``, user → ``HumanMessage``, assistant → ``AIMessage``."""
-    kinds = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
-    return [kinds[m.role](content=m.content) for m in messages]
+    """Our messages as LangChain's: system → ``SystemMessage``, user → ``HumanMessage``, assistant →
+    ``AIMessage`` (with its tool calls), tool → ``ToolMessage``."""
+    out: list[BaseMessage] = []
+    for m in messages:
+        if m.role == "tool":
+            out.append(ToolMessage(content=m.content, tool_call_id=m.tool_call_id or ""))
+        elif m.role == "assistant":
+            calls = [{"name": c.name, "args": dict(c.arguments), "id": c.id} for c in m.tool_calls]
+            out.append(AIMessage(content=m.content, tool_calls=calls))
+        else:
+            out.append((SystemMessage if m.role == "system" else HumanMessage)(content=m.content))
+    return out
 
 
 def from_langchain(messages: str | PromptValue | Iterable[Any]) -> list[Message]:
@@ -139,11 +151,20 @@ class LangChainChat:
         self.name = f"langchain/{label}"
         self.model = model
 
-    def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
-        """One answer. ``stop`` and the other sampling parameters go to the model's ``invoke``."""
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: str | None = None,
+        **params: Any,
+    ) -> Completion:
+        """One answer. ``stop`` and the other sampling parameters go to the model's ``invoke``; ``tools``
+        through its ``bind_tools`` (ConfigError for a model that has none)."""
         kwargs = {k: v for k, v in params.items() if v is not None}
+        model = self._with_tools(tools, tool_choice)
         try:
-            result = self.model.invoke(to_langchain(messages), **kwargs)
+            result = model.invoke(to_langchain(messages), **kwargs)
         except Exception as e:  # every provider SDK has its own errors; all become ours
             raise translate_error(e, self.name) from e
         if isinstance(result, str):
@@ -152,9 +173,27 @@ class LangChainChat:
             raise ConnectorError(f"{self.name}: the model returned {type(result).__name__}, expected a message")
         meta = result.response_metadata or {}
         finish = meta.get("finish_reason") or meta.get("stop_reason")
-        return Completion(
-            str(result.text), self.name, _usage(result), None, finish if isinstance(finish, str) else None
+        calls = tuple(ToolCall(c["name"], c["args"], id=c.get("id") or "") for c in getattr(result, "tool_calls", []))
+        problems = tuple(
+            f"tool {c.get('name')!r}: {c.get('error') or 'arguments are not valid JSON'}: {str(c.get('args'))[:80]}"
+            for c in getattr(result, "invalid_tool_calls", [])
         )
+        return Completion(
+            str(result.text), self.name, _usage(result), None, finish if isinstance(finish, str) else None,
+            tool_calls=calls, tool_problems=problems,
+        )  # fmt: skip
+
+    def _with_tools(self, tools: Sequence[Tool] | None, tool_choice: str | None) -> Any:
+        check_tools(tools, tool_choice)
+        if not tools:
+            return self.model
+        bind = getattr(self.model, "bind_tools", None)
+        if bind is None:
+            raise ConfigError(f"{self.name}: this LangChain model has no bind_tools, so it cannot be given tools")
+        try:
+            return bind([t.spec() for t in tools], **({"tool_choice": tool_choice} if tool_choice else {}))
+        except NotImplementedError as e:
+            raise ConfigError(f"{self.name}: this LangChain model cannot be given tools ({e})") from e
 
 
 def _usage(message: BaseMessage) -> Usage:
