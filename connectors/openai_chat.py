@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import email.utils
 import ipaddress
-import json
 import logging
 import os
 import time
@@ -28,7 +27,7 @@ from urllib.parse import urlsplit
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
 from connectors.prompted_tools import check_tools
 from connectors.redact import redact
-from connectors.tools import Tool, ToolCall
+from connectors.tools import Tool, ToolCall, arguments_of
 from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -234,16 +233,11 @@ def read_tool_calls(raw: Sequence[Any]) -> tuple[tuple[ToolCall, ...], tuple[str
     """The SDK's tool calls as ``ToolCall``s, and a problem for each whose arguments are not a JSON object."""
     calls, problems = [], []
     for c in raw:
-        name, text = c.function.name, c.function.arguments or "{}"
-        try:
-            args = json.loads(text)
-        except json.JSONDecodeError as e:
-            problems.append(f"tool {name!r}: arguments are not valid JSON ({e.msg}): {text[:80]}")
-            continue
-        if not isinstance(args, dict):
-            problems.append(f"tool {name!r}: arguments must be a JSON object, got {text[:80]}")
-            continue
-        calls.append(ToolCall(name, args, id=c.id or ""))
+        args = arguments_of(c.function.name, c.function.arguments)
+        if isinstance(args, str):
+            problems.append(f"{args}: {str(c.function.arguments)[:80]}")
+        else:
+            calls.append(ToolCall(c.function.name, args, id=c.id or ""))
     return tuple(calls), tuple(problems)
 
 

@@ -260,18 +260,21 @@ def _from_json_text(body: str, *, strict: bool) -> list[tuple[str, dict[str, Any
             if strict:
                 out.append(f'a tool call must be an object with a "name", got {json.dumps(item)[:80]}')
             continue
-        args = item.get("arguments", item.get("parameters", {}))
-        if isinstance(args, str):  # OpenAI sends arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError as e:
-                out.append(f"tool {item['name']!r}: arguments are not valid JSON ({e.msg})")
-                continue
-        if not isinstance(args, dict):
-            out.append(f"tool {item['name']!r}: arguments must be an object, got {type(args).__name__}")
-            continue
-        out.append((item["name"], args))
+        args = arguments_of(item["name"], item.get("arguments", item.get("parameters", {})))
+        out.append(args if isinstance(args, str) else (item["name"], args))
     return out
+
+
+def arguments_of(name: str, raw: object) -> dict[str, Any] | str:
+    """A call's arguments as a dict — given as one, or as a JSON string (OpenAI's form) — or a problem."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw or "{}")
+        except json.JSONDecodeError as e:
+            return f"tool {name!r}: arguments are not valid JSON ({e.msg})"
+    if not isinstance(raw, dict):
+        return f"tool {name!r}: arguments must be a JSON object, got {type(raw).__name__}"
+    return raw
 
 
 _CALL = re.compile(r"(\[\s*)?([A-Za-z_][\w.]*)\(([^()]*)")
