@@ -52,9 +52,9 @@ __all__ = [
     "ToolCall",
     "Usage",
     "evolve_home",
-    "parse_tool_calls",
     "load_chat",
     "load_embedder",
     "make_engine",
+    "parse_tool_calls",
     "request_key",
 ]
