@@ -18,6 +18,7 @@ from typing import Any
 
 from connectors.chat import ChatModel, request_key
 from connectors.errors import ConfigError, ConnectorError
+from connectors.prompted_tools import check_tools, with_calls
 from connectors.types import Completion, Message, Usage
 
 Reply = str | Completion
@@ -73,7 +74,10 @@ class ScriptedChat:
         if isinstance(reply, Completion):
             return reply
         prompt_tokens = sum(_count_tokens(m.content) for m in messages)
-        return Completion(str(reply), self.name, Usage(prompt_tokens, _count_tokens(str(reply))), finish_reason="stop")
+        done = Completion(str(reply), self.name, Usage(prompt_tokens, _count_tokens(str(reply))), finish_reason="stop")
+        tools, choice = params.get("tools"), params.get("tool_choice")
+        check_tools(tools, choice)
+        return with_calls(done, tools) if tools and choice != "none" else done  # a scripted call is read as one
 
     def _reply(self, messages: Sequence[Message], index: int) -> Reply:
         r = self.replies

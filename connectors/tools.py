@@ -223,7 +223,7 @@ def parse_tool_calls(text: str, tools: Sequence[Tool]) -> ParsedCalls:
         if tool is None:
             problems.append(f"unknown tool {name!r} (known: {', '.join(sorted(known)) or 'none'})")
             continue
-        problem = _argument_problem(tool, args)
+        problem = argument_problem(tool, args)
         if problem:
             problems.append(problem)
         else:
@@ -322,13 +322,17 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
-def _argument_problem(tool: Tool, args: dict[str, Any]) -> str | None:
+def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
     """Why ``args`` do not fit ``tool``'s schema (the first error), or None."""
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(dict(tool.parameters)).iter_errors(args))
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(dict(tool.parameters)).iter_errors(dict(args))
+    )
     if error is None:
         return None
     where = "/".join(str(p) for p in error.path)
     return f"tool {tool.name!r}: arguments {('at ' + where + ' ') if where else ''}{error.message}"
 
 
-__all__ = ["ParsedCalls", "Tool", "ToolCall", "check_schema", "parse_tool_calls", "schema_of"]
+__all__ = [
+    "ParsedCalls", "Tool", "ToolCall", "argument_problem", "arguments_of", "check_schema", "parse_tool_calls", "schema_of",
+]  # fmt: skip

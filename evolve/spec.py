@@ -54,6 +54,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from connectors import ConfigError
+from memory.config import FailureKeeps
 
 
 class _Strict(BaseModel):
@@ -105,7 +106,7 @@ class MemorySection(_Strict):
     context_q: bool = False  # rank memories by the Q they earned for the task at hand (RetrievalConfig.context_q)
     writer: Literal["cheap", "llm"] = "cheap"
     durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
-    failure_keeps: Literal["feedback", "attempt", "both"] = "feedback"  # what a failure memory stores of its attempt
+    failure_keeps: FailureKeeps = "feedback"  # what a failure memory stores of its attempt
 
 
 class OptimizerSection(_Strict):

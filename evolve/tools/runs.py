@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors import Message, Tool, ToolCall
-from connectors.tools import parse_tool_calls
+from connectors.tools import argument_problem
 
 RESULT_LIMIT = 2000
 """The most characters of one result a model is shown (the rest is cut, and the cut is said)."""
@@ -44,9 +44,9 @@ def run_call(call: ToolCall, tools: Sequence[Tool], *, timeout: float = 10.0) ->
     tool = known.get(call.name)
     if tool is None:
         return ToolRun(call, f"error: unknown tool {call.name!r} (known: {', '.join(sorted(known)) or 'none'})", False)
-    recheck = parse_tool_calls(json.dumps({"name": call.name, "arguments": dict(call.arguments)}), [tool])
-    if recheck.problems:
-        return ToolRun(call, f"error: {recheck.problems[0]}", False)
+    problem = argument_problem(tool, call.arguments)
+    if problem:
+        return ToolRun(call, f"error: {problem}", False)
     if tool.fn is None:
         return ToolRun(call, f"error: tool {call.name!r} has no function to run here", False)
     fn: Callable[..., Any] = tool.fn

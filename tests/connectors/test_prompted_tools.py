@@ -80,3 +80,15 @@ def test_a_local_model_takes_tools_and_refuses_bad_ones(tiny_model_dir: Path) ->
         chat.complete(CONVERSATION[:2], tools=[TOOL.spec()])
     with pytest.raises(ConfigError, match="tool_choice must be one of"):
         chat.complete(CONVERSATION[:2], tools=[TOOL], tool_choice="always")
+
+
+def test_a_scripted_model_given_tools_answers_with_its_scripted_calls() -> None:
+    from connectors import load_chat
+
+    chat = load_chat("fake/scripted", replies=['[lookup_code(site="Quai 7")]'])
+    assert chat.complete("Door code of Quai 7?", tools=[TOOL]).tool_calls == (
+        ToolCall("lookup_code", {"site": "Quai 7"}, id="call_1"),
+    )
+    assert chat.complete("Door code?").tool_calls == ()  # without tools the text stays text
+    with pytest.raises(ConfigError, match="tools must be a list of connectors.Tool"):
+        chat.complete("Door code?", tools=["lookup_code"])
