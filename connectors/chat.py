@@ -116,6 +116,22 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _per_prompt(params: dict[str, Any], tools_each: Sequence[Sequence[Tool]] | None, n: int) -> list[dict[str, Any]]:
+    """Every prompt's parameters: ``params``, with its own ``tools`` from ``tools_each`` (a prompt with
+    none gets neither ``tools`` nor ``tool_choice``)."""
+    if tools_each is None:
+        return [params] * n
+    if "tools" in params:
+        raise ConfigError("give tools= (one list for every prompt) or tools_each= (one per prompt), not both")
+    if isinstance(tools_each, (str, Tool)) or len(tools_each) != n:
+        raise ConfigError(f"tools_each must hold one list of Tool per prompt ({n}), got {tools_each!r:.120}")
+    return [{**params, "tools": list(t)} if t else _without_tools(params) for t in tools_each]
+
+
+def _without_tools(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in ("tools", "tool_choice")}
+
+
 class ResponseCache:
     """A thread-safe response cache: in memory, or in a SQLite file when ``path`` is given."""
 
@@ -245,18 +261,34 @@ class ChatClient:
         return self.complete_batch([messages], sample_index=sample_index, caller=caller, **params)[0]
 
     def complete_batch(
-        self, prompts: Sequence[Prompt], *, sample_index: int = 0, caller: str = "default", **params: Any
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        sample_index: int = 0,
+        caller: str = "default",
+        tools_each: Sequence[Sequence[Tool]] | None = None,
+        **params: Any,
     ) -> list[Completion]:
-        """Answers for many prompts; backends with ``complete_batch`` generate them together."""
+        """Answers for many prompts; backends with ``complete_batch`` generate them together.
+
+        ``tools_each`` (one list of ``Tool`` per prompt, in place of ``tools=``) gives every prompt its
+        own tools: a backend that says ``tools_each = True`` still generates them in one batch, any
+        other answers them one by one with ``tools=`` its own list.
+        """
         msgs = [as_messages(p) for p in prompts]
         call_params = dict(params)
         if "seed" in call_params and call_params["seed"] is not None:
             call_params["seed"] = int(call_params["seed"]) + sample_index
-        keys = [request_key(self.name, m, call_params, sample_index) for m in msgs]
+        each = _per_prompt(call_params, tools_each, len(msgs))
+        keys = [request_key(self.name, m, p, sample_index) for m, p in zip(msgs, each, strict=True)]
         out: list[Completion | None] = [self.cache.get(k) if self.cache else None for k in keys]
         todo = [i for i, c in enumerate(out) if c is None]
         if todo:
-            fresh = self._with_retries(lambda: self._call_backend([msgs[i] for i in todo], call_params))
+            fresh = self._with_retries(
+                lambda: self._call_backend(
+                    [msgs[i] for i in todo], call_params, None if tools_each is None else [each[i] for i in todo]
+                )
+            )
             for i, c in zip(todo, fresh, strict=True):
                 out[i] = c
                 if self.cache is not None:
@@ -264,9 +296,16 @@ class ChatClient:
                 self._account(caller, c.usage)
         return [c for c in out if c is not None]
 
-    def _call_backend(self, batch: list[list[Message]], params: dict[str, Any]) -> list[Completion]:
+    def _call_backend(
+        self, batch: list[list[Message]], params: dict[str, Any], each: list[dict[str, Any]] | None = None
+    ) -> list[Completion]:
+        """The backend's answers; ``each`` holds every prompt's own parameters (its tools) when given."""
         batch_fn = getattr(self.backend, "complete_batch", None)
-        if batch_fn is not None and len(batch) > 1:
+        if each is not None and batch_fn is not None and getattr(self.backend, "tools_each", False) is True:
+            result = list(batch_fn(batch, tools_each=[p.get("tools", []) for p in each], **_without_tools(params)))
+        elif each is not None:
+            result = [self.backend.complete(m, **p) for m, p in zip(batch, each, strict=True)]
+        elif batch_fn is not None and len(batch) > 1:
             result = list(batch_fn(batch, **params))
         else:
             result = [self.backend.complete(m, **params) for m in batch]

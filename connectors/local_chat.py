@@ -178,6 +178,7 @@ class LocalChat:
     """
 
     serves_adapters = True  # its weights live here: MARFT can train adapters for it (load_adapter serves them)
+    tools_each = True  # complete_batch takes one tool list per prompt (ChatClient batches them together)
 
     def __init__(
         self,
@@ -227,12 +228,14 @@ class LocalChat:
         adapter: str | None = None,
         tools: Sequence[Tool] | None = None,
         tool_choice: str | None = None,
+        tools_each: Sequence[Sequence[Tool]] | None = None,
     ) -> list[Completion]:
         """Answers for many prompts, generated together in chunks of ``batch_size``.
 
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
         greedy, no nucleus cut), so callers can forward OpenAI-style parameters unchanged. ``tools`` are
-        prompted in and the calls read back (``connectors.prompted_tools``).
+        prompted in and the calls read back (``connectors.prompted_tools``); ``tools_each`` gives each
+        prompt its own tools, still in one batch.
         """
         params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
 
@@ -245,7 +248,7 @@ class LocalChat:
                     out.extend(self._generate(batch[start : start + self.batch_size], params, generator))
             return out
 
-        return prompted_batch(generate, prompts, tools, tool_choice)
+        return prompted_batch(generate, prompts, tools, tool_choice, tools_each)
 
     @property
     def folder(self) -> Path:

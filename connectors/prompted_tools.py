@@ -94,13 +94,31 @@ def prompted_batch(
     prompts: Sequence[Sequence[Message]],
     tools: Sequence[Tool] | None,
     tool_choice: str | None,
+    tools_each: Sequence[Sequence[Tool]] | None = None,
 ) -> list[Completion]:
-    """``generate`` over ``prompts`` with ``tools`` prompted in and their calls read back out."""
-    check_tools(tools, tool_choice)
-    if not tools:  # tool turns of an earlier exchange still become text the chat template knows
-        return generate([[_as_text(m) for m in p] for p in prompts])
-    out = generate([render(p, tools, tool_choice) for p in prompts])
-    return out if tool_choice == "none" else [with_calls(c, tools) for c in out]
+    """``generate`` over ``prompts`` with ``tools`` prompted in and their calls read back out;
+    ``tools_each`` (one list per prompt, instead of ``tools``) gives each prompt its own tools while
+    the prompts are still generated together."""
+    if tools_each is None:
+        check_tools(tools, tool_choice)
+        each: list[Sequence[Tool]] = [tools or ()] * len(prompts)
+    else:
+        if tools:
+            raise ConfigError("give tools= (one list for every prompt) or tools_each= (one per prompt), not both")
+        if len(tools_each) != len(prompts):
+            raise ConfigError(
+                f"tools_each has {len(tools_each)} lists for {len(prompts)} prompts; expected one per prompt"
+            )
+        for t in tools_each:
+            check_tools(t, tool_choice if t else None)
+        each = list(tools_each)
+    # tool turns of an earlier exchange become text the chat template knows, with or without tools now
+    out = generate(
+        [render(p, t, tool_choice) if t else [_as_text(m) for m in p] for p, t in zip(prompts, each, strict=True)]
+    )
+    if tool_choice == "none":
+        return out
+    return [with_calls(c, t) if t else c for c, t in zip(out, each, strict=True)]
 
 
 __all__ = ["TOOL_CHOICES", "call_text", "check_tools", "prompted_batch", "render", "with_calls"]

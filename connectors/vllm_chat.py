@@ -100,6 +100,7 @@ class VLLMChat:
     """
 
     serves_adapters = True  # its weights live here: MARFT can train adapters for it (one LoRARequest each)
+    tools_each = True  # complete_batch takes one tool list per prompt (ChatClient batches them together)
 
     def __init__(
         self,
@@ -168,8 +169,10 @@ class VLLMChat:
         adapter: str | None = None,
         tools: Sequence[Tool] | None = None,
         tool_choice: str | None = None,
+        tools_each: Sequence[Sequence[Tool]] | None = None,
     ) -> list[Completion]:
-        """Answers for many prompts from one ``generate`` call (``tools`` prompted in, calls read back).
+        """Answers for many prompts from one ``generate`` call (``tools`` prompted in, calls read back;
+        ``tools_each`` gives each prompt its own tools).
 
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
         greedy, no nucleus cut). With a ``seed``, prompt i is sampled with seed ``seed + i``: the same
@@ -197,7 +200,7 @@ class VLLMChat:
                     raise ConnectorError(f"{self.name}: generation failed: {e}", retryable=False) from e
             return [self._completion(out) for out in outputs]
 
-        return prompted_batch(generate, prompts, tools, tool_choice)
+        return prompted_batch(generate, prompts, tools, tool_choice, tools_each)
 
     def load_adapter(self, name: str, folder: str | Path) -> None:
         """Add a peft LoRA adapter (or point ``name`` at a new folder), usable as ``adapter=name`` from the

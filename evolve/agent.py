@@ -20,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from connectors import ChatClient, ConfigError, ConnectorError, Message
+from connectors import ChatClient, ConfigError, ConnectorError, Message, Tool
 from connectors.quoting import quote
 from evolve.episode import Step
+from evolve.tools.loop import Exchange, tool_loop
 from memory import MemoryStore, Recall, RetrievalConfig
 
 DEFAULT_SYSTEM = "You are a careful assistant. Reply with the answer only."
@@ -58,6 +59,10 @@ class Agent:
         params: sampling parameters passed on every call (``max_tokens``, ``temperature``, ``seed``...).
         library: the experience library (Training-Free GRPO): numbered "when …, do …" lessons that
             follow the system prompt; empty for none.
+        tools: functions the agent may call (``Tool.from_function(f)``, or a ``Tool`` with an explicit
+            schema); an environment may add its own for the final agent (``Team.act(tools=...)``).
+        tool_rounds: the step budget of the tool loop: the most model calls in one turn.
+        tool_timeout: seconds one tool call may take before it counts as failed.
     """
 
     name: str
@@ -66,6 +71,21 @@ class Agent:
     memory: MemoryView | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     library: str = ""
+    tools: Sequence[Tool] = ()
+    tool_rounds: int = 4
+    tool_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tools, (str, Tool)) or not all(isinstance(t, Tool) for t in self.tools):
+            raise ConfigError(f"agent {self.name!r}: tools must be a list of connectors.Tool, got {self.tools!r:.120}")
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"agent {self.name!r}: tool names must be unique, got {names}")
+        self.tools = tuple(self.tools)
+        if not isinstance(self.tool_rounds, int) or isinstance(self.tool_rounds, bool) or self.tool_rounds < 1:
+            raise ConfigError(f"agent {self.name!r}: tool_rounds must be an integer >= 1, got {self.tool_rounds!r}")
+        if not self.tool_timeout > 0:
+            raise ConfigError(f"agent {self.name!r}: tool_timeout must be > 0 seconds, got {self.tool_timeout!r}")
 
     def system_prompt(self) -> str:
         """The system message: role and instructions, then the experience library when there is one."""
@@ -197,15 +217,22 @@ class Team:
         sample_index: int = 0,
         params: Mapping[str, Any] | None = None,
         contexts: Sequence[str | None] | None = None,
+        tools: Sequence[Sequence[Tool]] | None = None,
     ) -> list[TeamAct]:
         """Let every agent act on every observation; ``queries`` (default: the observations) drive recall,
         and ``contexts`` (one per observation, e.g. task ids) say what each recall is for.
 
         ``params`` override the agents' sampling parameters for this call; ``sample_index`` makes
-        repeated samples of one prompt distinct draws (and distinct cache lines).
+        repeated samples of one prompt distinct draws (and distinct cache lines). ``tools`` (one list per
+        observation: an environment's) are given to the final agent besides its own; an agent with
+        tools runs the tool loop (``evolve.tools.loop``) and its step records the calls.
         """
         queries = list(queries) if queries is not None else list(observations)
         n = len(observations)
+        if tools is not None and len(tools) != n:
+            raise ConfigError(
+                f"Team.act got {len(tools)} tool lists for {n} observations; expected one per observation"
+            )
         outputs: list[dict[str, str]] = [{} for _ in range(n)]
         steps: list[list[Step]] = [[] for _ in range(n)]
         errors: list[str | None] = [None] * n
@@ -221,15 +248,26 @@ class Team:
                 for j, i in enumerate(live)
             ]
             call_params = {**agent.params, **(params or {})}
-            generated = self._generate(agent, prompts, call_params, sample_index)
+            own = [
+                list(agent.tools) + (list(tools[i]) if tools is not None and name == self.sink else []) for i in live
+            ]
+            if any(own):
+                generated: list[Any] = self._tool_loop(agent, prompts, own, call_params, sample_index)
+            else:
+                generated = self._generate(agent, prompts, call_params, sample_index)
             for j, (i, result) in enumerate(zip(live, generated, strict=True)):
                 if isinstance(result, ConnectorError):
                     errors[i], causes[i] = f"{name}: {result}", result
                     continue
-                outputs[i][name] = result.text
                 recall = recalls[j]
                 rid, ns = (recall.id, recall.namespace) if recall is not None else (None, None)
-                steps[i].append(Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns))
+                if isinstance(result, Exchange):
+                    step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns,
+                                tuple(result.runs), tuple(result.problems))  # fmt: skip
+                else:
+                    step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns)
+                outputs[i][name] = step.output
+                steps[i].append(step)
         return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
 
     def _recall(self, agent: Agent, queries: list[str], contexts: list[str | None] | None) -> list[Recall | None]:
@@ -237,27 +275,58 @@ class Team:
             return [None] * len(queries)
         return list(agent.memory.recall_many(queries, contexts))
 
+    def _tool_loop(
+        self,
+        agent: Agent,
+        prompts: list[list[Message]],
+        tools: list[list[Tool]],
+        params: Mapping[str, Any],
+        sample_index: int,
+    ) -> list[Exchange | ConnectorError]:
+        """Every prompt's tool exchange (or the backend error that ended it), in prompt order."""
+
+        def generate(batch: list[list[Message]], each: list[Sequence[Tool]]) -> list[Any]:
+            return self._generate(agent, batch, params, sample_index, each)
+
+        exchanges = tool_loop(generate, prompts, tools, rounds=agent.tool_rounds, timeout=agent.tool_timeout)
+        return [x.error if x.error is not None else x for x in exchanges]
+
     def _generate(
-        self, agent: Agent, prompts: list[list[Message]], params: Mapping[str, Any], sample_index: int
+        self,
+        agent: Agent,
+        prompts: list[list[Message]],
+        params: Mapping[str, Any],
+        sample_index: int,
+        tools_each: Sequence[Sequence[Tool]] | None = None,
     ) -> list[Any]:
-        """Completions in prompt order; a failed prompt yields its ``ConnectorError`` instead."""
+        """Completions in prompt order (``tools_each``: each prompt's tools); a failed prompt yields its
+        ``ConnectorError`` instead."""
         if not prompts:
             return []
         if hasattr(agent.model.backend, "complete_batch"):
             try:
-                return list(agent.model.complete_batch(prompts, caller=agent.name, sample_index=sample_index, **params))
+                return list(
+                    agent.model.complete_batch(
+                        prompts, caller=agent.name, sample_index=sample_index, tools_each=tools_each, **params
+                    )
+                )
             except ConnectorError as e:
                 return [e] * len(prompts)
 
-        def one(p: list[Message]) -> Any:
+        def one(k: int) -> Any:
+            own = dict(params)
+            if tools_each is not None and tools_each[k]:
+                own["tools"] = list(tools_each[k])
+            elif tools_each is not None:
+                own.pop("tool_choice", None)  # a prompt without tools has no choice to make
             try:
-                return agent.model.complete(p, caller=agent.name, sample_index=sample_index, **params)
+                return agent.model.complete(prompts[k], caller=agent.name, sample_index=sample_index, **own)
             except ConnectorError as e:
                 return e
 
         if len(prompts) == 1 or self.workers == 1:
-            return [one(p) for p in prompts]
-        return list(self._executor().map(one, prompts))
+            return [one(k) for k in range(len(prompts))]
+        return list(self._executor().map(one, range(len(prompts))))
 
     def _executor(self) -> ThreadPoolExecutor:
         """The team's thread pool for backends without batched generation; its idle threads end when

@@ -11,13 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors import Message, Usage
+from connectors.prompted_tools import call_text
+from evolve.tools.loop import DESCRIBED
+from evolve.tools.runs import ToolRun
 from optimizers.types import NodeCall, Trace
 
 
 @dataclass(frozen=True)
 class Step:
-    """One agent call inside an episode: what it saw, what it said, which memories it recalled
-    (``recall_id``, made in the memory namespace ``recall_namespace``)."""
+    """One agent's turn inside an episode: what it saw, what it said, which memories it recalled
+    (``recall_id``, made in the memory namespace ``recall_namespace``), and for a tool-using agent the
+    calls it made with their results (``calls``, in order) and the calls it wrote that could not be
+    used (``problems``). ``usage`` sums the turn's model calls.
+    """
 
     agent: str
     messages: tuple[Message, ...]
@@ -26,6 +32,8 @@ class Step:
     recall_id: str | None = None
     turn: int = 0
     recall_namespace: str | None = None
+    calls: tuple[ToolRun, ...] = ()
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,48 @@ class Episode:
 
 
 def condense(steps: Sequence[Step]) -> str:
-    """Steps as the condensed trajectory memory stores: each agent's output, in order."""
+    """Steps as the condensed trajectory memory stores: each agent's calls and output, in order.
+
+    Example:
+        >>> from connectors import ToolCall
+        >>> run = ToolRun(ToolCall("area", {"base": 10}), "25.0", True)
+        >>> print(condense([Step("solver", (), "It is 25.", calls=(run,))]))
+        Called area(base=10) -> 25.0
+        Answer given: It is 25.
+    """
     if len(steps) == 1:
-        return f"Answer given: {steps[0].output.strip()}"
-    return "\n".join(f"[{s.agent}, turn {s.turn}] {s.output.strip()}" for s in steps)
+        answer = [] if _only_described(steps[0]) else [f"Answer given: {steps[0].output.strip()}"]
+        return "\n".join([*_calls(steps[0]), *answer])
+    lines = []
+    for s in steps:
+        lines += [f"[{s.agent}, turn {s.turn}] {line}" for line in _calls(s)]
+        if not _only_described(s):
+            lines.append(f"[{s.agent}, turn {s.turn}] {s.output.strip()}")
+    return "\n".join(lines)
+
+
+def _only_described(step: Step) -> bool:
+    """True when the step's output is its calls to described tools (the answer is the calls)."""
+    return bool(step.calls) and all(run.result == DESCRIBED for run in step.calls)
+
+
+CALL_RESULT_LIMIT = 200
+"""The most characters of one tool result a condensed trajectory keeps."""
+
+
+def _calls(step: Step) -> list[str]:
+    """One line per call: ``Called f(a=1) -> result`` (results of described calls are left out)."""
+    out = []
+    for run in step.calls:
+        head = f"Called {call_text(run.call)}"
+        if run.result == DESCRIBED:
+            out.append(head)
+            continue
+        result = " ".join(run.result.split())
+        if len(result) > CALL_RESULT_LIMIT:
+            result = result[:CALL_RESULT_LIMIT] + "…"
+        out.append(f"{head} -> {result}")
+    return out
 
 
 def to_trace(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from connectors import ConfigError, Environment, EvolveError
+from connectors import ConfigError, Environment, EvolveError, Tool
 from evolve.agent import Team, TeamAct
 from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step
@@ -90,6 +90,7 @@ def play(
     for t in tasks:
         env = env_factory()
         attempts.append(_Attempt(env, env.reset(t)))
+    tools = [env_tools(a.env) for a in attempts]
     active = list(range(len(tasks)))
     for turn in range(max_turns):
         if not active:
@@ -101,9 +102,21 @@ def play(
             sample_index=sample_index,
             params=params,
             contexts=[tasks[i].id for i in active],  # each recall is for its task (RetrievalConfig.context_q)
+            tools=[tools[i] for i in active] if any(tools) else None,
         )
         active = [i for i, act in zip(active, acts, strict=True) if attempts[i].take(act)]
     return attempts
+
+
+def env_tools(env: Environment) -> list[Tool]:
+    """The tools an environment gives the episode it just started (its optional ``tools()``), or none."""
+    tools = getattr(env, "tools", None)
+    if not callable(tools):
+        return []
+    out = list(tools())
+    if not all(isinstance(t, Tool) for t in out):
+        raise ConfigError(f"{type(env).__name__}.tools() must return connectors.Tool objects, got {out!r:.120}")
+    return out
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from sqlalchemy import (
     update,
 )
 
-from connectors import ConfigError
+from connectors import ConfigError, ToolCall
 from connectors.db import check_chars
 from evolve.envs.tasks import MAX_TASK_ID
 from evolve.episode import Episode, Step
+from evolve.tools.runs import ToolRun
 
 MAX_RUN = 200
 """The most characters in a run's name (``<run>@<tenant>`` included): the run columns are VARCHAR(200)."""
@@ -206,18 +207,45 @@ def check_run(run: object) -> str:
 
 
 def steps_to_json(steps: Sequence[Step]) -> str:
-    """What a row keeps of the steps: agent, output, recall id and namespace, and turn (messages are not stored)."""
-    return json.dumps([
-        {"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "namespace": s.recall_namespace, "turn": s.turn}
-        for s in steps
-    ])  # fmt: skip
+    """What a row keeps of the steps: agent, output, recall id and namespace, turn, and a tool-using
+    agent's calls (name, arguments, id, result, ok) and unusable calls (messages are not stored)."""
+    out = []
+    for s in steps:
+        row: dict[str, Any] = {"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "namespace": s.recall_namespace, "turn": s.turn}  # fmt: skip
+        if s.calls:
+            row["calls"] = [
+                {
+                    "name": r.call.name,
+                    "arguments": dict(r.call.arguments),
+                    "id": r.call.id,
+                    "result": r.result,
+                    "ok": r.ok,
+                }
+                for r in s.calls
+            ]
+        if s.problems:
+            row["problems"] = list(s.problems)
+        out.append(row)
+    return json.dumps(out, ensure_ascii=False, default=str)
 
 
 def steps_from_json(text: str) -> tuple[Step, ...]:
     """The steps ``steps_to_json`` stored, without their messages (rows written before the recall's
-    namespace was kept have none)."""
+    namespace or the tool calls were kept have none)."""
     return tuple(
-        Step(s["agent"], (), s["output"], recall_id=s["recall_id"], turn=s["turn"], recall_namespace=s.get("namespace"))
+        Step(
+            s["agent"],
+            (),
+            s["output"],
+            recall_id=s["recall_id"],
+            turn=s["turn"],
+            recall_namespace=s.get("namespace"),
+            calls=tuple(
+                ToolRun(ToolCall(c["name"], c["arguments"], id=c["id"]), c["result"], c["ok"])
+                for c in s.get("calls", ())
+            ),
+            problems=tuple(s.get("problems", ())),
+        )  # fmt: skip
         for s in json.loads(text)
     )
 
