@@ -239,13 +239,13 @@ class LocalChat:
         """
         params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
 
-        def generate(batch: list[list[Message]]) -> list[Completion]:
+        def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
             out: list[Completion] = []
             with self._lock:
                 self._ensure_loaded()
                 generator = self._generator(params)
                 for start in range(0, len(batch), self.batch_size):
-                    out.extend(self._generate(batch[start : start + self.batch_size], params, generator))
+                    out.extend(self._generate(batch[start : start + self.batch_size], params, generator, prefill))
             return out
 
         return prompted_batch(generate, prompts, tools, tool_choice, tools_each)
@@ -333,13 +333,16 @@ class LocalChat:
         return render_prompt(self._tokenizer, messages)
 
     def _generate(
-        self, batch: Sequence[Sequence[Message]], params: GenerationParams, generator: Any
+        self, batch: Sequence[Sequence[Message]], params: GenerationParams, generator: Any, prefill: str = ""
     ) -> list[Completion]:
+        """Answers for one chunk; ``prefill`` is written at the start of every answer, which the model
+        continues (the returned text leaves it out)."""
         import torch
         from transformers import GenerationConfig
 
         tok, model = self._tokenizer, self._model
-        enc = tok([self._render(m) for m in batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        texts = [self._render(m) + prefill for m in batch]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = enc.to(self.device)
         eos_ids = _eos_token_ids(model, tok)
         end_ids = eos_ids | {tok.pad_token_id}  # finished rows are padded; the first of either ends the answer

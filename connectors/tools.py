@@ -287,12 +287,9 @@ def _from_python(body: str, known: set[str]) -> list[tuple[str, dict[str, Any]] 
     start = next((m for m in _CALL.finditer(body) if m.group(2) in known or "=" in m.group(3)), None)
     if start is None:
         return []
-    end = max(body.rfind(")"), body.rfind("]"))
-    span = body[start.start() : end + 1] if end > start.start() else body[start.start() :]
-    try:
-        tree = ast.parse(span.strip(), mode="eval").body
-    except SyntaxError:
-        return [f"a tool call in Python syntax that cannot be parsed: {span[:80]}"]
+    tree = _longest_expression(body, start.start())
+    if tree is None:
+        return [f"a tool call in Python syntax that cannot be parsed: {body[start.start() :][:80]}"]
     nodes = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
     out: list[tuple[str, dict[str, Any]] | str] = []
     for node in nodes:
@@ -311,6 +308,18 @@ def _from_python(body: str, known: set[str]) -> list[tuple[str, dict[str, Any]] 
             continue
         out.append((name, args))
     return out
+
+
+def _longest_expression(body: str, start: int) -> ast.expr | None:
+    """The longest Python expression starting at ``start`` and ending at a ``)`` or ``]``: the calls,
+    without the prose a model may write after them (which can hold brackets of its own)."""
+    ends = sorted((i for i, ch in enumerate(body) if ch in ")]" and i > start), reverse=True)
+    for end in ends[:64]:  # a reply is short; a pathological one is not worth more attempts
+        try:
+            return ast.parse(body[start : end + 1].strip(), mode="eval").body
+        except SyntaxError:
+            continue
+    return None
 
 
 def _dotted(node: ast.expr) -> str | None:

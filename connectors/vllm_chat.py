@@ -184,13 +184,13 @@ class VLLMChat:
         """
         params = generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter)
 
-        def generate(batch: list[list[Message]]) -> list[Completion]:
+        def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
             if not batch:
                 return []
             with self._lock:
                 self._ensure_loaded()
                 request = self._lora_request(adapter)
-                ids = [self._encode(m) for m in batch]
+                ids = [self._encode(m, prefill) for m in batch]
                 sampling = self._sampling(params, len(batch))
                 try:
                     outputs = self._llm.generate(
@@ -238,10 +238,11 @@ class VLLMChat:
         self._tokenizer = self._llm.get_tokenizer()
         log.info("loaded %s from %s on vLLM (LoRA %s)", self.name, folder, "on" if self.enable_lora else "off")
 
-    def _encode(self, messages: Sequence[Message]) -> list[int]:
+    def _encode(self, messages: Sequence[Message], prefill: str = "") -> list[int]:
+        """The prompt's token ids; ``prefill`` starts the answer, which the model continues."""
         if not messages:
             raise ConfigError(f"{self.name}: a prompt needs at least one message")
-        text = render_prompt(self._tokenizer, messages)
+        text = render_prompt(self._tokenizer, messages) + prefill
         return [int(t) for t in self._tokenizer(text, add_special_tokens=False)["input_ids"]]
 
     def _lora_request(self, adapter: str | None) -> Any:

@@ -8,7 +8,7 @@ import pytest
 
 from connectors import ConfigError, Message, Tool, ToolCall
 from connectors.local_chat import LocalChat
-from connectors.prompted_tools import prompted_batch, render
+from connectors.prompted_tools import PREFILL, prompted_batch, render
 from connectors.types import Completion
 
 
@@ -34,7 +34,7 @@ CONVERSATION = [
 def replies(*texts: str):  # type: ignore[no-untyped-def]
     seen: list[list[Message]] = []
 
-    def generate(batch: list[list[Message]]) -> list[Completion]:
+    def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
         seen.extend(batch)
         return [Completion(texts[i % len(texts)], "fake/local") for i in range(len(batch))]
 
@@ -63,6 +63,26 @@ def test_calls_are_read_back_and_answers_and_bad_calls_stay_what_they_are() -> N
     assert answered.tool_calls == () and answered.tool_problems == () and answered.text == "The code is 4471."
     assert bad.tool_calls == () and "'site' is a required property" in bad.tool_problems[0]
     assert "You can call these functions" in seen[0][0].content
+
+
+def test_a_required_call_starts_the_answer_and_the_example_uses_the_real_tool() -> None:
+    prefills: list[str] = []
+
+    def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
+        prefills.append(prefill)
+        return [
+            Completion("lookup_code(site='Quai 7')]\n\nThe code is found (see above).", "fake/local") for _ in batch
+        ]
+
+    other = Tool("open_door", "Open a door.", {"type": "object", "properties": {"door": {"type": "string"}}})
+    required, plain = prompted_batch(generate, [CONVERSATION[:2]] * 2, None, "required", tools_each=[[TOOL], []])
+    assert prefills == ["", PREFILL]  # only the prompt with tools is primed
+    assert required.text.startswith("[lookup_code(") and required.tool_calls == (
+        ToolCall("lookup_code", {"site": "Quai 7"}, id="call_1"),
+    )  # the prose after the call, brackets and all, is not part of it
+    assert plain.tool_calls == () and plain.text.startswith("lookup_code(")
+    assert "[lookup_code(site=...)]" in render(CONVERSATION[:2], [TOOL], "auto")[0].content
+    assert "function_name" not in render(CONVERSATION[:2], [other, TOOL], "auto")[0].content
 
 
 def test_without_tools_nothing_is_described_but_tool_turns_still_become_text() -> None:

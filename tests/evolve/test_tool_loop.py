@@ -157,7 +157,7 @@ class BatchingBackend:
         return self.complete_batch([messages], **params)[0]
 
     def complete_batch(self, prompts: Sequence[Sequence[Message]], **params: Any) -> list[Completion]:
-        def generate(batch: list[list[Message]]) -> list[Completion]:
+        def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
             self.batches.append(batch)
             return [Completion("plain answer", self.name) for _ in batch]
 
