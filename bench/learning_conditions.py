@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -70,6 +70,7 @@ class EnvSpec:
         env_factory: ``tasks -> (() -> Environment)`` for the ``Evolver``.
         quick_skip: conditions this environment runs in the full profile only (too slow for quick).
         note: one line for the report (where the tasks come from, what counts as success).
+        agent_params: more of the solver's call parameters (``tool_choice`` for a tool-calling family).
 
     Example:
         >>> EnvSpec(name="toy", tasks=lambda n: [Task(id="a", prompt="2+2?", answer="4")], system="Answer.",
@@ -86,6 +87,7 @@ class EnvSpec:
     env_factory: Callable[[Sequence[Task]], Callable[[], Environment]] = task_env_factory
     quick_skip: tuple[str, ...] = ()
     note: str = ""
+    agent_params: Mapping[str, Any] = field(default_factory=dict)
 
 
 def bundled_env(name: str) -> EnvSpec:
@@ -375,7 +377,7 @@ def build_evolver(
     store = None
     if config is not None:
         store = MemoryStore(url, embedder=embedder, config=config, seed=seed)
-    params = {"max_tokens": env.max_tokens, "temperature": cond.temperature, "seed": seed}
+    params = {**env.agent_params, "max_tokens": env.max_tokens, "temperature": cond.temperature, "seed": seed}
     agent = Agent("solver", chat, system=env.system, memory=MemoryView(store) if store else None, params=params)
     team = Team([agent])
     engine = store.engine if store is not None else make_engine(url)

@@ -33,6 +33,7 @@ team = Team([Agent("solver", load_chat("fake/scripted", replies=["4471"]), syste
 EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "from connectors import HashEmbedder, load_chat": ("", []),
     "from connectors import Tool, parse_tool_calls": ("", []),
+    "from connectors import Tool, load_chat": ("", []),
     "from connectors import load_embedder": (
         'task_texts = ["fix the failing date parser", "sort a list", "parse an ISO date", "book a flight"]',
         [("trajectory=...", 'trajectory="parsed with fromisoformat"'), ("feedback=...", 'feedback="passed"')],
