@@ -71,6 +71,7 @@ class EnvSpec:
         quick_skip: conditions this environment runs in the full profile only (too slow for quick).
         note: one line for the report (where the tasks come from, what counts as success).
         agent_params: more of the solver's call parameters (``tool_choice`` for a tool-calling family).
+        tool_rounds: the solver's tool-loop budget (model calls per turn) when the environment gives tools.
 
     Example:
         >>> EnvSpec(name="toy", tasks=lambda n: [Task(id="a", prompt="2+2?", answer="4")], system="Answer.",
@@ -88,6 +89,7 @@ class EnvSpec:
     quick_skip: tuple[str, ...] = ()
     note: str = ""
     agent_params: Mapping[str, Any] = field(default_factory=dict)
+    tool_rounds: int = 4
 
 
 def bundled_env(name: str) -> EnvSpec:
@@ -378,7 +380,8 @@ def build_evolver(
     if config is not None:
         store = MemoryStore(url, embedder=embedder, config=config, seed=seed)
     params = {**env.agent_params, "max_tokens": env.max_tokens, "temperature": cond.temperature, "seed": seed}
-    agent = Agent("solver", chat, system=env.system, memory=MemoryView(store) if store else None, params=params)
+    memory = MemoryView(store) if store else None
+    agent = Agent("solver", chat, system=env.system, memory=memory, params=params, tool_rounds=env.tool_rounds)
     team = Team([agent])
     engine = store.engine if store is not None else make_engine(url)
     factory = env.env_factory(tasks)

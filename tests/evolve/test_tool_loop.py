@@ -152,6 +152,7 @@ class BatchingBackend:
 
     def __init__(self) -> None:
         self.batches: list[list[list[Message]]] = []
+        self.prefills: list[str] = []
 
     def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         return self.complete_batch([messages], **params)[0]
@@ -159,6 +160,7 @@ class BatchingBackend:
     def complete_batch(self, prompts: Sequence[Sequence[Message]], **params: Any) -> list[Completion]:
         def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
             self.batches.append(batch)
+            self.prefills.append(prefill)
             return [Completion("plain answer", self.name) for _ in batch]
 
         return prompted_batch(
@@ -173,10 +175,11 @@ def test_each_observation_gets_its_own_tools_in_one_batch() -> None:
     agent = Agent("solver", ChatClient(backend))
     own = [[Tool("alpha_lookup", "A.", {"type": "object"})], [Tool("beta_lookup", "B.", {"type": "object"})]]
 
-    acts = Team([agent]).act(["first?", "second?"], tools=own)
+    acts = Team([agent]).act(["first?", "second?"], tools=own, params={"tool_choice": "required"})
 
-    assert [a.answer for a in acts] == ["plain answer", "plain answer"]
+    assert [a.answer for a in acts] == ["[plain answer", "[plain answer"]  # tool_choice reached the backend
     [batch] = backend.batches  # one generate call for both prompts
+    assert backend.prefills == ["["]
     assert "alpha_lookup" in batch[0][0].content and "beta_lookup" not in batch[0][0].content
     assert "beta_lookup" in batch[1][0].content and "alpha_lookup" not in batch[1][0].content
 
