@@ -41,7 +41,7 @@ from bench.learning_conditions import BY_NAME, Condition, EnvSpec, OptimizerSett
 from bench.learning_report import cell_metrics, plot_env, seed_cell
 from connectors import ChatClient, ConfigError, Embedder, Environment, load_embedder
 from evolve import Task
-from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv, multi_turn_tasks
+from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv
 from evolve.envs.bfcl.single import BfclEnv, bfcl_tasks
 from evolve.figures import paired_interval, seed_interval
 from memory import RetrievalConfig
@@ -160,6 +160,7 @@ def run_seed(
             e for i in range(0, len(test), batch_size) for e in evolver.run_batch(test[i : i + batch_size], epochs + 1)
         ]
         transfer = [e.reward for e in episodes]
+        stored_after_test = len(store.items()) if store is not None else 0  # frozen: the test tasks add nothing
     finally:
         if store is not None:
             store.close()
@@ -177,6 +178,7 @@ def run_seed(
         "episode_tokens": sum(m.tokens for m in rounds),
         "prompt_updates": sum(m.prompt_updates for m in rounds),
         "memory_size": rounds[-1].memory_size,
+        "memory_after_test": stored_after_test,
         "errors": sum(m.errors for m in rounds),
         "prompt_notes": [m.prompt_note for m in rounds if m.prompt_note],
         "train_seconds": round(train_seconds, 1),

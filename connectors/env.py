@@ -22,7 +22,14 @@ class Observation:
 
 @runtime_checkable
 class Environment(Protocol):
-    """A task environment. ``task`` is whatever the environment's task set holds (usually a dict)."""
+    """A task environment. ``task`` is whatever the environment's task set holds (usually a dict).
+
+    An environment may also offer ``tools() -> list[Tool]``: the tools of the episode the last ``reset``
+    started, which the loop gives the team's final agent. A tool without ``fn`` is only described: the
+    agent's calls are its answer, written ``[name(arg=value), ...]`` for ``step`` to check (BFCL); one
+    with ``fn`` runs in the agent's tool loop (BFCL's multi-turn APIs). The method stays optional: the
+    protocol is ``reset`` and ``step``.
+    """
 
     def reset(self, task: Any) -> str: ...
 
