@@ -1,8 +1,9 @@
 """`python -m bench [--profile quick|full] [--only NAME ...]`: every benchmark, one after another.
 
-The quick profile (what `make bench` runs) keeps to about 20 minutes on a 2-core CPU machine: the memory
+The quick profile (what `make bench` runs) keeps to about 35 minutes on a 2-core CPU machine: the memory
 engine at 10k/100k/1M items, the loop's overhead, the learning conditions on the bundled families and
-TextWorld with the local model, and the tiny MARFT relay. The full profile (`make bench FULL=1`) adds
+TextWorld with the local model, learning on BFCL (two categories, one seed: about 14 minutes), and the
+tiny MARFT relay. The full profile (`make bench FULL=1`) adds
 more queries and index types, HumanEval and CHAMP, more epochs, prompt evolution, MARFT on SmolLM2 and,
 when a CUDA GPU is present, the GPU measurements.
 
@@ -40,6 +41,7 @@ BENCHES = (
     Bench("memory_speed", ("quick", "full"), takes_profile=True),
     Bench("loop_overhead", ("quick", "full"), takes_profile=True),
     Bench("learning", ("quick", "full"), takes_profile=True),
+    Bench("bfcl_learning", ("quick", "full"), takes_profile=True),
     Bench("marft_relay", ("quick", "full")),
     Bench("prompt_evolution", ("full",)),
     Bench("marft_smollm2", ("full",)),

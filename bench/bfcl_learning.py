@@ -66,13 +66,13 @@ class Profile:
 
 
 PROFILES = {
-    # make bench: two categories, the three memory conditions, one seed (about 10 minutes on 2 cores)
+    # make bench: two categories, the three memory conditions, one seed (about 14 minutes on 2 cores)
     "quick": Profile(
         categories=("simple_python", "multiple"),
         conditions=("no_memory", "similarity", "q_memory"),
         epochs=3,
-        train=12,
-        test=12,
+        train=8,
+        test=8,
         seeds=1,
     ),
     "full": Profile(categories=CATEGORIES, conditions=CONDITIONS, epochs=3, train=32, test=32, seeds=3),
