@@ -40,6 +40,7 @@ from bench.learning import load_model
 from bench.learning_conditions import BY_NAME, Condition, EnvSpec, OptimizerSettings, build_evolver, pick
 from bench.learning_report import cell_metrics, plot_env, seed_cell
 from connectors import ChatClient, ConfigError, Embedder, Environment, load_embedder
+from connectors.prompted_tools import call_text
 from evolve import Task
 from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv
 from evolve.envs.bfcl.single import BfclEnv, bfcl_tasks
@@ -164,8 +165,17 @@ def run_seed(
     finally:
         if store is not None:
             store.close()
-    samples = [
-        {"task_id": e.task_id, "prompt": e.prompt, "answer": e.answer, "reward": e.reward, "feedback": e.feedback}
+    samples = [  # transcripts for the report: what the agent called and said, and what BFCL answered
+        {
+            "task_id": e.task_id,
+            "prompt": e.prompt,
+            "reward": e.reward,
+            "feedback": e.feedback,
+            "turns": [
+                {"calls": [f"{call_text(r.call)} -> {r.result[:120]}" for r in st.calls], "said": st.output}
+                for st in e.steps
+            ],
+        }  # fmt: skip
         for e in episodes[:3]
     ]
     return {
@@ -275,7 +285,8 @@ def markdown(result: dict[str, Any]) -> str:
                 lines.append(f"- {treatment} − {baseline}: " + "; ".join(parts))
         sample = next(iter(cells.values()))["per_seed"][0]["test_samples"][:1]
         for x in sample:
-            lines += ["", f"Sample test answer ({x['task_id']}): `{x['answer'][:160]}` → {x['feedback'][:200]}"]
+            said = " / ".join(t["said"][:120] for t in x["turns"])
+            lines += ["", f"Sample test answer ({x['task_id']}): `{said}` → {x['feedback'][:200]}"]
     return "\n".join(lines) + "\n"
 
 
