@@ -31,7 +31,7 @@ from connectors.tools import Tool
 from evolve.envs.bfcl.ast_check import Call, calls_text, check_calls, decode_answer, reference_calls
 from evolve.envs.bfcl.data import read_rows, tool_of
 from evolve.envs.bfcl.decode import NO_CALL
-from evolve.envs.tasks import CHECKERS, Task, register_checker
+from evolve.envs.tasks import CHECKERS, Task, TaskEnv, register_checker
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def check_task(task: Task, answer: str) -> tuple[float, str]:
     return graded.reward, f"{graded.error}." if graded.error else ""
 
 
-class BfclEnv:
+class BfclEnv(TaskEnv):
     """An ``Environment`` over BFCL single-turn tasks whose episode also has ``tools()``.
 
     ``reset(task)`` returns the question; ``tools()`` the row's functions as ``Tool``s with no ``fn``
@@ -138,32 +138,17 @@ class BfclEnv:
 
     def __init__(self, tasks: Sequence[Task]) -> None:
         register()
-        self.tasks: list[Task] = list(tasks)
-        self._by_id: dict[str, Task] = {}
-        for task in self.tasks:
+        for task in tasks:
             if not isinstance(task, Task) or not {"functions", "ground_truth", "category"} <= set(task.meta):
                 raise ConfigError(f"BfclEnv takes tasks from bfcl_tasks(...), got {task!r:.120}")
-            if task.id in self._by_id:
-                raise ConfigError(f"duplicate task id {task.id!r} in the tasks given to BfclEnv")
-            self._by_id[task.id] = task
-        self._current: Task | None = None
+        super().__init__(tasks)  # ids checked unique; len() and get(id) as TaskEnv's
         self._episode: Task | None = None
         self._tools: dict[str, list[Tool]] = {}
 
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def get(self, task_id: str) -> Task:
-        """The task with this id; ConfigError naming some known ids otherwise."""
-        try:
-            return self._by_id[task_id]
-        except KeyError:
-            known = ", ".join(repr(k) for k in list(self._by_id)[:5]) or "none"
-            raise ConfigError(f"unknown task id {task_id!r}; known ids include {known}") from None
-
-    def reset(self, task: Task | str) -> str:
-        """Start an episode on ``task`` (one of this env's tasks, or its id); returns the question."""
-        chosen = self.get(task if isinstance(task, str) else getattr(task, "id", ""))
+    def reset(self, task: Task | Mapping[str, Any] | str) -> str:
+        """Start an episode on ``task`` (one of this env's tasks, its id, or its dict); returns the question."""
+        key = task if isinstance(task, str) else task.get("id", "") if isinstance(task, Mapping) else task.id
+        chosen = self.get(str(key))
         self._current = self._episode = chosen
         return chosen.prompt
 

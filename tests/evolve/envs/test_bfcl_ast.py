@@ -17,7 +17,7 @@ from evolve.envs.bfcl.decode import NO_CALL, decode_answer
 from evolve.envs.bfcl.single import SINGLE_TURN, BfclEnv, bfcl_tasks, prompt_of
 from evolve.envs.tasks import Task, TaskEnv
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
 UNANSWERABLE = {"live_simple_106-63-0", "live_simple_112-68-0"}
 """Rows whose possible answer lists no allowed value for an argument (``[]``): no call passes BFCL's check."""
 
