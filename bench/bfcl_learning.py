@@ -42,7 +42,7 @@ from bench.learning_report import cell_metrics, plot_env, seed_cell
 from connectors import ChatClient, ConfigError, Embedder, Environment, load_embedder
 from connectors.prompted_tools import call_text
 from evolve import Task
-from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv
+from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv, multi_turn_tasks
 from evolve.envs.bfcl.single import BfclEnv, bfcl_tasks
 from evolve.figures import paired_interval, seed_interval
 from memory import RetrievalConfig
@@ -204,7 +204,7 @@ def run_category(
     category: str, profile: Profile, *, chat: ChatClient, embedder: Embedder, folder: Path, batch_size: int
 ) -> dict[str, Any]:
     """Every condition of the profile on one category, over its seeds (the same splits for every condition)."""
-    everything = bfcl_tasks(category)
+    everything = multi_turn_tasks() if category == "multi_turn_base" else bfcl_tasks(category)
     env = category_env(category, everything)
     seeds = list(range(profile.seeds))
     splits = {seed: split(everything, profile.train, profile.test, seed) for seed in seeds}
