@@ -2,7 +2,7 @@
 
 The quick profile (what `make bench` runs) keeps to about 35 minutes on a 2-core CPU machine: the memory
 engine at 10k/100k/1M items, the loop's overhead, the learning conditions on the bundled families and
-TextWorld with the local model, learning on BFCL (two categories, one seed: about 14 minutes), and the
+TextWorld with the local model, learning on BFCL (two categories, one seed: 15 minutes), and the
 tiny MARFT relay. The full profile (`make bench FULL=1`) adds
 more queries and index types, HumanEval and CHAMP, more epochs, prompt evolution, MARFT on SmolLM2 and,
 when a CUDA GPU is present, the GPU measurements.
