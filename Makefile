@@ -64,7 +64,7 @@ test-vllm: $(VLLM_VENV)/.installed
 		tests/optimizers/marft/test_vllm_engine.py tests/connectors/test_vllm_chat.py tests/evolve/test_vllm_server.py $(PYTEST_ARGS)
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VLLM_VENV)/bin/python -m bench.vllm_server
 
-# Quick profile (about 35 minutes on 2 CPU cores, BFCL learning included: 15); `make bench FULL=1` runs everything. See bench/__main__.py.
+# Quick profile (about 31 minutes on 2 CPU cores, 15 of them learning on BFCL); `make bench FULL=1` runs everything. See bench/__main__.py.
 bench: $(STAMP) $(BFCL)
 	$(BIN)/python -m bench --profile $(if $(FULL),full,quick)
 

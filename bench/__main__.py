@@ -1,6 +1,6 @@
 """`python -m bench [--profile quick|full] [--only NAME ...]`: every benchmark, one after another.
 
-The quick profile (what `make bench` runs) keeps to about 35 minutes on a 2-core CPU machine: the memory
+The quick profile (what `make bench` runs) keeps to about 31 minutes on a 2-core CPU machine: the memory
 engine at 10k/100k/1M items, the loop's overhead, the learning conditions on the bundled families and
 TextWorld with the local model, learning on BFCL (two categories, one seed: 15 minutes), and the
 tiny MARFT relay. The full profile (`make bench FULL=1`) adds
