@@ -302,8 +302,8 @@ class ChatClient:
         """The backend's answers; ``each`` holds every prompt's own parameters (its tools) when given."""
         batch_fn = getattr(self.backend, "complete_batch", None)
         if each is not None and batch_fn is not None and getattr(self.backend, "tools_each", False) is True:
-            given = {k: v for k, v in params.items() if k != "tools"}  # tool_choice stays: it applies to every prompt
-            result = list(batch_fn(batch, tools_each=[p.get("tools", []) for p in each], **given))
+            # params hold no tools (_per_prompt refuses both); tool_choice stays: it applies to every prompt
+            result = list(batch_fn(batch, tools_each=[p.get("tools", []) for p in each], **params))
         elif each is not None:
             result = [self.backend.complete(m, **p) for m, p in zip(batch, each, strict=True)]
         elif batch_fn is not None and len(batch) > 1:
