@@ -3,7 +3,8 @@
 The load below holds SQLite's write lock for several times the other processes' busy timeout in all;
 in one transaction every recall and reinforce meanwhile failed with "database is locked". The busy
 timeout here is 1.5 s so that the check can fail (the store's own is 30 s); the chunks are fixed and
-small so that a machine slowed by other work does not make one commit outlast it (the sizing of the
+small (every chunk, not only the first: later ones were sized to take 0.8 s, and on a loaded CI machine
+one outlasted the 1.5 s) so that a slowed machine does not make one commit outlast it (the sizing of the
 chunks is checked on its own below).
 """
 

@@ -42,8 +42,9 @@ def _loader(url: str, rows: int, chunk: int | None, started: Any, done: Any, out
     from memory import store as store_module
     from memory.store import MemoryStore
 
-    if chunk is not None:
+    if chunk is not None:  # every chunk this size, not only the first (later ones are otherwise timed)
         store_module.BULK_CHUNK = chunk
+        store_module.chunk_size = lambda rows, seconds: chunk
     vecs = np.random.default_rng(7).standard_normal((rows, DIM)).astype(np.float32)
     texts = [(f"bulk memory {i}: route {i % 97} of depot {i % 13}", f"lesson {i}") for i in range(rows)]
     with MemoryStore(url, embedder=HashEmbedder(DIM)) as store:
@@ -95,8 +96,9 @@ def _one_round(store: Any, tag: int, i: int, waits: Waits) -> None:
 
 def contended_load(url: str, *, rows: int, workers: int = 2, chunk: int | None = None,
                    busy_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run the load against ``workers`` busy processes; what they saw. ``chunk`` overrides the store's
-    ``BULK_CHUNK`` and ``busy_ms`` the workers' busy timeout (both for tests of the mechanism)."""
+    """Run the load against ``workers`` busy processes; what they saw. ``chunk`` fixes the size of every
+    chunk (the store's ``BULK_CHUNK`` and ``chunk_size``) and ``busy_ms`` the workers' busy timeout (both
+    for tests of the mechanism)."""
     from connectors.embedders import HashEmbedder
     from memory.store import MemoryStore
 
