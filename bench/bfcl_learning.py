@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from bench.bfcl_splits import SPLITS, TEST_TASKS, split
 from bench.common import machine, merge_summary
 from bench.learning import load_model
 from bench.learning_conditions import BY_NAME, Condition, EnvSpec, OptimizerSettings, build_evolver, pick
@@ -64,6 +65,7 @@ class Profile:
     train: int
     test: int
     seeds: int
+    split: str = "unseen"
 
 
 PROFILES = {
@@ -119,16 +121,6 @@ def category_env(category: str, everything: Sequence[Task]) -> EnvSpec:
         tool_rounds=2,  # a call that cannot be read is told to the model once, then the answer stands
         note=f"BFCL v4 `{category}` (bfcl-eval); success = the calls pass BFCL's AST check.",
     )
-
-
-def split(tasks: Sequence[Task], train: int, test: int, seed: int) -> tuple[list[Task], list[Task]]:
-    """Disjoint train and test tasks drawn by ``seed``; ConfigError when the category has too few."""
-    if train < 1 or test < 1:
-        raise ConfigError(f"--train and --test must be >= 1, got {train} and {test}")
-    if train + test > len(tasks):
-        raise ConfigError(f"{train} train + {test} test tasks asked, but the category has {len(tasks)}")
-    order = np.random.default_rng(seed).permutation(len(tasks))
-    return [tasks[i] for i in order[:train]], [tasks[i] for i in order[train : train + test]]
 
 
 def run_seed(
@@ -207,7 +199,7 @@ def run_category(
     everything = multi_turn_tasks() if category == "multi_turn_base" else bfcl_tasks(category)
     env = category_env(category, everything)
     seeds = list(range(profile.seeds))
-    splits = {seed: split(everything, profile.train, profile.test, seed) for seed in seeds}
+    splits = {seed: split(everything, profile.train, profile.test, seed, profile.split) for seed in seeds}
     cells: dict[str, Any] = {}
     for name in profile.conditions:
         per_seed = []
@@ -239,12 +231,14 @@ def run_category(
 
 
 def summary_keys(result: dict[str, Any]) -> dict[str, float]:
-    """``learning_bfcl_<category>_<condition>_{last,cum,transfer}`` and their ``_mean``/``_ci_low``/``_ci_high``."""
+    """``learning_bfcl_<category>_<condition>_{last,cum,transfer}`` and their ``_mean``/``_ci_low``/``_ci_high``;
+    under the ``same_tools`` split only ``..._transfer_same_tools`` (its epochs repeat the other split's)."""
+    same_tools = result["settings"].get("split") == "same_tools"
     flat: dict[str, float] = {}
     for category, block in result["categories"].items():
         for cond, cell in block["conditions"].items():
-            for key in ("last", "cum", "transfer"):
-                name = f"learning_bfcl_{category}_{cond}_{key}"
+            for key in ("transfer",) if same_tools else ("last", "cum", "transfer"):
+                name = f"learning_bfcl_{category}_{cond}_{key}" + ("_same_tools" if same_tools else "")
                 iv = seed_interval(cell[f"{key}_per_seed"])
                 flat[name] = cell[key]
                 flat[f"{name}_mean"], flat[f"{name}_ci_low"], flat[f"{name}_ci_high"] = (
@@ -263,7 +257,8 @@ def markdown(result: dict[str, Any]) -> str:
         "# Learning on BFCL",
         "",
         f"Model `{s['model']}`, embedder `{s['embedder']}`; {s['epochs']} epochs over {s['train']} train tasks "
-        f"(MemRL: last, cum), then {s['test']} unseen test tasks with memory frozen (transfer); seeds {s['seeds']} "
+        f"(MemRL: last, cum), then {s['test']} {TEST_TASKS[s.get('split', 'unseen')]} with memory frozen (transfer); "
+        f"seeds {s['seeds']} "
         f"(95% intervals over seeds; paired differences). Profile `{s['profile']}`, {result['seconds']:.0f} s.",
     ]
     for category, block in result["categories"].items():
@@ -291,38 +286,71 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def run(
-    profile: Profile, *, name: str, chat: ChatClient, embedder: Embedder, model: str, out: Path, batch_size: int
+    profile: Profile,
+    *,
+    name: str,
+    chat: ChatClient,
+    embedder: Embedder,
+    model: str,
+    out: Path,
+    batch_size: int,
+    add: bool = False,
 ) -> dict[str, Any]:
-    """Every category of ``profile``; writes the report, plots and summary keys after each category."""
+    """Every category of ``profile``; writes the report, plots and summary keys after each category.
+    ``add`` keeps the other conditions of an earlier report of the same settings at ``out``."""
     started = time.perf_counter()
+    settings = {
+        "profile": name,
+        "model": model,
+        "embedder": embedder.name,
+        "epochs": profile.epochs,
+        "train": profile.train,
+        "test": profile.test,
+        "seeds": list(range(profile.seeds)),
+        "split": profile.split,
+    }
+    stem = "bfcl_learning" if profile.split == "unseen" else f"bfcl_learning_{profile.split}"
     result: dict[str, Any] = {
-        "settings": {
-            "profile": name,
-            "model": model,
-            "embedder": embedder.name,
-            "epochs": profile.epochs,
-            "train": profile.train,
-            "test": profile.test,
-            "seeds": list(range(profile.seeds)),
-        },  # fmt: skip
+        "settings": settings,
         "conditions": {c: BY_NAME[c].about for c in profile.conditions},
         "machine": machine(),
         "categories": {},
     }
+    earlier = earlier_report(out / f"{stem}.json", settings) if add else None
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="evolve-bench-bfcl-") as tmp:
         for category in profile.categories:
-            result["categories"][category] = run_category(
+            block = run_category(
                 category, profile, chat=chat, embedder=embedder, folder=Path(tmp), batch_size=batch_size
             )
+            if earlier is not None:
+                result["conditions"] = {**earlier["conditions"], **result["conditions"]}
+                before = earlier["categories"].get(category, {}).get("conditions", {})
+                block["conditions"] = {**before, **block["conditions"]}
+            result["categories"][category] = block
             result["seconds"] = round(time.perf_counter() - started, 1)
-            (out / "bfcl_learning.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-            (out / "bfcl_learning.md").write_text(markdown(result), encoding="utf-8")
-            plot_env(
-                f"bfcl_{category}", result["categories"][category]["conditions"], out / f"bfcl_learning_{category}.png"
-            )
+            if earlier is not None:
+                result["categories"] = {**earlier["categories"], **result["categories"]}
+                result["seconds"] += earlier.get("seconds", 0.0)
+            (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+            (out / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
+            plot_env(f"bfcl_{category}", block["conditions"], out / f"{stem}_{category}.png")
             merge_summary(out / "summary.json", summary_keys(result))
     return result
+
+
+def earlier_report(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The report at ``path`` that ``--add`` adds to; ConfigError when it is missing or ran other settings."""
+    if not path.exists():
+        raise ConfigError(f"--add: there is no earlier report at {path} to add to")
+    earlier: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    differ = [k for k in settings if k != "profile" and earlier["settings"].get(k, "unseen") != settings[k]]
+    if differ:
+        raise ConfigError(
+            f"--add: the report at {path} ran other settings ({', '.join(differ)}: "
+            f"{', '.join(repr(earlier['settings'].get(k)) for k in differ)}); run with the same ones or without --add"
+        )
+    return earlier
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -339,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--train", type=int, help="train tasks per seed (MemRL epochs run over them)")
     p.add_argument("--test", type=int, help="unseen test tasks per seed (transfer)")
     p.add_argument("--seeds", type=int, help="seeds per cell (3+ for claims)")
+    p.add_argument("--split", choices=SPLITS, default="unseen", help="test tasks: unseen ones, or new questions "
+                   "to the functions seen in training (same_tools)")  # fmt: skip
+    p.add_argument("--add", action="store_true", help="keep the other conditions of the earlier report (same settings)")
     p.add_argument("--model", default="local/smollm2", help="local/smollm2, openai/<name>, vllm/<path>, ...")
     p.add_argument("--base-url", help="an OpenAI-compatible server for --model openai/<name>")
     p.add_argument("--embedder", default="minilm")
@@ -357,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         train=args.train or base.train,
         test=args.test or base.test,
         seeds=args.seeds or base.seeds,
+        split=args.split,
     )
     chat = load_model(args.model, args.base_url, args.batch_size)
     embedder = load_embedder(args.embedder)
@@ -368,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         model=args.model,
         out=args.out,
         batch_size=args.batch_size,
+        add=args.add,
     )
     print(markdown(result))
     return result

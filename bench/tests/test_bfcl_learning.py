@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.bfcl_learning import Profile, run, split, summary_keys
+from bench.bfcl_learning import Profile, run, summary_keys
+from bench.bfcl_splits import called, split
 from connectors import ConfigError, HashEmbedder, Message, load_chat
 from evolve import bfcl_tasks
 
@@ -64,3 +65,38 @@ def test_splits_are_disjoint_per_seed_and_too_many_tasks_is_a_clear_error() -> N
     assert split(tasks, 5, 5, seed=1) != split(tasks, 5, 5, seed=2)
     with pytest.raises(ConfigError, match="the category has 200"):
         split(tasks, 150, 51, seed=0)
+
+
+def test_the_same_tools_split_asks_new_questions_to_the_functions_trained_on() -> None:
+    tasks = bfcl_tasks("simple_python")
+    train, test = split(tasks, 12, 12, seed=0, how="same_tools")
+    assert not {t.id for t in train} & {t.id for t in test}
+    assert sorted(map(called, train)) == sorted(map(called, test))  # every test function was seen once in training
+    assert split(tasks, 12, 12, seed=1, how="same_tools") != (train, test)
+    with pytest.raises(ConfigError, match="the category has 7"):
+        split(bfcl_tasks("multiple"), 8, 8, seed=0, how="same_tools")  # only 7 functions are called twice there
+    with pytest.raises(ConfigError, match="unknown split 'seen'"):
+        split(tasks, 2, 2, seed=0, how="seen")
+
+
+def test_add_keeps_the_earlier_conditions_and_refuses_other_settings(tmp_path: Path) -> None:
+    chat = load_chat("fake/scripted", replies=copier)
+    first = Profile(categories=("simple_python",), conditions=("no_memory",), epochs=1, train=2, test=2, seeds=2,
+                    split="same_tools")  # fmt: skip
+    later = Profile(**{**first.__dict__, "conditions": ("q_memory",)})
+    go = {"name": "test", "chat": chat, "embedder": HashEmbedder(), "model": "fake/scripted", "out": tmp_path,
+          "batch_size": 4}  # fmt: skip
+
+    run(first, **go)
+    result = run(later, **go, add=True)
+
+    assert list(result["categories"]["simple_python"]["conditions"]) == ["no_memory", "q_memory"]
+    saved = json.loads((tmp_path / "bfcl_learning_same_tools.json").read_text())
+    assert saved["categories"] == json.loads(json.dumps(result["categories"]))
+    keys = json.loads((tmp_path / "summary.json").read_text())
+    assert "learning_bfcl_simple_python_no_memory_transfer_same_tools_ci_low" in keys
+    assert "learning_bfcl_simple_python_q_memory_last" not in keys  # this split reports transfer only
+    with pytest.raises(ConfigError, match="ran other settings"):
+        run(Profile(**{**later.__dict__, "epochs": 2}), **go, add=True)
+    with pytest.raises(ConfigError, match="no earlier report"):
+        run(Profile(**{**later.__dict__, "split": "unseen"}), **go, add=True)
