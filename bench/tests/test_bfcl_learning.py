@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,11 +85,13 @@ def test_add_keeps_the_earlier_conditions_and_refuses_other_settings(tmp_path: P
     first = Profile(categories=("simple_python",), conditions=("no_memory",), epochs=1, train=2, test=2, seeds=2,
                     split="same_tools")  # fmt: skip
     later = Profile(**{**first.__dict__, "conditions": ("q_memory",)})
-    go = {"name": "test", "chat": chat, "embedder": HashEmbedder(), "model": "fake/scripted", "out": tmp_path,
-          "batch_size": 4}  # fmt: skip
 
-    run(first, **go)
-    result = run(later, **go, add=True)
+    def go(profile: Profile, add: bool = False) -> dict[str, Any]:
+        return run(profile, name="test", chat=chat, embedder=HashEmbedder(), model="fake/scripted", out=tmp_path,
+                   batch_size=4, add=add)  # fmt: skip
+
+    go(first)
+    result = go(later, add=True)
 
     assert list(result["categories"]["simple_python"]["conditions"]) == ["no_memory", "q_memory"]
     saved = json.loads((tmp_path / "bfcl_learning_same_tools.json").read_text())
@@ -97,6 +100,6 @@ def test_add_keeps_the_earlier_conditions_and_refuses_other_settings(tmp_path: P
     assert "learning_bfcl_simple_python_no_memory_transfer_same_tools_ci_low" in keys
     assert "learning_bfcl_simple_python_q_memory_last" not in keys  # this split reports transfer only
     with pytest.raises(ConfigError, match="ran other settings"):
-        run(Profile(**{**later.__dict__, "epochs": 2}), **go, add=True)
+        go(Profile(**{**later.__dict__, "epochs": 2}), add=True)
     with pytest.raises(ConfigError, match="no earlier report"):
-        run(Profile(**{**later.__dict__, "split": "unseen"}), **go, add=True)
+        go(Profile(**{**later.__dict__, "split": "unseen"}), add=True)
