@@ -8,7 +8,9 @@ Any app that speaks the OpenAI API talks to an evolved team by changing its base
 - ``POST /v1/feedback`` ``{"response_id", "score" (0..1), "comment"?, "key"?}`` reinforces exactly the
   memories that response recalled (once per idempotency key: the body's ``key`` or the
   ``Idempotency-Key`` header) and queues it for the prompt optimizer's next job;
-- ``GET /v1/models`` lists the one served model; ``GET /healthz`` (no key) is for liveness probes.
+- ``GET /v1/models`` lists the one served model (its id is the run's name, and ``model`` must name it:
+  anything else is a 404 ``model_not_found``, as OpenAI answers); ``GET /healthz`` (no key) is for
+  liveness probes.
 
 A bearer key maps to a tenant; each tenant has its own memories, prompts and responses. Errors use
 OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 401 for a missing or wrong key, 400
@@ -19,8 +21,15 @@ otherwise, 500 (logged, with a generic message) for anything else — never a tr
 Streaming is honest about what a team is: the team answers as a whole (its agents run in turn, and
 ``Deployment.answer`` returns the final text), so a streamed reply starts once the answer exists and
 then sends it in word-sized chunks. Every failure of the team is therefore a plain HTTP error with the
-right status; a failure after the first byte ends the stream with an error event. Tool calls, logprobs
-and response formats are not served (such fields are ignored, as unknown fields are); ``n`` > 1 is a 400.
+right status; a failure after the first byte ends the stream with an error event.
+
+A one-agent team serves the app's ``tools``: they are described to the agent, never run here, and its
+calls come back as OpenAI's ``tool_calls`` with ``finish_reason`` ``"tool_calls"`` (streamed as OpenAI
+streams them); ``tool_choice`` may be ``auto``, ``none``, ``required`` or a named function, and
+``parallel_tool_calls: false`` keeps an answer's first call. The conversation may go on with ``tool``
+messages. ``finish_reason`` is ``length`` when ``max_tokens`` cut the answer. A request without a
+``seed`` is sampled afresh. What cannot be served is a 400 that says so: tools for a team of several
+agents, ``logprobs``, a ``response_format`` other than text, ``n`` > 1.
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
 a TOML file (``--keys FILE``) with one table::
@@ -32,7 +41,7 @@ a TOML file (``--keys FILE``) with one table::
 Example:
     >>> # evolve serve data/facility_codes.toml --port 8000 --key sk-alice-3f9c=alice
     >>> # client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="sk-alice-3f9c")
-    >>> # client.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}])
+    >>> # client.chat.completions.create(model="facility-codes", messages=[{"role": "user", "content": "Hi"}])
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime, and the
@@ -46,12 +55,11 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING, Any
 
 from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
-from connectors import ConfigError, ConnectorError, EvolveError, Message, ProviderTimeout, RateLimited
+from apps.server_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
+from connectors import ConfigError, ConnectorError, EvolveError, ProviderTimeout, RateLimited
 from evolve.deploy.serving import Answer, Deployment, UnknownResponse
 from evolve.spec import check_tenant
 
@@ -60,140 +68,34 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "assistant"}
-
-
-# ---- request bodies (unknown fields are ignored: OpenAI clients send many) ------------------------------
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class ChatMessageIn(_Lenient):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _text_parts(cls, content: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
-        for part in content if isinstance(content, list) else []:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError(
-                    f"only text content parts ({{'type': 'text', 'text': ...}}) are served, got {part!r:.80}"
-                )
-        return content
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "\n".join(part["text"] for part in self.content)
-        return self.content or ""
-
-
-class StreamOptions(_Lenient):
-    include_usage: bool = False
-
-
-class ChatRequest(_Lenient):
-    model: str
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int | None = None
-    user: str | None = None
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int | None) -> int | None:
-        if n not in (None, 1):
-            raise ValueError(f"only n=1 is served (the team gives one answer per request), got {n}")
-        return n
-
-    def chat_messages(self) -> list[Message]:
-        """The conversation as Evolve messages: developer -> system, tool results -> assistant context."""
-        return [
-            Message(ROLE_MAP[m.role], f"[tool result] {m.text()}" if m.role == "tool" else m.text())  # type: ignore[arg-type]
-            for m in self.messages
-        ]
-
-    def params(self) -> dict[str, Any]:
-        """The sampling parameters the request set (``evolve.deploy.serving.REQUEST_PARAMS``)."""
-        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": max_tokens}
-        params |= {"seed": self.seed, "stop": self.stop}
-        return {k: v for k, v in params.items() if v is not None}
-
-
-class FeedbackRequest(_Lenient):
-    response_id: str = Field(min_length=1, max_length=64)
-    score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
-    comment: str = Field("", max_length=20_000)
-    key: str | None = Field(None, min_length=1, max_length=200)
-
-
-# ---- errors and bodies ------------------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """An HTTP error in OpenAI's shape."""
-
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None) -> None:  # fmt: skip
-        super().__init__(message)
-        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
-        self.headers: dict[str, str] = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-
-
-def validation_error(e: ValidationError | Any) -> ApiError:
-    """A 400 that names each offending field and what was expected (pydantic's or FastAPI's errors)."""
-    problems = e.errors()
-    if problems and problems[0].get("type") == "json_invalid":
-        return ApiError(400, "the request body is not valid JSON", code="invalid_json")
-    where = [field_path(p.get("loc", ())) for p in problems]
-    message = "; ".join(f"{w}: {p.get('msg', 'invalid')}" for w, p in zip(where, problems, strict=True))
-    return ApiError(400, f"invalid request: {message}", param=where[0] if where else None)
-
-
-def field_path(loc: Sequence[Any]) -> str:
-    """``("body", "messages", 0, "role")`` -> ``"messages[0].role"``."""
-    path = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc if x != "body").lstrip(".")
-    return path or "body"
-
-
-def parse(model: type[_Lenient], raw: bytes) -> Any:
-    """Validate a JSON body against ``model``; a malformed one is a 400 with a readable message."""
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        raise validation_error(e) from None
-
 
 def completion_body(answer: Answer, model: str) -> dict[str, Any]:
-    """The answer as an OpenAI ``chat.completion``, plus the ``evolve`` extension."""
-    message = {"role": "assistant", "content": answer.text, "refusal": None}
+    """The answer as an OpenAI ``chat.completion`` (tool calls in OpenAI's shape), plus the ``evolve`` extension."""
+    message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
+    if answer.tool_calls:
+        message |= {"content": None, "tool_calls": calls_body(answer)}
     return {
         "id": answer.id,
         "object": "chat.completion",
         "created": answer.created,
         "model": model,
         "system_fingerprint": answer.prompt_version or None,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": answer.finish_reason}],
         "usage": usage_body(answer),
         "evolve": evolve_extension(answer),
     }
+
+
+def calls_body(answer: Answer) -> list[dict[str, Any]]:
+    """The answer's tool calls as OpenAI writes them; a call without an id gets one from the response's."""
+    return [
+        {
+            "id": c.id or f"call_{answer.id.removeprefix('chatcmpl-')}_{i}",
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments_json()},
+        }  # fmt: skip
+        for i, c in enumerate(answer.tool_calls)
+    ]
 
 
 def usage_body(answer: Answer) -> dict[str, int]:
@@ -220,10 +122,18 @@ def chunk_events(answer: Answer, model: str, include_usage: bool) -> Iterator[di
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return {**head, "choices": [choice], **extra}
 
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in split_words(answer.text):
-        yield chunk({"content": piece})
-    yield {**chunk({}, "stop"), "evolve": evolve_extension(answer)}
+    if answer.tool_calls:  # as OpenAI streams calls: the id and name first, then the arguments
+        yield chunk({"role": "assistant", "content": None})
+        for i, call in enumerate(calls_body(answer)):
+            fn = call["function"]
+            yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                         "function": {"name": fn["name"], "arguments": ""}}]})  # fmt: skip
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+    else:
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in split_words(answer.text):
+            yield chunk({"content": piece})
+    yield {**chunk({}, answer.finish_reason), "evolve": evolve_extension(answer)}
     if include_usage:
         yield {**head, "choices": [], "usage": usage_body(answer)}
 
@@ -385,7 +295,17 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
     async def chat_completions(request: Request) -> Any:
         tenant = authorize(request)
         req: ChatRequest = parse(ChatRequest, await request.body())
-        answer = await run_in_threadpool(deployment.answer, req.chat_messages(), tenant=tenant, params=req.params())
+        if req.model != deployment.model_id:
+            raise ApiError(
+                404, f"the model {req.model!r:.80} is not served here; this server serves {deployment.model_id!r}",
+                code="model_not_found", param="model",
+            )  # fmt: skip
+        tools, choice = req.request_tools()
+        params = req.params() | ({"tool_choice": choice} if choice is not None else {})
+        answer = await run_in_threadpool(
+            deployment.answer, req.chat_messages(), tenant=tenant, params=params, tools=tools,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+        )  # fmt: skip
         if not req.stream:
             return completion_body(answer, req.model)
         usage = req.stream_options is not None and req.stream_options.include_usage

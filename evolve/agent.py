@@ -263,9 +263,10 @@ class Team:
                 rid, ns = (recall.id, recall.namespace) if recall is not None else (None, None)
                 if isinstance(result, Exchange):
                     step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns,
-                                tuple(result.runs), tuple(result.problems))  # fmt: skip
+                                tuple(result.runs), tuple(result.problems), result.finish)  # fmt: skip
                 else:
-                    step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns)
+                    step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns,
+                                finish=result.finish_reason)  # fmt: skip
                 outputs[i][name] = step.output
                 steps[i].append(step)
         return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]

@@ -22,7 +22,8 @@ class Step:
     """One agent's turn inside an episode: what it saw, what it said, which memories it recalled
     (``recall_id``, made in the memory namespace ``recall_namespace``), and for a tool-using agent the
     calls it made with their results (``calls``, in order) and the calls it wrote that could not be
-    used (``problems``). ``usage`` sums the turn's model calls.
+    used (``problems``). ``usage`` sums the turn's model calls; ``finish`` is why its last one ended
+    (``stop``, ``length`` when the token budget cut it, ``tool_calls`` when its calls are the answer).
     """
 
     agent: str
@@ -34,6 +35,7 @@ class Step:
     recall_namespace: str | None = None
     calls: tuple[ToolRun, ...] = ()
     problems: tuple[str, ...] = ()
+    finish: str | None = None
 
 
 @dataclass(frozen=True)

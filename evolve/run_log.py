@@ -208,7 +208,8 @@ def check_run(run: object) -> str:
 
 def steps_to_json(steps: Sequence[Step]) -> str:
     """What a row keeps of the steps: agent, output, recall id and namespace, turn, and a tool-using
-    agent's calls (name, arguments, id, result, ok) and unusable calls (messages are not stored)."""
+    agent's calls (name, arguments, id, result, ok), unusable calls and why the last model call ended
+    (messages are not stored)."""
     out = []
     for s in steps:
         row: dict[str, Any] = {"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "namespace": s.recall_namespace, "turn": s.turn}  # fmt: skip
@@ -225,6 +226,8 @@ def steps_to_json(steps: Sequence[Step]) -> str:
             ]
         if s.problems:
             row["problems"] = list(s.problems)
+        if s.finish is not None:
+            row["finish"] = s.finish
         out.append(row)
     return json.dumps(out, ensure_ascii=False, default=str)
 
@@ -245,6 +248,7 @@ def steps_from_json(text: str) -> tuple[Step, ...]:
                 for c in s.get("calls", ())
             ),
             problems=tuple(s.get("problems", ())),
+            finish=s.get("finish"),
         )  # fmt: skip
         for s in json.loads(text)
     )

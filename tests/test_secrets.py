@@ -35,7 +35,7 @@ def test_the_fake_upstream_really_echoes_the_key_so_the_probe_can_fail() -> None
                            http_client=httpx2.Client(transport=httpx2.MockTransport(upstream)))  # fmt: skip
     for status, word in ((401, "FAIL401"), (500, "FAIL500")):
         with pytest.raises(openai.APIStatusError) as caught:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": word}])
+            client.chat.completions.create(model="codes", messages=[{"role": "user", "content": word}])
         assert API_KEY in str(caught.value)  # the SDK's own error carries it ...
         ours = translate_error(caught.value, "openai/m", [API_KEY])
         assert API_KEY not in str(ours) and API_KEY not in repr(ours) and f"HTTP {status}" in str(ours)  # ... ours not
@@ -83,11 +83,11 @@ def test_serve_never_logs_or_echoes_bearer_keys(tmp_path: Path, caplog: pytest.L
     with caplog.at_level(logging.DEBUG), serving(write_serve_spec(tmp_path)) as served:
         for key in [*KEYS, wrong]:
             auth = {"Authorization": f"Bearer {key}"}
-            question = {"model": "m", "messages": [{"role": "user", "content": "Harbor door?"}]}
+            question = {"model": "codes", "messages": [{"role": "user", "content": "Harbor door?"}]}
             for path, body in (("/chat/completions", question), ("/feedback", {"response_id": "x", "score": 2})):
                 r = httpx2.post(f"{served.url}{path}", content=json.dumps(body), headers=auth, timeout=30)
                 bodies.append(r.text)
-            lunch = {"model": "m", "messages": [{"role": "user", "content": "lunch?"}]}  # the model fails: 502
+            lunch = {"model": "codes", "messages": [{"role": "user", "content": "lunch?"}]}  # the model fails: 502
             bodies.append(httpx2.post(f"{served.url}/chat/completions", json=lunch, headers=auth, timeout=30).text)
     assert any('"invalid_api_key"' in b for b in bodies) and any("upstream_error" in b for b in bodies)
     for secret in [*KEYS, wrong]:

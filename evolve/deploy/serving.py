@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import secrets
@@ -38,9 +39,10 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Usage, make_engine
+from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Tool, ToolCall, Usage, make_engine
 from connectors.db import check_chars
 from connectors.errors import same_kind
+from connectors.prompted_tools import call_text
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
 from evolve.deploy.feedback import reinforce_recalls
@@ -59,12 +61,14 @@ from evolve.evolver import centred
 from evolve.prompts.graph import PromptGraph
 from evolve.run_log import steps_to_json
 from evolve.spec import RunSpec
+from evolve.tools.loop import DESCRIBED
 from evolve.weights.escalation import weights_blocker
 from evolve.weights.switch import adapter_registry, attach_adapters
 from memory import MemoryStore
 
 # The parameters a request may set on the agents' calls; anything else is the deployment's business.
-REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop")
+REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice")
+TOOL_CHOICES = ("auto", "none", "required")
 
 
 class UnknownResponse(StoreError):
@@ -87,6 +91,21 @@ class Answer:
     def recall_ids(self) -> tuple[str, ...]:
         """The recalls the team made, in agent order: feedback reinforces their memories."""
         return tuple(s.recall_id for s in self.steps if s.recall_id is not None)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls the answering agent made to the request's tools: the app runs them."""
+        last = self.steps[-1] if self.steps else None
+        return tuple(r.call for r in last.calls if r.result == DESCRIBED) if last is not None else ()
+
+    @property
+    def finish_reason(self) -> str:
+        """Why the answer ended, in OpenAI's words: ``tool_calls``, ``length`` (the token budget cut it)
+        or ``stop``."""
+        if self.tool_calls:
+            return "tool_calls"
+        last = self.steps[-1].finish if self.steps else None
+        return "length" if last == "length" else "stop"
 
 
 @dataclass(frozen=True)
@@ -150,30 +169,44 @@ class Deployment:
         return team, head.id
 
     def answer(
-        self, messages: Sequence[Message], *, tenant: str | None = None, params: Mapping[str, Any] | None = None
+        self,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        tools: Sequence[Tool] | None = None,
+        parallel_tool_calls: bool = True,
     ) -> Answer:
         """Answer the conversation's last user message with the tenant's team; the answer is recorded.
 
+        ``tools`` are the app's: described to the answering agent, never run here; its calls to them are
+        the answer (``Answer.tool_calls``) and the app runs them; ``parallel_tool_calls=False`` keeps the
+        first call of an answer that made several. Only a one-agent team takes tools. Without
+        a ``seed`` each request samples afresh (the spec's seed would make every answer the same).
+
         Raises:
-            ConfigError: no user message, or a parameter the deployment does not take.
+            ConfigError: no user message, a parameter the deployment does not take, or tools for a
+                team of several agents.
             ConnectorError: the team's model failed (after its retries).
         """
         observation, query = conversation(messages)
-        extra = sorted(set(params or {}) - set(REQUEST_PARAMS))
+        given = {k: v for k, v in (params or {}).items() if v is not None}
+        extra = sorted(set(given) - set(REQUEST_PARAMS))
         if extra:
             raise ConfigError(f"unsupported parameters {extra}; a request may set {list(REQUEST_PARAMS)}")
         team, version = self.team(tenant)
-        act = team.act(
-            [observation], queries=[query], params={k: v for k, v in (params or {}).items() if v is not None}
-        )[0]
+        tools = check_request_tools(tools, given.get("tool_choice"), team)
+        given.setdefault("seed", secrets.randbelow(2**31))
+        act = team.act([observation], queries=[query], params=given, tools=None if tools is None else [tools])[0]
         if act.error is not None:
             raise same_kind(act.cause, f"the team could not answer: {act.error}")
-        usage = sum((s.usage for s in act.steps), Usage())
+        steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
+        usage = sum((s.usage for s in steps), Usage())
         answer = Answer(
             id=f"chatcmpl-{secrets.token_hex(12)}",
             run=self.run_name(tenant),
-            text=act.answer,
-            steps=act.steps,
+            text=steps[-1].output if steps else act.answer,
+            steps=steps,
             usage=usage,
             prompt_version=version,
             created=int(time.time()),
@@ -288,7 +321,7 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     if not context:
         return query, query
     instructions = [m.content for m in context if m.role == "system"]
-    turns = [f"{m.role}: {m.content}" for m in context if m.role != "system"]
+    turns = [turn_text(m) for m in context if m.role != "system"]
     parts = []
     if instructions:
         parts.append("Instructions from the app:\n" + "\n".join(instructions))
@@ -296,6 +329,45 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
         parts.append("Conversation so far:\n" + "\n".join(turns))
     parts.append(f"Reply to: {query}")
     return "\n\n".join(parts), query
+
+
+def turn_text(m: Message) -> str:
+    """One earlier turn as the observation quotes it: tool calls written out, tool results by call id."""
+    if m.role == "tool":
+        return f"tool result ({m.tool_call_id}): {m.content}"
+    calls = ", ".join(f"{call_text(c)} (call {c.id})" if c.id else call_text(c) for c in m.tool_calls)
+    said = " ".join(x for x in (m.content, f"[called {calls}]" if calls else "") if x)
+    return f"{m.role}: {said}"
+
+
+def first_call_only(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """The steps with the answering agent's calls to the app's tools cut to the first."""
+    last = steps[-1] if steps else None
+    described = [r for r in last.calls if r.result == DESCRIBED] if last is not None else []
+    if last is None or len(described) < 2:
+        return steps
+    kept = described[0]
+    others = tuple(r for r in last.calls if r.result != DESCRIBED)
+    return (*steps[:-1], dataclasses.replace(last, calls=(*others, kept), output=f"[{call_text(kept.call)}]"))
+
+
+def check_request_tools(tools: Sequence[Tool] | None, choice: object, team: Team) -> list[Tool] | None:
+    """The request's tools as described-only ones, for a one-agent team; ConfigError says what cannot be served."""
+    if choice is not None and choice not in TOOL_CHOICES:
+        raise ConfigError(f"tool_choice must be one of {list(TOOL_CHOICES)}, got {choice!r:.80}")
+    if not tools:
+        if choice is not None and choice != "none":
+            raise ConfigError(f"tool_choice={choice!r} needs tools")
+        return None
+    if len(team.agents) > 1:
+        raise ConfigError(
+            f"tools are served by a one-agent team; this one has {len(team.agents)} agents "
+            f"({', '.join(team.agents)}), whose calls would not be the app's to run"
+        )
+    bad = [t for t in tools if not isinstance(t, Tool)]
+    if bad:
+        raise ConfigError(f"tools must be connectors.Tool objects, got {type(bad[0]).__name__}")
+    return [dataclasses.replace(t, fn=None) for t in tools]  # the app runs them, never this server
 
 
 def check_score(score: object) -> float:

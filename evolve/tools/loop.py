@@ -62,16 +62,18 @@ class Exchange:
     text: str = ""
     error: ConnectorError | None = None
     spent: bool = False
+    finish: str | None = None
 
     def take(self, c: Completion, timeout: float) -> bool:
         """Record one completion; True when the model is to be asked again."""
         self.usage = self.usage + c.usage
-        self.text = c.text
+        self.text, self.finish = c.text, c.finish_reason
         if c.tool_calls:
             known = {t.name: t for t in self.tools}
             if any(c.name in known and known[c.name].fn is None for c in c.tool_calls):
                 self.runs.extend(ToolRun(call, DESCRIBED, True) for call in c.tool_calls)
                 self.text = "[" + ", ".join(call_text(call) for call in c.tool_calls) + "]"
+                self.finish = "tool_calls"
                 return False
             runs = [run_call(call, self.tools, timeout=timeout) for call in c.tool_calls]
             self.runs.extend(runs)

@@ -106,7 +106,11 @@ def test_the_example_runs(first: str, served: Served, tmp_path: Path, monkeypatc
         substitutions = [
             ('base_url="http://127.0.0.1:8000/v1"', f"base_url={served.url!r}"),
             ('api_key="sk-acme-1"', f"api_key={KEY_OF['alice']!r}"),
+            ('model="facility-codes"', f"model={served.deployment.model_id!r}"),  # the test server's run
         ]
+        assert (
+            'name = "facility-codes"' in (Path(__file__).parents[2] / "data/facility_codes.toml").read_text()
+        )  # the README's served model
     scope = run_example(code, prelude, substitutions)
     if "store" in scope and hasattr(scope["store"], "close"):
         scope["store"].close()

@@ -71,10 +71,10 @@ def model_calls(served: Served) -> list[Any]:
 
 
 def test_the_openai_sdk_gets_a_plain_completion(served: Served) -> None:
-    completion = served.client("alice").chat.completions.create(model="gpt-4o-mini", messages=USER)
+    completion = served.client("alice").chat.completions.create(model="codes", messages=USER)
     assert completion.choices[0].message.content == ANSWER
     assert completion.choices[0].finish_reason == "stop" and completion.choices[0].message.role == "assistant"
-    assert completion.model == "gpt-4o-mini"  # the app's model name is echoed: it need not change
+    assert completion.model == "codes"  # the served model: the run's name
     assert completion.id.startswith("chatcmpl-") and completion.object == "chat.completion"
     usage = completion.usage
     assert usage is not None and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
@@ -87,7 +87,7 @@ def test_the_openai_sdk_gets_a_plain_completion(served: Served) -> None:
 
 def test_the_openai_sdk_streams_the_answer_in_chunks(served: Served) -> None:
     stream = served.client("alice").chat.completions.create(
-        model="gpt-4o-mini", messages=USER, stream=True, stream_options={"include_usage": True}
+        model="codes", messages=USER, stream=True, stream_options={"include_usage": True}
     )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -101,7 +101,7 @@ def test_the_openai_sdk_streams_the_answer_in_chunks(served: Served) -> None:
 
 
 def test_a_stream_ends_with_done(served: Served) -> None:
-    response = post(served, "/chat/completions", {"model": "m", "messages": USER, "stream": True})
+    response = post(served, "/chat/completions", {"model": "codes", "messages": USER, "stream": True})
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     events = [line.removeprefix("data: ") for line in response.text.splitlines() if line]
     assert events[-1] == "[DONE]" and all(json.loads(e)["object"] == "chat.completion.chunk" for e in events[:-1])
@@ -119,7 +119,7 @@ def test_models_list_the_served_team(served: Served) -> None:
 def test_langchain_chat_openai_invokes_and_streams(served: Served) -> None:
     from langchain_openai import ChatOpenAI
 
-    llm = ChatOpenAI(base_url=served.url, api_key=KEY_OF["alice"], model="gpt-4o-mini", max_retries=0)
+    llm = ChatOpenAI(base_url=served.url, api_key=KEY_OF["alice"], model="codes", max_retries=0)
     message = llm.invoke(QUESTION)
     assert message.content == ANSWER and message.response_metadata["finish_reason"] == "stop"
     assert message.usage_metadata is not None and message.usage_metadata["total_tokens"] > 0
@@ -132,7 +132,7 @@ def test_langchain_chat_openai_invokes_and_streams(served: Served) -> None:
 
 def test_feedback_moves_the_q_of_exactly_the_recalled_memories(served: Served) -> None:
     seed(served, "alice", "feedback")
-    completion = served.client("alice").chat.completions.create(model="m", messages=USER)
+    completion = served.client("alice").chat.completions.create(model="codes", messages=USER)
     (recall_id,) = completion.model_extra["evolve"]["recall_ids"]  # type: ignore[index]
     recalled = set(served.deployment.store.explain(recall_id, namespace="codes@alice/solver")["selected"])  # type: ignore[union-attr]
     assert len(recalled) == 2  # k2
@@ -156,7 +156,7 @@ def test_feedback_moves_the_q_of_exactly_the_recalled_memories(served: Served) -
 def test_a_tenant_never_sees_another_tenants_responses_or_memories(served: Served) -> None:
     alice_ids = seed(served, "alice", "isolation")
     bob_ids = seed(served, "bob", "isolation")
-    alice_answer = served.client("alice").chat.completions.create(model="m", messages=USER)
+    alice_answer = served.client("alice").chat.completions.create(model="codes", messages=USER)
     before = snapshot(served, "alice")
 
     stolen = post(served, "/feedback", {"response_id": alice_answer.id, "score": 0.0}, tenant="bob")
@@ -166,7 +166,7 @@ def test_a_tenant_never_sees_another_tenants_responses_or_memories(served: Serve
 
     calls = model_calls(served)
     seen = len(calls)
-    bob_answer = served.client("bob").chat.completions.create(model="m", messages=USER)
+    bob_answer = served.client("bob").chat.completions.create(model="codes", messages=USER)
     (recall_id,) = bob_answer.model_extra["evolve"]["recall_ids"]  # type: ignore[index]
     selected = set(served.deployment.store.explain(recall_id, namespace="codes@bob/solver")["selected"])  # type: ignore[union-attr]
     assert selected and selected <= set(snapshot(served, "bob")) and not selected & set(alice_ids)
@@ -181,21 +181,21 @@ def test_each_tenant_answers_from_its_own_prompts(served: Served) -> None:
     calls = model_calls(served)
     try:
         seen = len(calls)
-        carol = served.client("carol").chat.completions.create(model="m", messages=USER)
-        bob = served.client("bob").chat.completions.create(model="m", messages=USER)
+        carol = served.client("carol").chat.completions.create(model="codes", messages=USER)
+        bob = served.client("bob").chat.completions.create(model="codes", messages=USER)
         assert [c[0][0].content for c in calls[seen:]] == ["Carol's evolved prompt.", "Reply with the code only."]
         assert carol.model_extra["evolve"]["prompt_version"] == evolved.id  # type: ignore[index]
         assert bob.model_extra["evolve"]["prompt_version"] != evolved.id  # type: ignore[index]
     finally:
         graph.rollback(seed_version)
-    again = served.client("carol").chat.completions.create(model="m", messages=USER)
+    again = served.client("carol").chat.completions.create(model="codes", messages=USER)
     assert again.model_extra["evolve"]["prompt_version"] == seed_version  # type: ignore[index]
     assert calls[-1][0][0].content == "Reply with the code only."
 
 
 def test_concurrent_requests_of_several_tenants_are_each_answered_and_recorded(served: Served) -> None:
     def ask(tenant: str) -> tuple[str, str, str | None]:
-        completion = served.client(tenant).chat.completions.create(model="m", messages=USER)
+        completion = served.client(tenant).chat.completions.create(model="codes", messages=USER)
         return tenant, completion.id, completion.choices[0].message.content
 
     with ThreadPoolExecutor(8) as pool:
@@ -211,13 +211,13 @@ def test_concurrent_requests_of_several_tenants_are_each_answered_and_recorded(s
 def test_a_missing_or_wrong_key_is_401(served: Served) -> None:
     wrong = openai.OpenAI(base_url=served.url, api_key="sk-test-wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as caught:
-        wrong.chat.completions.create(model="m", messages=USER)
+        wrong.chat.completions.create(model="codes", messages=USER)
     assert caught.value.status_code == 401 and "sk-test-wrong" not in str(caught.value.body)
     for path, body, headers in [
-        ("/chat/completions", {"model": "m", "messages": USER}, {}),
+        ("/chat/completions", {"model": "codes", "messages": USER}, {}),
         ("/chat/completions", "{not json", {}),  # the key is checked before the body
-        ("/chat/completions", {"model": "m", "messages": USER}, {"Authorization": f"Basic {KEY_OF['alice']}"}),
-        ("/chat/completions", {"model": "m", "messages": USER}, {"Authorization": "Bearer"}),
+        ("/chat/completions", {"model": "codes", "messages": USER}, {"Authorization": f"Basic {KEY_OF['alice']}"}),
+        ("/chat/completions", {"model": "codes", "messages": USER}, {"Authorization": "Bearer"}),
         ("/feedback", {"response_id": "chatcmpl-x", "score": 1.0}, {}),
     ]:
         response = post(served, path, body, tenant=None, **headers)
@@ -231,18 +231,18 @@ def test_a_missing_or_wrong_key_is_401(served: Served) -> None:
 @pytest.mark.parametrize(
     ("path", "body", "expected"),
     [
-        ("/chat/completions", '{"model": "m", "messages": [', "not valid JSON"),
-        ("/chat/completions", {"model": "m"}, "messages: Field required"),
-        ("/chat/completions", {"model": "m", "messages": []}, "messages: List should have at least 1 item"),
-        ("/chat/completions", {"model": "m", "messages": USER, "n": 2}, "only n=1"),
-        ("/chat/completions", {"model": "m", "messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
-        ("/chat/completions", {"model": "m", "messages": USER, "temperature": 9}, "temperature: Input should be"),
+        ("/chat/completions", '{"model": "codes", "messages": [', "not valid JSON"),
+        ("/chat/completions", {"model": "codes"}, "messages: Field required"),
+        ("/chat/completions", {"model": "codes", "messages": []}, "messages: List should have at least 1 item"),
+        ("/chat/completions", {"model": "codes", "messages": USER, "n": 2}, "only n=1"),
+        ("/chat/completions", {"model": "codes", "messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+        ("/chat/completions", {"model": "codes", "messages": USER, "temperature": 9}, "temperature: Input should be"),
         (
             "/chat/completions",
-            {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            {"model": "codes", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
             "only text content parts",
         ),
-        ("/chat/completions", {"model": "m", "messages": [{"role": "system", "content": "hi"}]}, "user message"),
+        ("/chat/completions", {"model": "codes", "messages": [{"role": "system", "content": "hi"}]}, "user message"),
         ("/chat/completions", [1, 2], "body: Input should be a valid dictionary"),
         ("/feedback", {"response_id": "chatcmpl-x", "score": 1.5}, "score: Input should be less than or equal to 1"),
         ("/feedback", {"response_id": "chatcmpl-x", "score": "good"}, "score: Input should be a valid number"),
@@ -261,7 +261,14 @@ def test_extra_openai_fields_are_accepted_and_parts_and_developer_messages_are_r
         {"role": "assistant", "content": None, "tool_calls": []},
         {"role": "user", "content": [{"type": "text", "text": QUESTION}]},
     ]
-    body = {"model": "m", "messages": messages, "max_completion_tokens": 8, "logprobs": False, "user": "u-1", "n": 1}
+    body = {
+        "model": "codes",
+        "messages": messages,
+        "max_completion_tokens": 8,
+        "logprobs": False,
+        "user": "u-1",
+        "n": 1,
+    }
     response = post(served, "/chat/completions", body)
     assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == ANSWER
     prompt, params = model_calls(served)[-1]
@@ -273,11 +280,12 @@ def test_a_failing_model_is_502_plain_or_streaming(served: Served) -> None:
         {"role": "user", "content": "What is on the lunch menu?"}
     ]  # the script has no reply for it
     with pytest.raises(openai.InternalServerError) as caught:
-        served.client("carol").chat.completions.create(model="m", messages=lunch)
+        served.client("carol").chat.completions.create(model="codes", messages=lunch)
     assert caught.value.status_code == 502
     for stream in (False, True):
         error = assert_openai_error(
-            post(served, "/chat/completions", {"model": "m", "messages": lunch, "stream": stream}, tenant="carol"), 502
+            post(served, "/chat/completions", {"model": "codes", "messages": lunch, "stream": stream}, tenant="carol"),
+            502,
         )
         assert error["code"] == "upstream_error" and "no reply" in error["message"]
 
@@ -289,14 +297,14 @@ def test_a_team_on_an_api_model_answers_and_its_upstream_failure_is_502(tmp_path
     try:
         with serving(write_serve_spec(tmp_path, model=model)) as live:
             upstream.script(Reply(200, chat_body("4471", prompt_tokens=30, completion_tokens=2)))
-            completion = live.client("alice").chat.completions.create(model="gpt-4o-mini", messages=USER)
+            completion = live.client("alice").chat.completions.create(model="codes", messages=USER)
             assert completion.choices[0].message.content == "4471" and completion.usage.total_tokens == 32  # type: ignore[union-attr]
             sent = upstream.requests[-1]["json"]
             assert sent["model"] == "upstream-model" and sent["messages"][0]["content"] == "Reply with the code only."
             assert sent["max_tokens"] == 12 and QUESTION in sent["messages"][-1]["content"]
 
             upstream.script(Reply(500, error_body("upstream exploded", "server_error")))
-            response = post(live, "/chat/completions", {"model": "m", "messages": USER, "stream": True})
+            response = post(live, "/chat/completions", {"model": "codes", "messages": USER, "stream": True})
             assert assert_openai_error(response, 502)["code"] == "upstream_error"
     finally:
         upstream.stop()
@@ -307,7 +315,7 @@ def test_an_unexpected_error_is_a_generic_500(served: Served, monkeypatch: pytes
         raise RuntimeError("secret internal detail")
 
     monkeypatch.setattr(served.deployment, "answer", broken)
-    response = post(served, "/chat/completions", {"model": "m", "messages": USER})
+    response = post(served, "/chat/completions", {"model": "codes", "messages": USER})
     error = assert_openai_error(response, 500)
     assert "secret" not in response.text and error["code"] == "internal_error"
 
@@ -322,10 +330,10 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
         raise ConnectorError("the backend went away")
 
     monkeypatch.setattr(apps.server, "chunk_events", failing)
-    stream = served.client("alice").chat.completions.create(model="m", messages=USER, stream=True)
+    stream = served.client("alice").chat.completions.create(model="codes", messages=USER, stream=True)
     with pytest.raises(openai.APIError, match="went away"):
         list(stream)
-    raw = post(served, "/chat/completions", {"model": "m", "messages": USER, "stream": True})
+    raw = post(served, "/chat/completions", {"model": "codes", "messages": USER, "stream": True})
     events = [line.removeprefix("data: ") for line in raw.text.splitlines() if line]
     assert json.loads(events[-1])["error"]["code"] == "upstream_error" and "[DONE]" not in events
 
@@ -402,9 +410,9 @@ def test_evolve_serve_runs_as_its_own_process(tmp_path: Path, repo_root: Path) -
             except httpx2.TransportError:
                 time.sleep(0.1)
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-proc-alice", max_retries=0)
-        completion = client.chat.completions.create(model="gpt-4o-mini", messages=USER)
+        completion = client.chat.completions.create(model="codes", messages=USER)
         assert completion.choices[0].message.content == ANSWER
-        streamed = client.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+        streamed = client.chat.completions.create(model="codes", messages=USER, stream=True)
         assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == ANSWER
         rated = httpx2.post(f"{base}/v1/feedback", json={"response_id": completion.id, "score": 1},
                             headers={"Authorization": "Bearer sk-proc-alice"}, timeout=10)  # fmt: skip

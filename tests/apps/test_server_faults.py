@@ -30,7 +30,7 @@ def live(upstream: FakeOpenAIServer, tmp_path_factory: pytest.TempPathFactory) -
 def test_a_rate_limited_model_is_429_with_retry_after(upstream: FakeOpenAIServer, live: Served) -> None:
     upstream.script(Reply(429, error_body("slow down", "rate_limit_error"), {"Retry-After": "2.5"}))
     with pytest.raises(openai.RateLimitError) as caught:
-        live.client("alice").chat.completions.create(model="m", messages=USER)
+        live.client("alice").chat.completions.create(model="codes", messages=USER)
     assert caught.value.status_code == 429
     assert caught.value.response.headers["retry-after"] == "3"  # whole seconds, rounded up
     error = caught.value.body
@@ -41,14 +41,14 @@ def test_a_rate_limited_model_is_429_with_retry_after(upstream: FakeOpenAIServer
 def test_a_rate_limit_without_a_hint_is_429_without_retry_after(upstream: FakeOpenAIServer, live: Served) -> None:
     upstream.script(Reply(429, error_body("slow down", "rate_limit_error")))
     with pytest.raises(openai.RateLimitError) as caught:
-        live.client("alice").chat.completions.create(model="m", messages=USER)
+        live.client("alice").chat.completions.create(model="codes", messages=USER)
     assert "retry-after" not in caught.value.response.headers
 
 
 def test_a_model_timeout_is_504(upstream: FakeOpenAIServer, live: Served) -> None:
     upstream.script(faults(slow=0.8)["slow"])
     with pytest.raises(openai.InternalServerError) as caught:
-        live.client("alice").chat.completions.create(model="m", messages=USER)
+        live.client("alice").chat.completions.create(model="codes", messages=USER)
     assert caught.value.status_code == 504
     assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "upstream_timeout"
 
@@ -57,12 +57,12 @@ def test_a_model_timeout_is_504(upstream: FakeOpenAIServer, live: Served) -> Non
 def test_other_model_failures_are_502(upstream: FakeOpenAIServer, live: Served, kind: str) -> None:
     upstream.script(faults()[kind])
     with pytest.raises(openai.InternalServerError) as caught:
-        live.client("alice").chat.completions.create(model="m", messages=USER)
+        live.client("alice").chat.completions.create(model="codes", messages=USER)
     assert caught.value.status_code == 502
     assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "upstream_error"
 
 
 def test_the_server_answers_again_once_the_model_recovers(upstream: FakeOpenAIServer, live: Served) -> None:
     upstream.script(Reply(200, chat_body("4471")))
-    completion = live.client("alice").chat.completions.create(model="m", messages=USER)
+    completion = live.client("alice").chat.completions.create(model="codes", messages=USER)
     assert completion.choices[0].message.content == "4471"

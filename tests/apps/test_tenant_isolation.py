@@ -33,7 +33,7 @@ class HttpSurface:
 
     def answer(self, tenant: str) -> tuple[str, str, list[str]]:
         completion = self.served.client(tenant).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": QUESTION}]
+            model="codes", messages=[{"role": "user", "content": QUESTION}]
         )
         extension = completion.model_extra["evolve"]  # type: ignore[index]
         return completion.id, completion.choices[0].message.content or "", extension["recall_ids"]
@@ -74,7 +74,9 @@ def test_two_tenants_on_a_live_server_cannot_read_or_reinforce_each_other(served
 
 
 def test_feedback_on_another_tenants_response_is_the_same_404_as_an_unknown_id(served: Served) -> None:
-    alice = served.client("alice").chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+    alice = served.client("alice").chat.completions.create(
+        model="codes", messages=[{"role": "user", "content": QUESTION}]
+    )
     bob = openai.OpenAI(base_url=served.url, api_key=KEY_OF["bob"], max_retries=0)
     errors = []
     for response_id in (alice.id, "chatcmpl-000000000000000000000000"):

@@ -113,7 +113,7 @@ def spec_tally(max_examples: int) -> Tally:
 # ---- server bodies ------------------------------------------------------------------------------------
 
 KEY = "sk-props-0001"
-CHAT = {"model": "evolve", "messages": [{"role": "user", "content": "What is the Harbor door code?"}]}
+CHAT = {"model": "props", "messages": [{"role": "user", "content": "What is the Harbor door code?"}]}
 FEEDBACK = {"response_id": "chatcmpl-unknown", "score": 1.0}
 RAW = [b"", b"{", b"\xff\xfe{}", b"null", b"[]", b'"text"', b'{"response_id": "x", "score": NaN}',
        b'{"response_id": "x", "score": Infinity}', b'{"response_id": "x", "score": 1e999}']  # fmt: skip

@@ -1,0 +1,185 @@
+"""``evolve serve`` passes an app's tools through, as the openai SDK and LangChain use them: the answering
+agent's calls come back in OpenAI's shape (whole and streamed), the conversation goes on with tool
+results, and what a team cannot serve is a 400 that says why, never a silent plain-text answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx as httpx2
+import openai
+import pytest
+
+from tests.support.serve import KEY_OF, Served, serving, write_serve_spec
+
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather of a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
+            "required": ["city"],
+        },
+    },
+}
+CLOCK_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+ASK: Any = [{"role": "user", "content": "What's the weather in Zürich and in São Paulo right now?"}]
+# the first key found in the prompt's last user message wins: after a tool result, the answer in words
+SCRIPT = (
+    'chat = "fake/scripted"\noptions = { replies = { "tool result" = "It is 18 C in Zürich and 25 C in São Paulo.", '
+    "\"weather\" = \"[get_weather(city='Zürich'), get_weather(city='São Paulo', unit='C')]\", "
+    '"cut short" = "A long answer" } }'
+)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(write_serve_spec(tmp_path_factory.mktemp("serve-tools"), model=SCRIPT)) as live:
+        yield live
+
+
+def post(served: Served, body: dict[str, Any]) -> httpx2.Response:
+    headers = {"Authorization": f"Bearer {KEY_OF['alice']}"}
+    return httpx2.post(f"{served.url}/chat/completions", content=json.dumps(body), headers=headers, timeout=30)
+
+
+def model_calls(served: Served) -> list[Any]:
+    return served.deployment.chat.backend.calls  # type: ignore[attr-defined]  # the spec's ScriptedChat
+
+
+def test_the_openai_sdk_gets_tool_calls_and_the_conversation_goes_on_with_their_results(served: Served) -> None:
+    client = served.client("alice")
+    first = client.chat.completions.create(model="codes", messages=ASK, tools=[WEATHER_TOOL])
+
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    calls = choice.message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+        ("get_weather", {"city": "Zürich"}),
+        ("get_weather", {"city": "São Paulo", "unit": "C"}),
+    ]
+    assert len({c.id for c in calls}) == 2 and all(c.id for c in calls)
+    assert [t.name for t in model_calls(served)[-1][1]["tools"]] == ["get_weather"]  # the model saw the app's tool
+
+    follow = [
+        *ASK,
+        choice.message.model_dump(exclude_none=True),
+        *({"role": "tool", "tool_call_id": c.id, "content": f"{18 + 7 * i} C"} for i, c in enumerate(calls)),
+    ]
+    final = client.chat.completions.create(model="codes", messages=follow, tools=[WEATHER_TOOL])
+
+    assert final.choices[0].finish_reason == "stop" and final.choices[0].message.tool_calls is None
+    assert final.choices[0].message.content == "It is 18 C in Zürich and 25 C in São Paulo."
+    prompt = model_calls(served)[-1][0][-1].content
+    assert f"tool result ({calls[1].id}): 25 C" in prompt and "get_weather(city='São Paulo', unit='C')" in prompt
+
+
+def test_streamed_tool_calls_add_up_as_the_openai_sdk_adds_them(served: Served) -> None:
+    stream = served.client("alice").chat.completions.create(
+        model="codes",
+        messages=ASK,
+        tools=[WEATHER_TOOL],
+        stream=True,
+    )
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or ():
+                got = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                got["id"] += delta.id or ""
+                got["name"] += (delta.function.name or "") if delta.function else ""
+                got["arguments"] += (delta.function.arguments or "") if delta.function else ""
+    assert finish == "tool_calls"
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
+        ("get_weather", {"city": "Zürich"}),
+        ("get_weather", {"city": "São Paulo", "unit": "C"}),
+    ]
+
+
+def test_langchain_bind_tools_gets_the_calls(served: Served) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=served.url, api_key=KEY_OF["alice"], model="codes", max_retries=0)
+    message = llm.bind_tools([WEATHER_TOOL]).invoke(ASK[0]["content"])
+    assert [(c["name"], c["args"]) for c in message.tool_calls] == [  # type: ignore[attr-defined]
+        ("get_weather", {"city": "Zürich"}),
+        ("get_weather", {"city": "São Paulo", "unit": "C"}),
+    ]
+    assert message.response_metadata["id"].startswith("chatcmpl-")  # the id feedback takes
+
+
+def test_a_named_tool_choice_and_parallel_tool_calls_false_are_honoured(served: Served) -> None:
+    body = {"model": "codes", "messages": ASK, "tools": [CLOCK_TOOL, WEATHER_TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": False}  # fmt: skip
+    response = post(served, body)
+    assert response.status_code == 200, response.text
+    message = response.json()["choices"][0]["message"]
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [{"city": "Zürich"}]
+    _, params = model_calls(served)[-1]
+    assert [t.name for t in params["tools"]] == ["get_weather"] and params["tool_choice"] == "required"
+    kept = served.deployment.response(response.json()["id"], tenant="alice")
+    assert [c["name"] for c in kept["steps"][-1]["calls"]] == ["get_weather"]  # what was recorded is what was sent
+
+
+def test_requests_without_a_seed_are_sampled_afresh_and_a_seed_is_passed_on(served: Served) -> None:
+    for _ in range(2):
+        post(served, {"model": "codes", "messages": [{"role": "user", "content": "cut short"}], "temperature": 0.9})
+    assert model_calls(served)[-1][1]["seed"] != model_calls(served)[-2][1]["seed"]
+    post(served, {"model": "codes", "messages": [{"role": "user", "content": "cut short"}], "seed": 1234})
+    assert model_calls(served)[-1][1]["seed"] == 1234
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "says"),
+    [
+        ({"model": "gpt-4o-mini"}, 404, "serves 'codes'"),
+        ({"logprobs": True}, 400, "logprobs are not served"),
+        ({"response_format": {"type": "json_object"}}, 400, "response_format 'json_object' is not served"),
+        ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400,
+         "not among the request's tools (get_weather)"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, 400,
+         "Tool 'f': parameters must have \"type\": \"object\", got 'array'"),
+        ({"tool_choice": "required"}, 400, "tool_choice='required' needs tools"),
+        ({"messages": [{"role": "tool", "content": "18 C"}, *ASK]}, 400, "tool_call_id"),
+    ],
+)  # fmt: skip
+def test_what_cannot_be_served_is_an_error_that_says_why(
+    served: Served, change: dict[str, Any], status: int, says: str
+) -> None:
+    response = post(served, {"model": "codes", "messages": ASK, **change})
+    assert response.status_code == status, response.text
+    assert says in response.json()["error"]["message"]
+
+
+def test_a_team_of_several_agents_refuses_tools(tmp_path: Path) -> None:
+    spec = write_serve_spec(tmp_path, model=SCRIPT)
+    spec.write_text(spec.read_text() + '\n[[agents]]\nname = "checker"\nsystem = "Check the answer."\n')
+    with serving(spec) as live:
+        response = post(live, {"model": "codes", "messages": ASK, "tools": [WEATHER_TOOL]})
+    assert response.status_code == 400
+    assert "one-agent team; this one has 2 agents (solver, checker)" in response.json()["error"]["message"]
+
+
+def test_a_wrong_model_is_openais_not_found(served: Served) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        served.client("alice").chat.completions.create(model="gpt-4o-mini", messages=ASK)
+    assert caught.value.code == "model_not_found"
+
+
+def test_finish_reason_says_length_when_max_tokens_cut_the_local_models_answer(tmp_path: Path) -> None:
+    spec = write_serve_spec(tmp_path, model='chat = "local/smollm2"')
+    long_one = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+    with serving(spec) as live:
+        cut = live.client("alice").chat.completions.create(model="codes", messages=long_one, max_tokens=3)
+        whole = live.client("alice").chat.completions.create(
+            model="codes", messages=[{"role": "user", "content": "Say OK."}], max_tokens=64, stop=["."]
+        )
+    assert cut.choices[0].finish_reason == "length" and cut.usage is not None and cut.usage.completion_tokens == 3
+    assert whole.choices[0].finish_reason == "stop"
