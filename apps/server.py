@@ -28,8 +28,10 @@ calls come back as OpenAI's ``tool_calls`` with ``finish_reason`` ``"tool_calls"
 streams them); ``tool_choice`` may be ``auto``, ``none``, ``required`` or a named function, and
 ``parallel_tool_calls: false`` keeps an answer's first call. The conversation may go on with ``tool``
 messages. ``finish_reason`` is ``length`` when ``max_tokens`` cut the answer. A request without a
-``seed`` is sampled afresh. What cannot be served is a 400 that says so: tools for a team of several
-agents, ``logprobs``, a ``response_format`` other than text, ``n`` > 1.
+``seed`` is sampled afresh. ``response_format`` (``json_object``, ``json_schema``) is told to the team
+and its answer checked and retried (``evolve.deploy.formats``); one that stays invalid is a 502
+``invalid_model_output``. What cannot be served is a 400 that says so: tools for a team of several
+agents, ``logprobs``, ``n`` > 1.
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
 a TOML file (``--keys FILE``) with one table::
@@ -59,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
 from apps.server_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
-from connectors import ConfigError, ConnectorError, EvolveError, ProviderTimeout, RateLimited
+from connectors import ConfigError, ConnectorError, EvolveError, ParseError, ProviderTimeout, RateLimited
 from evolve.deploy.serving import Answer, Deployment, UnknownResponse
 from evolve.spec import check_tenant
 
@@ -212,6 +214,8 @@ def as_api_error(e: Exception, method: str = "", path: str = "") -> ApiError:
         return ApiError(404, str(e), code="response_not_found", param="response_id")
     if isinstance(e, ConfigError):
         return ApiError(400, str(e))
+    if isinstance(e, ParseError):  # the model could not give the answer in the format asked for
+        return ApiError(502, str(e), kind="server_error", code="invalid_model_output")
     if isinstance(e, ConnectorError):
         return upstream_error(e)
     log.error("request failed: %s: %s", type(e).__name__, e)  # uvicorn logs the traceback of non-Evolve errors
@@ -305,6 +309,7 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
         answer = await run_in_threadpool(
             deployment.answer, req.chat_messages(), tenant=tenant, params=params, tools=tools,
             parallel_tool_calls=req.parallel_tool_calls is not False,
+            response_format=req.response_format.model_dump(exclude_none=True) if req.response_format else None,
         )  # fmt: skip
         if not req.stream:
             return completion_body(answer, req.model)

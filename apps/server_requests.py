@@ -64,6 +64,7 @@ class ToolIn(_Lenient):
 
 class ResponseFormat(_Lenient):
     type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
 
 
 class StreamOptions(_Lenient):
@@ -109,11 +110,6 @@ class ChatRequest(_Lenient):
         tools to it and requires a call; an invalid schema or unknown name is a 400."""
         if self.logprobs or self.top_logprobs:
             raise ApiError(400, "logprobs are not served: a team's answer has no single token stream", param="logprobs")
-        if self.response_format is not None and self.response_format.type != "text":
-            raise ApiError(
-                400, f"response_format {self.response_format.type!r} is not served yet; ask for JSON in the "
-                "messages and parse the text", param="response_format",
-            )  # fmt: skip
         try:
             tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in self.tools or ()]
         except ConfigError as e:

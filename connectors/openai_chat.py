@@ -131,6 +131,8 @@ class OpenAIChat:
         '4'
     """
 
+    native_response_format = True  # the server takes response_format and constrains its decoding to it
+
     def __init__(
         self,
         model: str,

@@ -41,10 +41,11 @@ from sqlalchemy.exc import IntegrityError
 
 from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Tool, ToolCall, Usage, make_engine
 from connectors.db import check_chars
-from connectors.errors import same_kind
+from connectors.errors import ParseError, same_kind
 from connectors.prompted_tools import call_text
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
+from evolve.deploy import formats
 from evolve.deploy.feedback import reinforce_recalls
 from evolve.deploy.responses import (
     MAX_RESPONSE_ID,
@@ -176,6 +177,7 @@ class Deployment:
         params: Mapping[str, Any] | None = None,
         tools: Sequence[Tool] | None = None,
         parallel_tool_calls: bool = True,
+        response_format: Mapping[str, Any] | None = None,
     ) -> Answer:
         """Answer the conversation's last user message with the tenant's team; the answer is recorded.
 
@@ -183,11 +185,14 @@ class Deployment:
         the answer (``Answer.tool_calls``) and the app runs them; ``parallel_tool_calls=False`` keeps the
         first call of an answer that made several. Only a one-agent team takes tools. Without
         a ``seed`` each request samples afresh (the spec's seed would make every answer the same).
+        ``response_format`` (OpenAI's ``json_object`` or ``json_schema``) is told to the team and its
+        answer checked, with retries (``evolve.deploy.formats``).
 
         Raises:
-            ConfigError: no user message, a parameter the deployment does not take, or tools for a
-                team of several agents.
+            ConfigError: no user message, a parameter the deployment does not take, tools for a team
+                of several agents, or a malformed ``response_format``.
             ConnectorError: the team's model failed (after its retries).
+            ParseError: the answer was still not in the ``response_format`` after ``formats.ATTEMPTS`` tries.
         """
         observation, query = conversation(messages)
         given = {k: v for k, v in (params or {}).items() if v is not None}
@@ -197,11 +202,30 @@ class Deployment:
         team, version = self.team(tenant)
         tools = check_request_tools(tools, given.get("tool_choice"), team)
         given.setdefault("seed", secrets.randbelow(2**31))
-        act = team.act([observation], queries=[query], params=given, tools=None if tools is None else [tools])[0]
-        if act.error is not None:
-            raise same_kind(act.cause, f"the team could not answer: {act.error}")
-        steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
-        usage = sum((s.usage for s in steps), Usage())
+        fmt = formats.response_format(response_format)
+        if fmt is not None and getattr(team.agents[team.sink].model.backend, "native_response_format", False):
+            given["response_format"] = dict(response_format or {})  # the server constrains decoding too
+        usage, note, problem = Usage(), "", ""
+        for _ in range(formats.ATTEMPTS if fmt is not None else 1):
+            seen = observation if fmt is None else f"{observation}\n\n{note or fmt.instruction()}"
+            act = team.act([seen], queries=[query], params=given, tools=None if tools is None else [tools])[0]
+            if act.error is not None:
+                raise same_kind(act.cause, f"the team could not answer: {act.error}")
+            steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
+            usage = usage + sum((s.usage for s in steps), Usage())
+            if fmt is None or not steps or any(r.result == DESCRIBED for r in steps[-1].calls):
+                break
+            text, problem = formats.read_json(steps[-1].output, fmt)
+            if not problem:
+                steps = (*steps[:-1], dataclasses.replace(steps[-1], output=text))
+                break
+            note = formats.retry_note(problem, fmt)
+        else:
+            raise ParseError(
+                f"the team's answer is not valid for response_format {fmt.kind if fmt else None} after {formats.ATTEMPTS} tries: "
+                f"{problem}",
+                raw=steps[-1].output,
+            )
         answer = Answer(
             id=f"chatcmpl-{secrets.token_hex(12)}",
             run=self.run_name(tenant),

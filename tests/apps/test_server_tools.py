@@ -33,6 +33,10 @@ ASK: Any = [{"role": "user", "content": "What's the weather in Zürich and in S�
 SCRIPT = (
     'chat = "fake/scripted"\noptions = { replies = { "tool result" = "It is 18 C in Zürich and 25 C in São Paulo.", '
     "\"weather\" = \"[get_weather(city='Zürich'), get_weather(city='São Paulo', unit='C')]\", "
+    '"never JSON" = "I only speak prose.", '
+    '"could not be used" = """```json\\n{"name": "Zürich", "population": 443037}\\n```""", '
+    '"city card" = "Sure! Zürich has 443,037 people.", '
+    '"city tool" = "[CityCard(name=\'Zürich\', population=443037)]", '
     '"cut short" = "A long answer" } }'
 )
 
@@ -141,7 +145,8 @@ def test_requests_without_a_seed_are_sampled_afresh_and_a_seed_is_passed_on(serv
     [
         ({"model": "gpt-4o-mini"}, 404, "serves 'codes'"),
         ({"logprobs": True}, 400, "logprobs are not served"),
-        ({"response_format": {"type": "json_object"}}, 400, "response_format 'json_object' is not served"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}}}, 400,
+         "not a valid JSON Schema"),
         ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400,
          "not among the request's tools (get_weather)"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, 400,
@@ -175,7 +180,7 @@ def test_a_wrong_model_is_openais_not_found(served: Served) -> None:
 
 def test_finish_reason_says_length_when_max_tokens_cut_the_local_models_answer(tmp_path: Path) -> None:
     spec = write_serve_spec(tmp_path, model='chat = "local/smollm2"')
-    long_one = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+    long_one: Any = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
     with serving(spec) as live:
         cut = live.client("alice").chat.completions.create(model="codes", messages=long_one, max_tokens=3)
         whole = live.client("alice").chat.completions.create(
@@ -183,3 +188,47 @@ def test_finish_reason_says_length_when_max_tokens_cut_the_local_models_answer(t
         )
     assert cut.choices[0].finish_reason == "length" and cut.usage is not None and cut.usage.completion_tokens == 3
     assert whole.choices[0].finish_reason == "stop"
+
+
+def test_structured_output_is_checked_and_retried_until_it_is_json_of_the_schema(served: Served) -> None:
+    from pydantic import BaseModel
+
+    class CityCard(BaseModel):
+        name: str
+        population: int
+
+    before = len(model_calls(served))
+    ask: Any = [{"role": "user", "content": "Give me the city card of Zürich."}]
+    parsed = served.client("alice").chat.completions.parse(model="codes", messages=ask, response_format=CityCard)
+
+    assert parsed.choices[0].message.parsed == CityCard(name="Zürich", population=443037)
+    assert json.loads(parsed.choices[0].message.content or "") == {"name": "Zürich", "population": 443037}  # no fence
+    prompts = [call[0][-1].content for call in model_calls(served)[before:]]
+    assert len(prompts) == 2 and '"required": ["name", "population"]' in prompts[0]  # told the schema
+    assert "could not be used: it is not JSON" in prompts[1]  # and, once, why its prose was refused
+
+
+def test_langchain_with_structured_output_gets_the_object(served: Served) -> None:
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel
+
+    class CityCard(BaseModel):
+        """A city and its population."""
+
+        name: str
+        population: int
+
+    llm = ChatOpenAI(base_url=served.url, api_key=KEY_OF["alice"], model="codes", max_retries=0)  # type: ignore[arg-type]
+    by_schema = llm.with_structured_output(CityCard, method="json_schema").invoke("The city card of Zürich, please.")
+    by_tool = llm.with_structured_output(CityCard, method="function_calling").invoke("The city tool for Zürich.")
+    assert by_schema == by_tool == CityCard(name="Zürich", population=443037)
+
+
+def test_an_answer_that_never_becomes_json_is_an_error_not_free_text(served: Served) -> None:
+    before = len(model_calls(served))
+    body = {"model": "codes", "messages": [{"role": "user", "content": "never JSON"}],
+            "response_format": {"type": "json_object"}}  # fmt: skip
+    response = post(served, body)
+    assert response.status_code == 502 and response.json()["error"]["code"] == "invalid_model_output"
+    assert "not valid for response_format json_object after 3 tries: it is not JSON" in response.text
+    assert len(model_calls(served)) - before == 3
