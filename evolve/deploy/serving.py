@@ -40,6 +40,7 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Tool, ToolCall, Usage, make_engine
+from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.errors import ParseError, same_kind
 from connectors.prompted_tools import call_text
@@ -125,7 +126,9 @@ class Deployment:
 
     Args:
         spec: the run spec (its model, embedder, database, agents and memory settings).
-        chat: a loaded chat client to reuse (default: built from the spec).
+        chat: a loaded chat client to reuse (default: built from the spec). An in-process model's
+            backend is wrapped in ``connectors.coalesce.Coalescing``: concurrent requests are generated
+            together.
         embedder: a loaded embedder to reuse (default: loaded from the spec).
 
     Example:
@@ -136,6 +139,8 @@ class Deployment:
     def __init__(self, spec: RunSpec, *, chat: ChatClient | None = None, embedder: Embedder | None = None) -> None:
         self.spec = spec
         self.chat = chat or build_chat(spec)
+        if getattr(self.chat.backend, "tools_each", False) is True and not isinstance(self.chat.backend, Coalescing):
+            self.chat.backend = Coalescing(self.chat.backend)  # an in-process model: concurrent requests batch
         self.store: MemoryStore | None = build_store(spec, embedder)
         self.engine: Engine = self.store.engine if self.store is not None else make_engine(spec.run.database)
         open_tables(self.engine)
