@@ -43,6 +43,7 @@ BENCHES = (
     Bench("learning", ("quick", "full"), takes_profile=True),
     Bench("bfcl_learning", ("quick", "full"), takes_profile=True),
     Bench("marft_relay", ("quick", "full")),
+    Bench("serve_concurrency", ("quick", "full")),
     Bench("prompt_evolution", ("full",)),
     Bench("marft_smollm2", ("full",)),
     Bench("marft_gpu", ("full",)),
