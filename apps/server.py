@@ -252,6 +252,13 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
         raise ConfigError(INSTALL_HINT) from e
 
     table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
+    tenants = sorted(set(keys.values()))
+    if deployment.spec.serve.memory == "base" and len(tenants) > 1:
+        raise ConfigError(
+            f"[serve] memory = \"base\" serves the trained run to every key, so one tenant's ratings would move "
+            f"every other's ranking; these keys name {len(tenants)} tenants ({', '.join(tenants)}). Give every key "
+            "one tenant, or serve each tenant its own memory (memory = \"tenant\")"
+        )
     card = {"id": deployment.model_id, "object": "model", "created": int(time.time()), "owned_by": "evolve"}
     app = FastAPI(title="evolve serve", docs_url=None, redoc_url=None)
 

@@ -149,6 +149,12 @@ class AgentSection(_Strict):
     after: list[str] = Field(default_factory=list)
 
 
+class ServeSection(_Strict):
+    # "tenant": every tenant its own run "<run>@<tenant>" (memory, prompts, ratings), starting empty.
+    # "base": every key serves the trained run itself, and ratings reinforce its memory: for one tenant.
+    memory: Literal["tenant", "base"] = "tenant"
+
+
 class RunSpec(_Strict):
     """A whole run, validated. ``path`` (set by ``load_spec``) resolves relative file names."""
 
@@ -159,6 +165,7 @@ class RunSpec(_Strict):
     memory: MemorySection = MemorySection()
     optimizer: OptimizerSection = OptimizerSection()
     marft: MarftSection = MarftSection()
+    serve: ServeSection = ServeSection()
     agents: list[AgentSection] = Field(default_factory=lambda: [AgentSection(name="solver")])
     path: Path | None = None
 
@@ -168,12 +175,16 @@ class RunSpec(_Strict):
         return p if p.is_absolute() or self.path is None else (self.path.parent / p)
 
     def for_tenant(self, tenant: str | None) -> RunSpec:
-        """The same spec with the run renamed ``<run>@<tenant>``; None gives the spec unchanged.
+        """The same spec with the run renamed ``<run>@<tenant>``; None gives the spec unchanged, and so
+        does any tenant under ``[serve] memory = "base"`` (every key serves the trained run).
 
         Everything a run owns is keyed by its name (memory namespaces ``<run>/<agent>``, the prompt
         graph, the round log, the adapters), so a tenant's run shares nothing with another tenant's.
         """
         if tenant is None:
+            return self
+        check_tenant(tenant)
+        if self.serve.memory == "base":
             return self
         name = f"{self.run.name}@{check_tenant(tenant)}"
         return self.model_copy(update={"run": self.run.model_copy(update={"name": name})})
