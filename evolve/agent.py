@@ -35,16 +35,20 @@ LIBRARY_INTRO = "Lessons learned from earlier attempts:"
 
 @dataclass(frozen=True)
 class MemoryView:
-    """An agent's slice of a ``MemoryStore``: its namespace and retrieval settings."""
+    """An agent's slice of a ``MemoryStore``: its namespace and retrieval settings, and the ``shared``
+    namespace it recalls from too, read-only (a served tenant's view of its run's trained memory)."""
 
     store: MemoryStore
     namespace: str = "default"
     config: RetrievalConfig | None = None
+    shared: str | None = None
 
     def recall_many(self, queries: Sequence[str], contexts: Sequence[str | None] | None = None) -> list[Recall]:
         """Recalls for ``queries``; ``contexts`` (one per query: the task each is for) are logged and, with
         ``RetrievalConfig.context_q``, rank memories by the Q they earned in that context."""
-        return self.store.retrieve_many(list(queries), namespace=self.namespace, config=self.config, contexts=contexts)
+        return self.store.retrieve_many(
+            list(queries), namespace=self.namespace, config=self.config, contexts=contexts, shared=self.shared
+        )
 
 
 @dataclass

@@ -27,6 +27,7 @@ from connectors.db import check_chars
 from connectors.embedders import normalise_rows
 from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact_url
+from memory.config import RetrievalConfig
 from memory.records import MemoryItem
 from memory.schema import read_state, record_embedder
 
@@ -136,6 +137,21 @@ def check_namespace(namespace: object) -> str:
             f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r:.120}"
         )
     return check_chars("namespace", namespace)
+
+
+def check_retrieval(cfg: object) -> RetrievalConfig:
+    if not isinstance(cfg, RetrievalConfig):
+        raise ConfigError(f"retrieve: config must be a RetrievalConfig, got {type(cfg).__name__}")
+    return cfg
+
+
+def check_shared(shared: object, namespace: str) -> str | None:
+    """The namespace a recall searches besides ``namespace`` (None: none); ConfigError when it is the same."""
+    if shared is None:
+        return None
+    if check_namespace(shared) == namespace:
+        raise ConfigError(f"retrieve: shared must be another namespace than {namespace!r}")
+    return str(shared)
 
 
 def check_success(value: object, where: str) -> bool | None:

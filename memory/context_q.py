@@ -1,5 +1,7 @@
 """Q in context: the value a memory earned in the recalls made for one context (a task), read from the
-recall log, so a memory that helped one task does not rank high for its look-alikes.
+recall log, so a memory that helped one task does not rank high for its look-alikes. The same fold
+gives a served tenant its overlay Q on the shared (trained) memories it rated: its ratings move its
+own ranking of them, never the shared Q other tenants see.
 
 The log already holds everything: each recall's context, the Q each selected memory had when it was
 recalled, and the rewards that followed (``memory_feedback``). Folding those rewards in the order they
@@ -59,6 +61,27 @@ def context_values(
     return fold(rows, alpha=alpha)
 
 
+def overlay_values(conn: Connection, namespace: str, shared: str, *, alpha: float) -> dict[str, float]:
+    """A tenant's overlay Q on the shared memories it rated: the rewards its recalls in ``namespace`` gave
+    memories of ``shared``, folded as ``fold`` does from the Q each had when first recalled there."""
+    query = (
+        select(recall_items.c.item_id, recall_items.c.q, feedback.c.reward)
+        .select_from(
+            recalls.join(recall_items, recall_items.c.recall_id == recalls.c.id).join(
+                feedback, feedback.c.recall_id == recalls.c.id
+            )
+        )
+        .where(
+            recalls.c.namespace == namespace,
+            recalls.c.shared == shared,
+            recall_items.c.shared.is_(True),
+            recall_items.c.rank.is_not(None),
+        )
+        .order_by(feedback.c.applied_at, feedback.c.id, recall_items.c.item_id)
+    )
+    return fold((("", r[0], r[1], r[2]) for r in conn.execute(query)), alpha=alpha).get("", {})
+
+
 def check_contexts(contexts: Sequence[str | None] | None, n: int) -> list[str | None]:
     """One context per query (a non-empty string of at most 200 characters, or None); ConfigError otherwise."""
     if contexts is None:
@@ -78,12 +101,21 @@ def check_contexts(contexts: Sequence[str | None] | None, n: int) -> list[str | 
 
 
 def q_in_context(
-    db: Database, namespace: str, contexts: Sequence[str | None], cfg: RetrievalConfig, *, alpha: float
+    db: Database,
+    namespace: str,
+    contexts: Sequence[str | None],
+    cfg: RetrievalConfig,
+    *,
+    alpha: float,
+    shared: str | None = None,
 ) -> list[dict[str, float]]:
-    """Per query, the Q-values its context earned (``RetrievalConfig.context_q``); empty when off or unused."""
-    named = [c for c in contexts if c is not None]
-    if not cfg.context_q or not named:
+    """Per query, the Q-values that replace the stored ones in its ranking: the tenant's overlay on the
+    ``shared`` memories it rated, and the Q its context earned (``RetrievalConfig.context_q``), which
+    wins where both speak. Empty when neither applies."""
+    named = [c for c in contexts if c is not None] if cfg.context_q else []
+    if not named and shared is None:
         return []
     with db.transaction(write=False) as conn:
-        values = context_values(conn, namespace, named, alpha=alpha)
-    return [values.get(c, {}) if c is not None else {} for c in contexts]
+        overlay = overlay_values(conn, namespace, shared, alpha=alpha) if shared is not None else {}
+        values = context_values(conn, namespace, named, alpha=alpha) if named else {}
+    return [overlay | (values.get(c, {}) if c is not None else {}) for c in contexts]

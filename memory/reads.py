@@ -16,7 +16,6 @@ from sqlalchemy import Connection, func, insert, select
 
 from connectors.errors import ConfigError, StoreError
 from memory.config import RetrievalConfig
-from memory.mirror.arrays import NamespaceMirror
 from memory.mirror.sync import MirrorSet
 from memory.records import ItemCache, MemoryItem, Recall, item_from_row
 from memory.retrieval import Plan, Planner, log_rows
@@ -153,22 +152,22 @@ def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, gen
         "explored": recall.explored,
         "generation": generation,
         "context": recall.context,
+        "shared": recall.shared,
     }
 
 
-def log_recalls(
-    conn: Connection, out: list[Recall], plans: list[Plan], item_ids: np.ndarray, cfg: RetrievalConfig, generation: int
-) -> None:
+def log_recalls(conn: Connection, out: list[Recall], plans: list[Plan], cfg: RetrievalConfig, generation: int) -> None:
     """Log recalls and every candidate's numbers (what ``explain`` and ``reinforce`` by id read)."""
     now = time.time()
     execute_many(conn, RECALL_INSERT, [recall_row(r, p, cfg, now, generation) for r, p in zip(out, plans, strict=True)])
     execute_many(
-        conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p, item_ids)]
+        conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p)]
     )
 
 
 def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
-    """Everything logged about one recall of ``namespace``, candidates in similarity order."""
+    """Everything logged about one recall of ``namespace``, candidates in similarity order; each
+    candidate's ``source`` is the namespace it came from (``namespace``, or the recall's ``shared`` one)."""
     head = (
         conn.execute(select(recalls).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
         .mappings()
@@ -192,6 +191,7 @@ def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
             "filtered": not r["in_pool"],
             "selected": r["rank"] is not None,
             "rank": r["rank"],
+            "source": head["shared"] if r["shared"] else namespace,
         }
         for r in conn.execute(
             select(recall_items).where(recall_items.c.recall_id == recall_id).order_by(recall_items.c.position)
@@ -242,55 +242,61 @@ def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
     return out
 
 
-def selected_items(
-    conn: Connection, mirror: NamespaceMirror, plans: list[Plan], texts: ItemCache
-) -> dict[str, MemoryItem]:
+def selected_items(conn: Connection, plans: list[Plan], namespaces: tuple[str, str | None], texts: ItemCache) -> dict[str, MemoryItem]:
     """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL.
 
-    Items read from SQL are used as read, then offered to the cache: the cache is bounded, so reading
-    them back from it would lose those it evicted at once (any batch larger than the cache).
-    A selected memory SQL no longer holds is left out (the caller re-plans).
+    ``namespaces`` are the recall's own and shared one (or None): each memory is read from the one its
+    plan says it came from. Items read from SQL are used as read, then offered to the cache: the cache
+    is bounded, so reading them back from it would lose those it evicted at once (any batch larger than
+    the cache). A selected memory SQL no longer holds is left out (the caller re-plans).
     """
-    rows = np.unique(np.concatenate([p.selected_rows for p in plans])).astype(np.int64)
-    ids = [str(i) for i in mirror.ids[rows]]
+    values: dict[str, tuple[float, int, bool]] = {}
+    for p in plans:
+        for i in p.selected:
+            values[str(p.ids[i])] = (float(p.stored_q[i]), int(p.visits[i]), bool(p.shared[i]))
     base: dict[str, MemoryItem] = {}
-    for item_id in ids:
+    for item_id in values:
         cached = texts.get(item_id)
         if cached is not None:
             base[item_id] = cached
-    missing = [i for i in ids if i not in base]
-    if missing:
-        fetched = fetch_items(conn, missing, mirror.namespace)
-        base.update((item.id, item) for item in fetched)
-        texts.put(fetched)
+    for shared, namespace in ((False, namespaces[0]), (True, namespaces[1])):
+        missing = [i for i, v in values.items() if i not in base and v[2] == shared]
+        if missing and namespace is not None:
+            fetched = fetch_items(conn, missing, namespace)
+            base.update((item.id, item) for item in fetched)
+            texts.put(fetched)
     return {
-        item_id: replace(
-            base[item_id], q=float(mirror.q[row]), visits=int(mirror.visits[row]), meta=dict(base[item_id].meta)
-        )
-        for item_id, row in zip(ids, rows, strict=True)
+        item_id: replace(base[item_id], q=q, visits=visits, meta=dict(base[item_id].meta))
+        for item_id, (q, visits, _) in values.items()
         if item_id in base
     }
 
 
 def select_memories(
-    conn: Connection, mirrors: MirrorSet, namespace: str, planner: Planner, plans: list[Plan], texts: ItemCache
-) -> tuple[NamespaceMirror, list[Plan], dict[str, MemoryItem]]:
+    conn: Connection,
+    mirrors: MirrorSet,
+    namespaces: tuple[str, str | None],
+    planner: Planner,
+    plans: list[Plan],
+    texts: ItemCache,
+) -> tuple[list[Plan], dict[str, MemoryItem]]:
     """Catch the mirrors up, plan again when another process wrote since ``plans`` were made, and read
-    every selected memory: the mirror, the plans and the memories a recall returns.
+    every selected memory: the plans and the memories a recall returns. ``namespaces`` are the recall's
+    own namespace and the shared one it searches too (or None).
 
     A recall returns exactly what it selected: when a selected memory is gone from SQL (removed by
-    another process after the catch-up, possible under READ COMMITTED), the mirror catches up again and
+    another process after the catch-up, possible under READ COMMITTED), the mirrors catch up again and
     the queries are planned again.
     """
+    namespace, shared = namespaces
     for attempt in range(SELECT_ATTEMPTS):
         seen = mirrors.generation
         mirrors.sync(conn)
-        mirror = mirrors.get(conn, namespace)
         if attempt or mirrors.generation != seen:
-            plans = planner(mirror)
-        found = selected_items(conn, mirror, plans, texts)
-        if all(str(mirror.ids[row]) in found for p in plans for row in p.selected_rows):
-            return mirror, plans, found
+            plans = planner(mirrors.get(conn, namespace), None if shared is None else mirrors.get(conn, shared))
+        found = selected_items(conn, plans, namespaces, texts)
+        if all(i in found for p in plans for i in p.selected_ids):
+            return plans, found
     raise StoreError(
         f"recall in namespace {namespace!r}: selected memories kept being removed by other processes "
         f"({SELECT_ATTEMPTS} attempts); try again"

@@ -79,6 +79,8 @@ class Recall:
         explored: True when the ε draw replaced the ranked selection by a random one.
         context: what the recall was made for (a task id), when the caller said; with
             ``RetrievalConfig.context_q`` the memories' Q-values were those they earned there.
+        shared: the shared namespace searched with ``namespace`` in the same recall (None: only
+            ``namespace``); each item's own ``namespace`` says where it came from.
 
     Example:
         >>> r = Recall("r1", "default", "q", (), (), (), pool_size=0, filtered=0, explored=False)
@@ -96,6 +98,7 @@ class Recall:
     filtered: int
     explored: bool
     context: str | None = None
+    shared: str | None = None
 
     def __len__(self) -> int:
         return len(self.items)

@@ -1,7 +1,9 @@
 """One recall, computed in memory: phase A over the index's answer, phase B over the pool.
 
-``plan_recall`` and ``to_recall`` touch no database; the store runs them between reading the mirror
-and logging the result.
+``plan_batch`` and ``to_recall`` touch no database; the store runs them between reading the mirrors
+and logging the result. A recall may search two namespaces at once, its own and a shared one (a served
+tenant over its run's trained memory): their nearest items meet in one phase A and one phase B, and
+``Plan.shared`` says where each came from.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from memory.config import RetrievalConfig
 from memory.mirror.arrays import NamespaceMirror
 from memory.records import MemoryItem, Recall, ScoredItem
-from memory.scoring import Selection, select
+from memory.scoring import Selection, phase_a, select
 
 
 def search_width(k1: int, size: int) -> int:
@@ -29,30 +31,67 @@ class Plan:
     """The outcome of one retrieval before it is turned into a ``Recall``.
 
     Attributes:
-        rows: mirror rows of the k1 nearest items, by similarity (best first).
+        ids: item ids of the k1 nearest items, by similarity (best first).
         sims: their exact cosine similarities.
-        qs: their Q-values at retrieval time.
+        qs: the Q-values that ranked them (a tenant's overlay or a context's Q where it has one).
+        stored_q: their Q-values in the store at retrieval time.
+        visits: their visit counts.
+        shared: which of them came from the shared namespace (all False for a one-namespace recall).
         in_pool: which of them passed the floor (cos > δ).
-        selection: phase B over the pool (``rows[in_pool]``).
+        selection: phase B over the pool (``ids[in_pool]``).
     """
 
-    rows: np.ndarray
+    ids: np.ndarray
     sims: np.ndarray
     qs: np.ndarray
+    stored_q: np.ndarray
+    visits: np.ndarray
+    shared: np.ndarray
     in_pool: np.ndarray
     selection: Selection
 
     @property
-    def pool_rows(self) -> np.ndarray:
-        return self.rows[self.in_pool]
+    def selected(self) -> np.ndarray:
+        """Positions (in ``ids``) of the selected items, best first."""
+        return np.flatnonzero(self.in_pool)[self.selection.order]
 
     @property
-    def selected_rows(self) -> np.ndarray:
-        return self.pool_rows[self.selection.order]
+    def selected_ids(self) -> list[str]:
+        return [str(i) for i in self.ids[self.selected]]
 
     @property
     def filtered(self) -> int:
         return int((~self.in_pool).sum())
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """Phase A's k1 nearest of one namespace (or of two, merged), before the floor and phase B."""
+
+    ids: np.ndarray
+    sims: np.ndarray
+    stored_q: np.ndarray
+    visits: np.ndarray
+    shared: np.ndarray
+
+    @staticmethod
+    def of(mirror: NamespaceMirror, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, *, shared: bool) -> Nearest:
+        """The k1 nearest of ``mirror`` for ``query`` (``ids``/``sims``: its index's answer)."""
+        rows, exact, nearest = mirror.candidates(query, ids, sims, k1)  # equal sims keep the older item
+        near = rows[nearest]
+        return Nearest(
+            mirror.ids[near], exact[nearest], mirror.q[near].copy(), mirror.visits[near].copy(),
+            np.full(len(near), shared),
+        )  # fmt: skip
+
+    def merged(self, other: Nearest, k1: int) -> Nearest:
+        """The k1 nearest of both, best first; on equal similarity this one's (the own) items first."""
+        sims = np.concatenate([self.sims, other.sims])
+        keep = phase_a(sims, k1, -np.inf) if len(sims) else np.zeros(0, dtype=np.intp)
+        return Nearest(*(np.concatenate([a, b])[keep] for a, b in zip(self.parts(), other.parts(), strict=True)))
+
+    def parts(self) -> tuple[np.ndarray, ...]:
+        return self.ids, self.sims, self.stored_q, self.visits, self.shared
 
 
 def plan_batch(
@@ -61,67 +100,68 @@ def plan_batch(
     cfg: RetrievalConfig,
     rng: np.random.Generator,
     q_in_context: Sequence[Mapping[str, float]] = (),
+    shared: NamespaceMirror | None = None,
 ) -> list[Plan]:
-    """Phase A and B for each query vector, in memory (one index search for the batch); query i ranks the
-    memories of ``q_in_context[i]`` (when given) by those Q-values instead of their global ones."""
-    width = search_width(cfg.k1, len(mirror))
+    """Phase A and B for each query vector, in memory (one index search per namespace for the batch);
+    query i ranks the memories of ``q_in_context[i]`` (when given) by those Q-values instead of their
+    stored ones. With a ``shared`` mirror, its memories join the same phase A and B (one recall over both)."""
+    found = [(m, *search(m, vecs, cfg.k1)) for m in (mirror, shared) if m is not None]
+    own = list(q_in_context) or [{}] * len(vecs)
+    plans = []
+    for i in range(len(vecs)):
+        parts = [Nearest.of(m, vecs[i], ids[i], sims[i], cfg.k1, shared=m is shared) for m, sims, ids in found]
+        nearest = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], cfg.k1)
+        plans.append(plan_pool(nearest, cfg, rng, own[i]))
+    return plans
+
+
+def search(mirror: NamespaceMirror, vecs: np.ndarray, k1: int) -> tuple[np.ndarray, np.ndarray]:
+    """The index's answer for every query vector: (sims, seqs), ``search_width`` deep."""
+    width = search_width(k1, len(mirror))
     if width:
         sims, ids = mirror.index.search(vecs, width)
-    else:
-        sims, ids = np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
-    own = list(q_in_context) or [{}] * len(vecs)
-    return [plan_recall(mirror, vecs[i], ids[i], sims[i], cfg, rng, own[i]) for i in range(len(vecs))]
+        return sims, ids
+    return np.zeros((len(vecs), 0), dtype=np.float32), np.zeros((len(vecs), 0), dtype=np.int64)
 
 
 @dataclass(frozen=True)
 class Planner:
     """Queries' vectors, their settings, their Q-values in context and the ε draws: planning them again on
-    a caught-up mirror."""
+    caught-up mirrors."""
 
     vecs: np.ndarray
     cfg: RetrievalConfig
     rng: np.random.Generator
     q_in_context: Sequence[Mapping[str, float]] = ()
 
-    def __call__(self, mirror: NamespaceMirror) -> list[Plan]:
-        return plan_batch(mirror, self.vecs, self.cfg, self.rng, self.q_in_context)
+    def __call__(self, mirror: NamespaceMirror, shared: NamespaceMirror | None = None) -> list[Plan]:
+        return plan_batch(mirror, self.vecs, self.cfg, self.rng, self.q_in_context, shared)
 
 
-def plan_recall(
-    mirror: NamespaceMirror,
-    query: np.ndarray,
-    ids: np.ndarray,
-    sims: np.ndarray,
-    cfg: RetrievalConfig,
-    rng: np.random.Generator,
-    q_in_context: Mapping[str, float] | None = None,
+def plan_pool(
+    nearest: Nearest, cfg: RetrievalConfig, rng: np.random.Generator, q_over: Mapping[str, float] | None = None
 ) -> Plan:
-    """Phase A (the k1 nearest, then the floor δ) and phase B (``select``) for one query vector.
-
-    ``ids`` and ``sims`` are the vector index's answer for the query, searched ``search_width`` deep;
-    ``q_in_context`` replaces the Q of the memories it names (``memory.context_q``).
-    """
-    rows, exact, nearest = mirror.candidates(query, ids, sims, cfg.k1)  # equal sims keep the older item
-    near_rows, near_sims = rows[nearest], exact[nearest]
-    in_pool = near_sims > cfg.delta
-    qs = mirror.q[near_rows].copy()
-    if q_in_context:
-        for i, row in enumerate(near_rows):
-            qs[i] = q_in_context.get(str(mirror.ids[row]), qs[i])
-    selection = select(near_sims[in_pool], qs[in_pool], cfg, rng)
-    return Plan(near_rows, near_sims, qs, in_pool, selection)
+    """The floor δ and phase B (``select``) over phase A's nearest; ``q_over`` replaces the Q of the
+    memories it names (a context's Q, ``memory.context_q``; a tenant's overlay on shared memories)."""
+    in_pool = nearest.sims > cfg.delta
+    qs = nearest.stored_q.copy()
+    if q_over:
+        for i, item_id in enumerate(nearest.ids):
+            qs[i] = q_over.get(str(item_id), qs[i])
+    selection = select(nearest.sims[in_pool], qs[in_pool], cfg, rng)
+    return Plan(nearest.ids, nearest.sims, qs, nearest.stored_q, nearest.visits, nearest.shared, in_pool, selection)
 
 
-def log_rows(recall_id: str, plan: Plan, item_ids: np.ndarray) -> list[dict[str, Any]]:
+def log_rows(recall_id: str, plan: Plan) -> list[dict[str, Any]]:
     """``memory_recall_items`` rows for every candidate: the pool with its scores, and what δ dropped."""
     sel = plan.selection
     pool_pos = np.cumsum(plan.in_pool) - 1  # position of each nearest item inside the pool
     rank_of = {int(p): r for r, p in enumerate(sel.order)}
     out: list[dict[str, Any]] = []
-    for i, row in enumerate(plan.rows):
+    for i, item_id in enumerate(plan.ids):
         base = {
             "recall_id": recall_id,
-            "item_id": str(item_ids[row]),
+            "item_id": str(item_id),
             "position": i,
             "in_pool": bool(plan.in_pool[i]),
             "sim": float(plan.sims[i]),
@@ -130,6 +170,7 @@ def log_rows(recall_id: str, plan: Plan, item_ids: np.ndarray) -> list[dict[str,
             "z_sim": None,
             "z_q": None,
             "score": None,
+            "shared": bool(plan.shared[i]),
         }
         if plan.in_pool[i]:
             p = int(pool_pos[i])
@@ -145,16 +186,16 @@ def to_recall(
     namespace: str,
     query: str,
     plan: Plan,
-    item_ids: np.ndarray,
     found: Mapping[str, MemoryItem],
     context: str | None = None,
+    shared: str | None = None,
 ) -> Recall:
     """The ``Recall`` of one plan; ``found`` holds the selected memories by id (a missing one was
     evicted by another process since the search and is left out)."""
     sel = plan.selection
     details: list[ScoredItem] = []
-    for p, row in zip(sel.order, plan.selected_rows, strict=True):
-        item = found.get(str(item_ids[row]))
+    for p, item_id in zip(sel.order, plan.selected_ids, strict=True):
+        item = found.get(item_id)
         if item is None:
             continue
         pool_sims = plan.sims[plan.in_pool]
@@ -172,4 +213,5 @@ def to_recall(
         filtered=plan.filtered,
         explored=sel.explored,
         context=context,
+        shared=shared,
     )

@@ -110,6 +110,7 @@ recalls = Table(
     Column("explored", Boolean, nullable=False),
     Column("generation", BigInteger, nullable=False),
     Column("context", String(200), nullable=True),  # what the recall was for (a task id), when the caller said
+    Column("shared", String(200), nullable=True),  # the shared namespace searched too (a served tenant's run)
     Index("ix_memory_recalls_context", "namespace", "context"),
 )
 
@@ -128,6 +129,7 @@ recall_items = Table(
     Column("z_sim", Float, nullable=True),
     Column("z_q", Float, nullable=True),
     Column("score", Float, nullable=True),
+    Column("shared", Boolean, nullable=True),  # true: from the recall's shared namespace (NULL: older logs)
 )
 
 feedback = Table(
@@ -230,7 +232,8 @@ def upgrade(conn: Connection) -> None:
 
     Earlier stores kept a copy of the intent key's vector in every ``memory_items`` row; it is
     dropped (the vector stays in ``memory_intents``), which halves the bytes per item. Stores older
-    than recall contexts get the (empty) ``memory_recalls.context`` column and its index.
+    than recall contexts get the (empty) ``memory_recalls.context`` column and its index; stores older
+than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shared`` (empty: own items).
     """
     if "embedding" in {c["name"] for c in inspect(conn).get_columns("memory_items")}:
         log.info("memory store: dropping memory_items.embedding (vectors live in memory_intents)")
@@ -239,6 +242,10 @@ def upgrade(conn: Connection) -> None:
         log.info("memory store: adding memory_recalls.context (recalls made for a task)")
         conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN context VARCHAR(200)"))
         next(i for i in recalls.indexes if i.name == "ix_memory_recalls_context").create(conn, checkfirst=True)
+    if "shared" not in {c["name"] for c in inspect(conn).get_columns("memory_recalls")}:
+        log.info("memory store: adding memory_recalls.shared and memory_recall_items.shared (shared recalls)")
+        conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN shared VARCHAR(200)"))
+        conn.execute(text("ALTER TABLE memory_recall_items ADD COLUMN shared BOOLEAN"))
 
 
 def read_state(conn: Connection) -> StoreState:

@@ -268,16 +268,18 @@ class MemoryStore:
         config: RetrievalConfig | None = None,
         record: bool = True,
         context: str | None = None,
+        shared: str | None = None,
     ) -> Recall:
         """The memories to use for ``query``: phase A by similarity, phase B by similarity and Q.
 
         With ``record=True`` the recall and every candidate's numbers are logged, so ``reinforce`` can
         take its id and ``explain`` can show why each memory was (not) chosen. ``context`` says what the
         recall is for (a task id): it is logged, and with ``RetrievalConfig.context_q`` it ranks memories
-        by the Q they earned in that context.
+        by the Q they earned in that context. ``shared``: see ``retrieve_many``.
         """
         check_text("query", query)
-        return self.retrieve_many([query], namespace=namespace, config=config, record=record, contexts=[context])[0]
+        many = partial(self.retrieve_many, namespace=namespace, config=config, record=record, shared=shared)
+        return many([query], contexts=[context])[0]
 
     def retrieve_many(
         self,
@@ -287,34 +289,33 @@ class MemoryStore:
         config: RetrievalConfig | None = None,
         record: bool = True,
         contexts: Sequence[str | None] | None = None,
+        shared: str | None = None,
     ) -> list[Recall]:
-        """``retrieve`` for many queries: one embedding call, one index search, one log transaction;
-        ``contexts`` holds each query's ``context`` (or None)."""
-        cfg = config if config is not None else self.config.retrieval
-        if not isinstance(cfg, RetrievalConfig):
-            raise ConfigError(f"retrieve: config must be a RetrievalConfig, got {type(cfg).__name__}")
+        """``retrieve`` for many queries (``contexts``: each one's ``context`` or None), batched. With ``shared``
+        (another namespace) both meet in one two-phase recall, logged in ``namespace``, shared memories ranked
+        by ``namespace``'s overlay Q (``memory.context_q``); rewards never move the shared memories themselves."""
+        cfg = checks.check_retrieval(config if config is not None else self.config.retrieval)
         queries = check_texts(queries, "queries", single="use retrieve")
         namespace, contexts = check_namespace(namespace), check_contexts(contexts, len(queries))
+        shared = checks.check_shared(shared, namespace)
         if not queries:
             return []
         vecs = self._embed(queries)
         with self._open.locked():
-            mirror = self._open.mirror(namespace)
-            # Optimistic: search the mirror as this process last saw it, check in the transaction that logs
+            names, mirrors = (namespace, shared), [self._open.mirror(n) for n in (namespace, shared) if n is not None]
+            # Optimistic: search the mirrors as this process last saw them, check in the transaction that logs
             # the recall (read-only if none); only if another process wrote since is the search repeated.
-            own = q_in_context(self._db, namespace, contexts, cfg, alpha=self.config.alpha)
+            own = q_in_context(self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared)
             planner = Planner(vecs, cfg, self._rng, own)
-            plans = planner(mirror)
+            plans = planner(*mirrors)
             with self._db.transaction(write=record) as conn:
-                mirror, plans, found = reads.select_memories(
-                    conn, self._mirrors, namespace, planner, plans, self._texts
-                )
+                plans, found = reads.select_memories(conn, self._mirrors, names, planner, plans, self._texts)
                 out = [
-                    to_recall(new_id(), namespace, q, p, mirror.ids, found, c)
+                    to_recall(new_id(), namespace, q, p, found, c, shared)
                     for q, p, c in zip(queries, plans, contexts, strict=True)
                 ]
                 if record:
-                    reads.log_recalls(conn, out, plans, mirror.ids, cfg, self._mirrors.generation)
+                    reads.log_recalls(conn, out, plans, cfg, self._mirrors.generation)
             return out
 
     # -- learning ------------------------------------------------------------------------------
