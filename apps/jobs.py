@@ -77,15 +77,22 @@ def _build(spec: RunSpec, args: argparse.Namespace) -> Evolver:
     return build(spec, progress=not args.quiet)
 
 
-def served_feedback(evolver: Evolver) -> Callable[[], list[Trace]]:
+def served_feedback(evolver: Evolver, spec: RunSpec) -> Callable[[], list[Trace]]:
     """The job's ``before_round``: learn what users rated through ``evolve serve`` since the last job
-    that finished (``evolve.deploy.feedback.learn_served``)."""
-    from evolve.deploy.feedback import learn_served
+    that finished (``evolve.deploy.feedback.learn_served``); in a tenant's run with ``[serve] promote``,
+    then move its well-rated memories into the trained run's (``evolve.deploy.feedback.promote``)."""
+    from evolve.deploy.feedback import learn_served, promote
     from evolve.deploy.jobs import job_history
 
     def before_round() -> list[Trace]:
         done = next((j for j in job_history(evolver.log.engine, evolver.run_name) if j.status == "done"), None)
-        return learn_served(evolver, since=done.started_at if done is not None else 0.0)
+        traces = learn_served(evolver, since=done.started_at if done is not None else 0.0)
+        if spec.serve.promote and spec.shared_run is not None:
+            moved = promote(
+                evolver.memory, evolver.team, min_q=spec.serve.promote_q, min_visits=spec.serve.promote_visits
+            )
+            print(f"promoted {moved} memories of {spec.run.name} into {spec.shared_run}'s shared memory", flush=True)
+        return traces
 
     return before_round
 
@@ -127,7 +134,7 @@ def cmd_job(args: argparse.Namespace) -> None:
         with holding(taken):  # renewed while the models load; released if loading fails
             evolver = _build(spec, args)
         try:
-            result = _noted(run_job(evolver, lease=taken, before_round=served_feedback(evolver)), evolver)
+            result = _noted(run_job(evolver, lease=taken, before_round=served_feedback(evolver, spec)), evolver)
         finally:
             _close(evolver)
     finally:
@@ -147,7 +154,7 @@ def cmd_scheduler(args: argparse.Namespace) -> None:
     try:
         while True:
             started = time.monotonic()
-            result = _noted(run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver)), evolver)
+            result = _noted(run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver, spec)), evolver)
             runs += 1
             print(describe(result), flush=True)
             if args.max_runs is not None and runs >= args.max_runs:

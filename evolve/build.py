@@ -101,14 +101,20 @@ def agent_namespace(run: str, agent: str) -> str:
 
 
 def build_team(spec: RunSpec, chat: ChatClient, store: MemoryStore | None) -> Team:
-    """The spec's agents on ``chat``, each recalling from namespace ``<run>/<agent>`` when it has memory."""
+    """The spec's agents on ``chat``, each recalling from namespace ``<run>/<agent>`` when it has memory (and
+    from the trained run's ``<base run>/<agent>`` too in a tenant's run under ``[serve] memory = "shared"``)."""
     params = {"max_tokens": spec.model.max_tokens, "temperature": spec.model.temperature, "seed": spec.run.seed}
+    base = spec.shared_run
+
+    def shared(agent: str) -> str | None:
+        return None if base is None else agent_namespace(base, agent)
+
     agents = [
         Agent(
             a.name,
             chat,
             system=a.system,
-            memory=MemoryView(store, namespace=agent_namespace(spec.run.name, a.name))
+            memory=MemoryView(store, namespace=agent_namespace(spec.run.name, a.name), shared=shared(a.name))
             if store is not None and a.memory
             else None,
             params=params,

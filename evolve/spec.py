@@ -51,7 +51,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from connectors import ConfigError
 from memory.config import FailureKeeps
@@ -150,9 +150,24 @@ class AgentSection(_Strict):
 
 
 class ServeSection(_Strict):
-    # "tenant": every tenant its own run "<run>@<tenant>" (memory, prompts, ratings), starting empty.
+    # "shared": every tenant its own run "<run>@<tenant>" (memory, prompts, ratings) that also recalls the
+    #   trained run's memory, read-only, in the same recall; its ratings move only its own ranking.
+    # "tenant": the same, without the trained run's memory (every tenant starts empty).
     # "base": every key serves the trained run itself, and ratings reinforce its memory: for one tenant.
-    memory: Literal["tenant", "base"] = "tenant"
+    memory: Literal["shared", "tenant", "base"] = "shared"
+    # evolve job --tenant T moves T's memories rated at least promote_q over promote_visits rewards into
+    # the trained run's memory, where every tenant recalls them ("shared" only).
+    promote: bool = False
+    promote_q: float = Field(0.5, ge=-1.0, le=1.0)
+    promote_visits: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _promote_needs_shared(self) -> ServeSection:
+        if self.promote and self.memory != "shared":
+            raise ValueError(
+                f'promote = true moves tenants\' memories into the shared one: it needs memory = "shared", not {self.memory!r}'
+            )
+        return self
 
 
 class RunSpec(_Strict):
@@ -173,6 +188,12 @@ class RunSpec(_Strict):
         """A file name from the spec (tasks), relative to the spec file's folder unless absolute."""
         p = Path(name)
         return p if p.is_absolute() or self.path is None else (self.path.parent / p)
+
+    @property
+    def shared_run(self) -> str | None:
+        """The trained run a tenant's run recalls from too (``[serve] memory = "shared"``), else None."""
+        base, at, _ = self.run.name.partition("@")
+        return base if at and self.serve.memory == "shared" else None
 
     def for_tenant(self, tenant: str | None) -> RunSpec:
         """The same spec with the run renamed ``<run>@<tenant>``; None gives the spec unchanged, and so

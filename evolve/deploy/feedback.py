@@ -146,6 +146,33 @@ def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int 
     return traces
 
 
+def promote(store: MemoryStore | None, team: Team, *, min_q: float, min_visits: int) -> int:
+    """Move a tenant's memories whose Q reached ``min_q`` over at least ``min_visits`` rewards into the shared
+    memory its agents recall from (``MemoryView.shared``: the trained run's); returns how many moved.
+
+    Each is stored there under a fixed id (``promoted:<id>``), with its Q, visits not carried (the shared
+    memory has not been rewarded for it yet) and ``promoted_from`` in its meta, then removed from the
+    tenant's memory, so every tenant recalls it and none recalls it twice. A promotion stopped half way
+    leaves the shared copy (a repeat stores nothing twice) and removes the tenant's on the next call.
+    """
+    if store is None:
+        return 0
+    moved = 0
+    for agent in team.agents.values():
+        view = agent.memory
+        if view is None or view.shared is None:
+            continue
+        ready = [m for m in store.items(view.namespace) if m.q >= min_q and m.visits >= min_visits]
+        for m in ready:
+            meta = {k: v for k, v in m.meta.items() if k != "success"}
+            store.add(
+                m.intent, m.experience, namespace=view.shared, success=m.meta.get("success"), q=m.q,
+                meta={**meta, "promoted_from": view.namespace, "promoted_id": m.id}, id=fit_id(f"promoted:{m.id}"),
+            )  # fmt: skip
+        moved += store.remove([m.id for m in ready], namespace=view.namespace)
+    return moved
+
+
 def rating_text(score: float, comment: str) -> str:
     """A user's rating as the feedback text memory and optimizers learn from."""
     verdict = f"A user rated this answer {score:g} out of 1 ({'good' if score >= 0.5 else 'bad'})."
@@ -178,5 +205,6 @@ def _write(
 
 
 __all__ = [
-    "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "rating_text", "reinforce_recalls",
+    "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "promote", "rating_text",
+    "reinforce_recalls",
 ]  # fmt: skip

@@ -10,7 +10,13 @@
   (``quarantined``, ``retry_quarantined``) instead of blocking the queue.
 
 A tenant's run is ``<run>@<tenant>`` (``RunSpec.for_tenant``): its memories, prompts, rounds and
-responses are keyed by that name, so one tenant never sees another's.
+responses are keyed by that name, so one tenant never sees another's. Under ``[serve] memory = "shared"``
+(the default) each agent also recalls the trained run's memory ``<run>/<agent>``, read-only, in the same
+two-phase recall, and a tenant starts from the trained run's HEAD prompts: what ``evolve run`` trained is
+what every tenant is served. A tenant's ratings move its own memories and its overlay Q on the shared
+ones (``memory.context_q``), never another tenant's ranking; ``evolve job --tenant`` learns them, and
+with ``[serve] promote = true`` moves the tenant's well-rated memories into the shared memory
+(``evolve.deploy.feedback.promote``).
 
 Example:
     >>> from evolve.spec import RunSpec
@@ -43,10 +49,16 @@ from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, T
 from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.errors import ParseError, same_kind
-from connectors.prompted_tools import call_text
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
 from evolve.deploy import formats
+from evolve.deploy.chat_requests import (
+    check_request_tools,
+    conversation,
+    first_call_only,
+    has_head,
+    trained_prompts,
+)
 from evolve.deploy.feedback import reinforce_recalls
 from evolve.deploy.responses import (
     MAX_RESPONSE_ID,
@@ -70,7 +82,6 @@ from memory import MemoryStore
 
 # The parameters a request may set on the agents' calls; anything else is the deployment's business.
 REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice")
-TOOL_CHOICES = ("auto", "none", "required")
 
 
 class UnknownResponse(StoreError):
@@ -156,13 +167,21 @@ class Deployment:
         return self.spec.for_tenant(tenant).run.name
 
     def graph(self, tenant: str | None) -> PromptGraph:
-        """The tenant's versioned prompts, seeded from the spec's on first use."""
+        """The tenant's versioned prompts, seeded on first use from the trained run's HEAD (``[serve] memory
+        = "shared"``, once the run has one) or else the spec's; from then on the tenant's own jobs evolve them."""
         run = self.run_name(tenant)
         with self._lock:
             if run not in self._graphs:
+                spec = self.spec.for_tenant(tenant)
                 graph = PromptGraph(self.engine, run)
-                seed = build_team(self.spec.for_tenant(tenant), self.chat, None)
-                graph.init(seed.prompts(), [(a, b, 1.0) for a, b in seed.edges])
+                seed = build_team(spec, self.chat, None)
+                prompts = (
+                    seed.prompts()
+                    if spec.shared_run is None
+                    else trained_prompts(self.engine, spec.shared_run, seed.prompts())
+                )
+                if not has_head(graph):
+                    graph.init(prompts, [(a, b, 1.0) for a, b in seed.edges])
                 self._graphs[run] = graph
             return self._graphs[run]
 
@@ -326,77 +345,6 @@ class Deployment:
         """Save the vector index and release the database."""
         if self.store is not None:
             self.store.close()
-
-
-def conversation(messages: Sequence[Message]) -> tuple[str, str]:
-    """``(observation, query)`` for a chat: the team answers the observation, memory recalls by the query.
-
-    The query is the last user message. The observation is that message alone when it is the whole
-    conversation; otherwise the app's instructions and the earlier turns come first, quoted, so the
-    agents' own (evolved) system prompts stay in charge.
-    """
-    if not messages:
-        raise ConfigError("messages must hold at least one message")
-    for i, m in enumerate(messages):
-        check_chars(f"messages[{i}].content", m.content)  # recorded, recalled by and learned from
-    users = [i for i, m in enumerate(messages) if m.role == "user"]
-    if not users:
-        raise ConfigError("messages must hold at least one user message; the team answers the last one")
-    last = users[-1]
-    query = messages[last].content
-    if not query.strip():
-        raise ConfigError("the last user message is empty")
-    context = [m for i, m in enumerate(messages) if i != last]
-    if not context:
-        return query, query
-    instructions = [m.content for m in context if m.role == "system"]
-    turns = [turn_text(m) for m in context if m.role != "system"]
-    parts = []
-    if instructions:
-        parts.append("Instructions from the app:\n" + "\n".join(instructions))
-    if turns:
-        parts.append("Conversation so far:\n" + "\n".join(turns))
-    parts.append(f"Reply to: {query}")
-    return "\n\n".join(parts), query
-
-
-def turn_text(m: Message) -> str:
-    """One earlier turn as the observation quotes it: tool calls written out, tool results by call id."""
-    if m.role == "tool":
-        return f"tool result ({m.tool_call_id}): {m.content}"
-    calls = ", ".join(f"{call_text(c)} (call {c.id})" if c.id else call_text(c) for c in m.tool_calls)
-    said = " ".join(x for x in (m.content, f"[called {calls}]" if calls else "") if x)
-    return f"{m.role}: {said}"
-
-
-def first_call_only(steps: tuple[Step, ...]) -> tuple[Step, ...]:
-    """The steps with the answering agent's calls to the app's tools cut to the first."""
-    last = steps[-1] if steps else None
-    described = [r for r in last.calls if r.result == DESCRIBED] if last is not None else []
-    if last is None or len(described) < 2:
-        return steps
-    kept = described[0]
-    others = tuple(r for r in last.calls if r.result != DESCRIBED)
-    return (*steps[:-1], dataclasses.replace(last, calls=(*others, kept), output=f"[{call_text(kept.call)}]"))
-
-
-def check_request_tools(tools: Sequence[Tool] | None, choice: object, team: Team) -> list[Tool] | None:
-    """The request's tools as described-only ones, for a one-agent team; ConfigError says what cannot be served."""
-    if choice is not None and choice not in TOOL_CHOICES:
-        raise ConfigError(f"tool_choice must be one of {list(TOOL_CHOICES)}, got {choice!r:.80}")
-    if not tools:
-        if choice is not None and choice != "none":
-            raise ConfigError(f"tool_choice={choice!r} needs tools")
-        return None
-    if len(team.agents) > 1:
-        raise ConfigError(
-            f"tools are served by a one-agent team; this one has {len(team.agents)} agents "
-            f"({', '.join(team.agents)}), whose calls would not be the app's to run"
-        )
-    bad = [t for t in tools if not isinstance(t, Tool)]
-    if bad:
-        raise ConfigError(f"tools must be connectors.Tool objects, got {type(bad[0]).__name__}")
-    return [dataclasses.replace(t, fn=None) for t in tools]  # the app runs them, never this server
 
 
 def check_score(score: object) -> float:

@@ -69,7 +69,7 @@ def test_the_trained_run_is_served_and_its_memories_are_reinforced(tmp_path: Pat
         deployment.close()
 
 
-def test_by_default_a_tenant_starts_from_its_own_empty_memory(tmp_path: Path) -> None:
+def test_with_memory_tenant_a_tenant_starts_from_its_own_empty_memory(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "tenant")
     assert main(["run", str(spec), "--quiet"]) == 0
     deployment = Deployment(load_spec(spec))

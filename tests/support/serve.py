@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +63,8 @@ class Served:
 
 
 @contextmanager
-def serving(spec: Path) -> Iterator[Served]:
-    """``evolve serve`` for ``spec`` with ``KEYS``: uvicorn in a thread on a free port of 127.0.0.1."""
+def serving(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[Served]:
+    """``evolve serve`` for ``spec`` with ``keys`` (key → tenant): uvicorn in a thread on a free port of 127.0.0.1."""
     import uvicorn
 
     from apps.serve_cli import base_url, listen
@@ -73,7 +73,7 @@ def serving(spec: Path) -> Iterator[Served]:
 
     deployment = Deployment(load_spec(spec))
     sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(deployment, KEYS), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(deployment, dict(keys)), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
