@@ -1,8 +1,9 @@
 """The chat seam: the ``ChatModel`` protocol, ``load_chat`` and the one wrapper around every backend.
 
 A backend implements ``complete(messages, **params) -> Completion`` (and, if it can do better than a
-loop, ``complete_batch``). Everything else — retries with backoff, the response cache, usage
-accounting per caller — lives once, in ``ChatClient``.
+loop, ``complete_batch``; if it can send text while generating, ``stream``: ``connectors.streaming``).
+Everything else — retries with backoff, the response cache, usage accounting per caller — lives once,
+in ``ChatClient``.
 
 Example:
     >>> from connectors import load_chat
@@ -25,15 +26,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from connectors.errors import ConfigError, ConnectorError, RateLimited
+from connectors.streaming import StreamedCompletion
 from connectors.tools import Tool, ToolCall
 from connectors.types import Completion, Message, Usage, as_messages
 
 log = logging.getLogger(__name__)
 
 Prompt = Sequence[Message | Mapping[str, str]] | str
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -45,6 +48,10 @@ class ChatModel(Protocol):
     (its base model's folder), ``adapters`` and ``load_adapter(name, folder)``, and serves an adapter
     with ``adapter=name`` per call. The attribute is optional, read with a default of False: the seam
     stays one method. Ask ``ChatClient.serves_adapters``, never the model's name.
+
+    A backend that can send its answer while generating it also has ``stream(messages, **params) ->
+    StreamedCompletion`` (``LocalChat``, ``OpenAIChat``, ``ScriptedChat``); ``ChatClient.stream`` answers
+    through ``complete`` for one that has not.
 
     Example:
         >>> from connectors.fakes import ScriptedChat
@@ -260,6 +267,35 @@ class ChatClient:
         """One answer for one prompt (a string, dicts or ``Message``s)."""
         return self.complete_batch([messages], sample_index=sample_index, caller=caller, **params)[0]
 
+    def stream(
+        self, messages: Prompt, *, sample_index: int = 0, caller: str = "default", **params: Any
+    ) -> StreamedCompletion:
+        """One answer as it is generated: iterate for the text deltas, then read ``.completion``.
+
+        Opening the stream waits for its first delta, so a failure before any text is raised here, and a
+        retryable one is retried as ``complete`` retries; once text has come, nothing is retried (a
+        failure mid-stream reaches the reader). The usage is accounted when the stream ends or is closed
+        (then: what was generated), and the response cache is not used. A request with ``tools`` or
+        ``tool_choice``, or a backend without ``stream`` (vLLM, LangChain, the replay fake), is answered by
+        ``complete`` and comes as one delta: every parameter is honoured, only the text comes at once.
+
+        Example:
+            >>> from connectors.fakes import ScriptedChat
+            >>> stream = ChatClient(ScriptedChat(["It is 4471."])).stream("Harbor code?", caller="solver")
+            >>> list(stream), stream.completion.finish_reason
+            (['It ', 'is ', '4471.'], 'stop')
+        """
+        msgs = as_messages(messages)
+        opener = getattr(self.backend, "stream", None)
+        if opener is None or "tools" in params or "tool_choice" in params:
+            return StreamedCompletion.whole(self.complete(msgs, sample_index=sample_index, caller=caller, **params))
+        call_params = dict(params)
+        if call_params.get("seed") is not None:
+            call_params["seed"] = int(call_params["seed"]) + sample_index
+        stream: StreamedCompletion = self._with_retries(lambda: opener(msgs, **call_params).start())
+        stream.on_end(lambda c: self._account(caller, c.usage))
+        return stream
+
     def complete_batch(
         self,
         prompts: Sequence[Prompt],
@@ -314,7 +350,7 @@ class ChatClient:
             raise ConnectorError(f"{self.name}: backend returned {len(result)} completions for {len(batch)} prompts")
         return result
 
-    def _with_retries(self, fn: Callable[[], list[Completion]]) -> list[Completion]:
+    def _with_retries(self, fn: Callable[[], T]) -> T:
         attempt = 0
         while True:
             try:

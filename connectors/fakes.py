@@ -9,16 +9,18 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from connectors.chat import ChatModel, request_key
 from connectors.errors import ConfigError, ConnectorError
 from connectors.prompted_tools import check_tools, with_calls
+from connectors.streaming import CANCELLED, StreamedCompletion, split_words
 from connectors.types import Completion, Message, Usage
 
 Reply = str | Completion
@@ -37,6 +39,9 @@ class ScriptedChat:
     message, the system prompt included, with ``match="all"``; else ``default``), or a callable
     ``messages -> str | Completion``. ``delay`` (seconds) makes every call take that long, so tests can
     hold a job open long enough to overlap it with another or to kill it half-way.
+
+    ``stream`` sends the same reply word by word (``pieces``; a subclass may cut it otherwise, or hold
+    between pieces to test what a reader sees mid-answer).
     """
 
     def __init__(
@@ -78,6 +83,22 @@ class ScriptedChat:
         tools, choice = params.get("tools"), params.get("tool_choice")
         check_tools(tools, choice)
         return with_calls(done, tools) if tools and choice != "none" else done  # a scripted call is read as one
+
+    def stream(self, messages: Sequence[Message], **params: Any) -> StreamedCompletion:
+        """The reply ``complete`` gives (the call is recorded once), sent in ``pieces``."""
+        done = self.complete(messages, **params)
+
+        def finish(text: str, cut: bool) -> Completion:
+            if not cut:
+                return done
+            usage = Usage(done.usage.prompt_tokens, _count_tokens(text) if text else 0)
+            return dataclasses.replace(done, text=text, usage=usage, finish_reason=CANCELLED)
+
+        return StreamedCompletion(self.pieces(done.text), finish)
+
+    def pieces(self, text: str) -> Iterator[str]:
+        """The deltas ``stream`` sends for ``text``: its words, each with its trailing whitespace."""
+        yield from split_words(text)
 
     def _reply(self, messages: Sequence[Message], index: int) -> Reply:
         r = self.replies

@@ -4,7 +4,8 @@
 retries are off: ``ChatClient`` owns retries, so one policy (with ``Retry-After``) covers every
 backend. SDK errors are translated here, once, into ours: 429 → ``RateLimited``, timeouts →
 ``ProviderTimeout``, connection errors and 5xx → retryable ``ConnectorError``, other 4xx → a
-``ConnectorError`` that retrying cannot fix.
+``ConnectorError`` that retrying cannot fix. ``stream`` sends the answer as the server does
+(``stream=True``), with the usage the server reports at the end.
 
 Example:
     >>> from connectors import load_chat
@@ -20,13 +21,14 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
 from connectors.prompted_tools import check_tools
 from connectors.redact import redact
+from connectors.streaming import CANCELLED, StreamedCompletion, refuse_tools
 from connectors.tools import Tool, ToolCall, arguments_of
 from connectors.types import Completion, Message, Usage
 
@@ -175,16 +177,81 @@ class OpenAIChat:
         """One answer. ``tools`` go out as native function calling (``tool_choice``: ``"auto"``,
         ``"required"`` or ``"none"``) and the calls come back in ``Completion.tool_calls``; ``extra`` goes
         to the server as is (``logprobs=True``, ``response_format=…``)."""
-        import openai
-
-        from connectors.capped_http import ResponseTooLarge, cause_of
-
         sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
         request = {k: v for k, v in sampling.items() if v is not None}
         request.update(tool_request(tools, tool_choice))
         request.update(extra)
+        return self._completion(self._create(messages, request))
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: str | None = None,
+        **extra: Any,
+    ) -> StreamedCompletion:
+        """One answer as the server sends it (``stream=True``, with ``stream_options.include_usage`` so the
+        usage comes at the end); the parameters of :meth:`complete` but tools (``ChatClient.stream`` asks
+        :meth:`complete` for those). Closing the stream closes the connection, and the server stops."""
+        refuse_tools(self.name, tools, tool_choice)
+        if "stream" in extra or "stream_options" in extra:
+            raise ConfigError(f"{self.name}: stream() sets stream and stream_options itself; got {sorted(extra)}")
+        sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
+        request = {k: v for k, v in sampling.items() if v is not None} | extra
+        response = self._create(messages, {**request, "stream": True, "stream_options": {"include_usage": True}})
+        seen: dict[str, Any] = {"finish": None, "usage": None, "logprobs": [], "refusal": "", "text": False}
+
+        def deltas() -> Iterator[str]:
+            import openai
+            from httpx2 import HTTPError
+
+            from connectors.capped_http import ResponseTooLarge
+
+            try:
+                for chunk in response:
+                    seen["usage"] = getattr(chunk, "usage", None) or seen["usage"]
+                    for choice in chunk.choices or ():
+                        if choice.index != 0:
+                            continue
+                        seen["finish"] = choice.finish_reason or seen["finish"]
+                        seen["refusal"] += getattr(choice.delta, "refusal", None) or ""
+                        if choice.logprobs is not None and choice.logprobs.content:
+                            seen["logprobs"].extend(float(t.logprob) for t in choice.logprobs.content)
+                        if choice.delta.content:
+                            seen["text"] = True
+                            yield choice.delta.content
+            except (openai.APIError, ResponseTooLarge, HTTPError, ValueError) as e:
+                raise self._stream_error(e) from e
+            finally:
+                response.close()
+            if seen["refusal"] and not seen["text"]:  # as complete(): a refusal is no answer
+                raise ConnectorError(
+                    f"{self.name}: model {self.model!r} returned no text (refusal: {seen['refusal']!r})"
+                )
+
+        def finish(text: str, cut: bool) -> Completion:
+            u = seen["usage"]
+            usage = Usage(u.prompt_tokens, u.completion_tokens) if u is not None else Usage()
+            usage = Usage(usage.prompt_tokens, usage.completion_tokens, price_of(usage, self.prices))
+            logprobs = tuple(seen["logprobs"]) or None
+            return Completion(text, self.name, usage, logprobs, CANCELLED if cut else seen["finish"])
+
+        return StreamedCompletion(deltas(), finish)
+
+    def _create(self, messages: Sequence[Message], request: Mapping[str, Any]) -> Any:
+        """The SDK's ``chat.completions.create``, its errors translated into ours."""
+        import openai
+
+        from connectors.capped_http import ResponseTooLarge, cause_of
+
         try:
-            response = self._client.chat.completions.create(
+            return self._client.chat.completions.create(
                 model=self.model, messages=[m.to_dict() for m in messages], **request
             )
         except (openai.APIError, ResponseTooLarge) as e:  # too large: raised as is or wrapped, by where it is read
@@ -196,7 +263,21 @@ class OpenAIChat:
         except ValueError as e:  # a 200 whose body is not a whole JSON completion (cut short by a proxy)
             message = f"{self.name}: expected a JSON chat completion, got a body that does not parse ({e})"
             raise ConnectorError(message, retryable=True) from e
-        return self._completion(response)
+
+    def _stream_error(self, error: Exception) -> ConnectorError:
+        """A failure after the stream began: the SDK's error event, a connection cut, a body too large."""
+        import openai
+
+        from connectors.capped_http import ResponseTooLarge, cause_of
+
+        if cause_of(error, ResponseTooLarge) is not None:
+            return ConnectorError(
+                f"{self.name}: {cause_of(error, ResponseTooLarge)}; lower max_tokens", retryable=False
+            )
+        if isinstance(error, openai.APIError):
+            return translate_error(error, self.name, [getattr(self._client, "api_key", None)])
+        secrets = [getattr(self._client, "api_key", None)]
+        return ConnectorError(f"{self.name}: the stream broke off ({redact(error, secrets)})", retryable=True)
 
     def _completion(self, response: Any) -> Completion:
         if not response.choices:

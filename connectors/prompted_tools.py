@@ -84,6 +84,11 @@ def render(messages: Sequence[Message], tools: Sequence[Tool], tool_choice: str 
     return [Message("system", described), *turns]
 
 
+def plain_turns(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with tool calls and tool results written as text, for a model without tools now."""
+    return [_as_text(m) for m in messages]
+
+
 def _as_text(m: Message) -> Message:
     if m.role == "tool":
         return Message("user", f"Result of {m.tool_call_id}: {m.content}")
@@ -154,6 +159,7 @@ __all__ = [
     "call_text",
     "check_tools",
     "example_call",
+    "plain_turns",
     "prompted_batch",
     "render",
     "with_calls",

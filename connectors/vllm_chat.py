@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
-from connectors.local_chat import GenerationParams, generation_params, render_prompt
+from connectors.local_chat import render_prompt
 from connectors.prompted_tools import prompted_batch
+from connectors.sampling import GenerationParams, generation_params
 from connectors.tools import Tool
 from connectors.types import Completion, Message, Usage
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from connectors import ConfigError, load_chat
-from connectors.local_chat import LocalChat, nucleus_probs, truncate_at_stop
+from connectors.local_chat import LocalChat
+from connectors.sampling import nucleus_probs, truncate_at_stop
 from connectors.types import Message
 
 PROMPTS = [
@@ -188,3 +189,59 @@ def test_none_parameters_mean_defaults(tiny: LocalChat) -> None:
     forwarded = tiny.complete(PROMPTS[2], max_tokens=None, temperature=None, top_p=None)
     assert forwarded.text == tiny.complete(PROMPTS[2]).text
     assert forwarded.usage.completion_tokens <= tiny.max_new_tokens
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"temperature": 1.5, "seed": 3},
+        {"stop": ["e", "th"]},
+        {"max_tokens": 3},
+        {"temperature": 0.9, "top_p": 0.5, "seed": 1},
+    ],
+)
+def test_a_stream_sends_the_text_complete_gives_token_by_token(tiny: LocalChat, params: dict) -> None:
+    counts = []
+    for prompt in PROMPTS[:3]:
+        whole = tiny.complete(prompt, **params)
+        stream = tiny.stream(prompt, **params)
+        deltas = list(stream)
+        assert "".join(deltas) == whole.text
+        assert stream.completion == whole  # usage, finish_reason and logprobs too
+        counts.append(len(deltas))
+    assert max(counts) > 1  # sent in pieces, not at the end
+
+
+def test_closing_a_local_stream_stops_the_generation(tiny: LocalChat) -> None:
+    stream = tiny.stream(PROMPTS[0], max_tokens=12)
+    first = next(stream)
+    stream.close()
+    assert stream.completion is not None and stream.completion.text == first
+    assert stream.completion.finish_reason == "cancelled" and stream.completion.usage.completion_tokens < 12
+    assert tiny.complete(PROMPTS[0], max_tokens=2).usage.completion_tokens <= 2  # the model is free again
+
+
+def test_a_local_stream_takes_no_tools_and_refuses_unknown_adapters(tiny: LocalChat) -> None:
+    from connectors import Tool
+
+    with pytest.raises(ConfigError, match="without tools"):
+        tiny.stream(PROMPTS[0], tools=[Tool("door", "a door", {"type": "object", "properties": {}})])
+    with pytest.raises(ConfigError, match="unknown adapter"):
+        tiny.stream(PROMPTS[0], adapter="nope")
+
+
+@pytest.mark.slow
+def test_smollm2_streams_what_it_completes(smollm2_dir: Path) -> None:
+    chat = load_chat("local/smollm2", max_new_tokens=24)
+    question = "What is the capital of France?"
+    for params in ({"temperature": 0.0, "seed": 5}, {"temperature": 0.8, "top_p": 0.9, "seed": 5}):
+        whole = chat.complete(question, **params)
+        stream = chat.stream(question, **params)
+        deltas = list(stream)
+        assert "".join(deltas) == whole.text and len(deltas) > 3
+        assert stream.completion is not None and stream.completion.usage == whole.usage
+        assert stream.completion.finish_reason == whole.finish_reason
+    cut = chat.stream("Write a long story about a lighthouse keeper.", max_tokens=5)
+    assert "".join(cut) and cut.completion is not None
+    assert cut.completion.finish_reason == "length" and cut.completion.usage.completion_tokens == 5

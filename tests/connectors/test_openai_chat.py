@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import email.utils
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from connectors import ChatClient, ConfigError, ConnectorError, ProviderTimeout, RateLimited, load_chat
+from connectors import ChatClient, ConfigError, ConnectorError, ProviderTimeout, RateLimited, Tool, load_chat
 from connectors.openai_chat import OpenAIChat, is_local_url, parse_retry_after, price_of
 from connectors.types import Message, Usage
-from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
+from tests.support.fake_openai import SSE, FakeOpenAIServer, Reply, chat_body, error_body, stream_events
 
 
 def client_with_sleeps(server: FakeOpenAIServer, sleeps: list[float], **kwargs: object) -> ChatClient:
@@ -240,3 +242,68 @@ def test_tools_asked_wrongly_are_refused_before_any_request(
     with pytest.raises(ConfigError, match=message):
         OpenAIChat("test-model", base_url=openai_server.url).complete([Message("user", "hi")], **kwargs)
     assert openai_server.requests == []
+
+
+# ---- streaming -----------------------------------------------------------------------------------------------
+
+
+class GatedEvents:
+    """A streamed answer whose events after the first ``before`` wait for ``gate``: the reader's first delta
+    must arrive while the server is still holding the rest."""
+
+    def __init__(self, events: tuple[bytes, ...], before: int) -> None:
+        self.events, self.before, self.gate = events, before, threading.Event()
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"".join(self.events[: self.before])
+        assert self.gate.wait(10), "the test never opened the gate"
+        yield from self.events[self.before :]
+
+
+def test_a_stream_sends_each_delta_as_the_server_sends_it(openai_server: FakeOpenAIServer) -> None:
+    body = GatedEvents(stream_events(["Par", "is"], prompt_tokens=12, completion_tokens=2), before=2)
+    openai_server.script(Reply(200, body, headers=SSE))
+    chat = load_chat("openai/test-model", base_url=openai_server.url, prices=(1.0, 2.0))
+
+    stream = chat.stream("Capital of France?", temperature=0.0, max_tokens=5, caller="geo")
+    assert next(stream) == "Par" and stream.completion is None  # the server holds the rest still
+    body.gate.set()
+    assert list(stream) == ["is"] and stream.completion is not None
+    assert (stream.completion.text, stream.completion.finish_reason) == ("Paris", "stop")
+    assert stream.completion.usage == Usage(12, 2, (12 * 1.0 + 2 * 2.0) / 1e6) == chat.usage_by_caller["geo"]
+    sent = openai_server.requests[0]["json"]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert (sent["temperature"], sent["max_tokens"]) == (0.0, 5)
+
+
+def test_a_stream_cut_by_max_tokens_says_length(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, stream_events(["Once ", "upon"], finish_reason="length"), headers=SSE))
+    stream = load_chat("openai/test-model", base_url=openai_server.url).stream("A story", max_tokens=2)
+    assert "".join(stream) == "Once upon" and stream.completion is not None
+    assert stream.completion.finish_reason == "length"
+
+
+def test_a_stream_failing_before_text_is_retried_and_mid_stream_is_raised(openai_server: FakeOpenAIServer) -> None:
+    sleeps: list[float] = []
+    chat = client_with_sleeps(openai_server, sleeps)
+    openai_server.script(
+        Reply(500, error_body("busy", "server_error")),
+        Reply(200, stream_events(["4471"]), headers=SSE),
+    )
+    assert "".join(chat.stream("Harbor code?")) == "4471" and len(sleeps) == 1
+
+    cut = stream_events(["The ", "code ", "is ", "4471"])
+    openai_server.script(Reply(200, (*cut[:3], b'data: {"error": {"message": "the model crashed"}}\n\n'), headers=SSE))
+    stream = chat.stream("Harbor code?")
+    assert next(stream) + next(stream) == "The code "
+    with pytest.raises(ConnectorError, match="the model crashed"):
+        next(stream)
+    assert len(openai_server.requests) == 3 and len(sleeps) == 1  # nothing retried after text was sent
+
+
+def test_a_stream_with_tools_is_asked_whole(openai_server: FakeOpenAIServer) -> None:
+    openai_server.script(Reply(200, chat_body("It is 4471.")))
+    tool = Tool("door", "A door code.", {"type": "object", "properties": {}})
+    stream = load_chat("openai/test-model", base_url=openai_server.url).stream("Harbor?", tools=[tool])
+    assert list(stream) == ["It is 4471."]
+    assert "stream" not in openai_server.requests[0]["json"] and openai_server.requests[0]["json"]["tools"]

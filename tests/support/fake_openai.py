@@ -73,6 +73,37 @@ def chat_body(
     }
 
 
+def stream_events(
+    pieces: list[str],
+    *,
+    finish_reason: str = "stop",
+    prompt_tokens: int = 11,
+    completion_tokens: int = 3,
+    model: str = "test-model",
+) -> tuple[bytes, ...]:
+    """A streamed ``/v1/chat/completions`` answer as an OpenAI-compatible server sends it (``stream=True``
+    with ``stream_options.include_usage``): a role chunk, one chunk per piece, the finish chunk, the usage
+    chunk and ``[DONE]``, each a server-sent event. Send it as ``Reply(body=…, headers=SSE)`` (a tuple of
+    chunks: written as they are, not as JSON)."""
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model}
+
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        chunk = {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        return f"data: {json.dumps({**chunk, **extra})}\n\n".encode()
+
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    return (
+        event({"role": "assistant", "content": ""}),
+        *(event({"content": p}) for p in pieces),
+        event({}, finish_reason),
+        f"data: {json.dumps({**head, 'choices': [], 'usage': {**usage, 'total_tokens': sum(usage.values())}})}\n\n".encode(),
+        b"data: [DONE]\n\n",
+    )
+
+
+SSE = {"Content-Type": "text/event-stream"}
+
+
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
@@ -142,7 +173,8 @@ class FakeOpenAIServer:
 
             def _send(self, reply: Reply) -> None:
                 self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
+                if "Content-Type" not in reply.headers:
+                    self.send_header("Content-Type", "application/json")
                 for k, v in reply.headers.items():
                     self.send_header(k, v)
                 if not isinstance(reply.body, (str, bytes, dict, list, type(None))):  # chunks: close-delimited
