@@ -18,10 +18,15 @@ for a malformed body, 404 for a response id the tenant does not own, 429 (with `
 provider gave one) when the team's model is rate limited, 504 when it timed out, 502 when it failed
 otherwise, 500 (logged, with a generic message) for anything else — never a traceback.
 
-Streaming is honest about what a team is: the team answers as a whole (its agents run in turn, and
-``Deployment.answer`` returns the final text), so a streamed reply starts once the answer exists and
-then sends it in word-sized chunks. Every failure of the team is therefore a plain HTTP error with the
-right status; a failure after the first byte ends the stream with an error event.
+Streaming is real for a plain text answer: the agents before the last one act first, then the
+answering agent's text is sent as its model generates it (``evolve.deploy.streaming``: token by token on
+a local model, as the server sends it on an OpenAI-compatible one; vLLM and LangChain models send their
+whole answer as one chunk). The stream starts once that agent's first text is there, so a failure of the
+team until then is still a plain HTTP error with the right status; a failure after the first byte ends
+the stream with an error event. The answer is recorded when its text ends, or when the client goes away
+mid-stream (with the text sent so far), so its id takes feedback either way. An answer with ``tools``,
+``tool_choice`` or ``response_format`` must be checked whole first (calls parsed, JSON checked and
+retried): it streams once it exists, in word-sized chunks.
 
 A one-agent team serves the app's ``tools``: they are described to the agent, never run here, and its
 calls come back as OpenAI's ``tool_calls`` with ``finish_reason`` ``"tool_calls"`` (streamed as OpenAI
@@ -54,15 +59,16 @@ import hmac
 import json
 import logging
 import math
-import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
 from apps.server_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
 from connectors import ConfigError, ConnectorError, EvolveError, ParseError, ProviderTimeout, RateLimited
+from connectors.streaming import split_words
 from evolve.deploy.serving import Answer, Deployment, UnknownResponse
+from evolve.deploy.streaming import AnswerStream, stream_answer
 from evolve.spec import check_tenant
 
 if TYPE_CHECKING:
@@ -109,21 +115,34 @@ def evolve_extension(answer: Answer) -> dict[str, Any]:
     return {"recall_ids": list(answer.recall_ids), "prompt_version": answer.prompt_version}
 
 
-def split_words(text: str) -> list[str]:
-    """Word-sized pieces (each keeps its trailing whitespace) that join back to ``text`` exactly."""
-    return re.findall(r"\S+\s*|\s+", text)
-
-
-def chunk_events(answer: Answer, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
-    """The answer as ``chat.completion.chunk`` events: role, word chunks, finish, then usage if asked."""
-    head = {"id": answer.id, "object": "chat.completion.chunk", "created": answer.created, "model": model,
-            "system_fingerprint": answer.prompt_version or None}  # fmt: skip
+def chunk_maker(
+    response_id: str, created: int, prompt_version: str, model: str, include_usage: bool
+) -> Callable[..., dict[str, Any]]:
+    """``chunk(delta, finish=None)``: one ``chat.completion.chunk`` event of a response."""
+    head = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "system_fingerprint": prompt_version or None}  # fmt: skip
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return {**head, "choices": [choice], **extra}
 
+    return chunk
+
+
+def closing_events(
+    answer: Answer, chunk: Callable[..., dict[str, Any]], include_usage: bool
+) -> Iterator[dict[str, Any]]:
+    """The finish chunk (with the ``evolve`` extension), then the usage chunk if asked."""
+    yield {**chunk({}, answer.finish_reason), "evolve": evolve_extension(answer)}
+    if include_usage:
+        yield {**chunk({}), "choices": [], "usage": usage_body(answer)}
+
+
+def chunk_events(answer: Answer, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
+    """A finished answer as ``chat.completion.chunk`` events: role, word chunks (or its tool calls),
+    finish, then usage if asked."""
+    chunk = chunk_maker(answer.id, answer.created, answer.prompt_version, model, include_usage)
     if answer.tool_calls:  # as OpenAI streams calls: the id and name first, then the arguments
         yield chunk({"role": "assistant", "content": None})
         for i, call in enumerate(calls_body(answer)):
@@ -135,13 +154,27 @@ def chunk_events(answer: Answer, model: str, include_usage: bool) -> Iterator[di
         yield chunk({"role": "assistant", "content": ""})
         for piece in split_words(answer.text):
             yield chunk({"content": piece})
-    yield {**chunk({}, answer.finish_reason), "evolve": evolve_extension(answer)}
-    if include_usage:
-        yield {**head, "choices": [], "usage": usage_body(answer)}
+    yield from closing_events(answer, chunk, include_usage)
+
+
+def stream_events(stream: AnswerStream, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
+    """An answer being generated as ``chat.completion.chunk`` events: role, one content chunk per delta as
+    it comes, finish, then usage if asked. Closing this generator closes the stream (the answer is
+    recorded with what was sent)."""
+    chunk = chunk_maker(stream.id, stream.created, stream.prompt_version, model, include_usage)
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        for delta in stream:
+            yield chunk({"content": delta})
+        assert stream.answer is not None  # recorded when the deltas ended
+        yield from closing_events(stream.answer, chunk, include_usage)
+    finally:
+        stream.close()
 
 
 def sse(events: Iterator[dict[str, Any]]) -> Iterator[str]:
-    """Server-sent events ending in ``[DONE]``; a failure mid-stream ends it with an error event instead."""
+    """Server-sent events ending in ``[DONE]``; a failure mid-stream ends it with an error event instead.
+    Closing this generator closes ``events``."""
     try:
         for event in events:
             yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
@@ -152,7 +185,27 @@ def sse(events: Iterator[dict[str, Any]]) -> Iterator[str]:
             error = ApiError(500, "internal error while streaming", kind="server_error", code="internal_error")
         yield f"data: {json.dumps(error.body())}\n\n"
         return
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
     yield "data: [DONE]\n\n"
+
+
+async def relay(events: Iterator[str]) -> AsyncIterator[str]:
+    """``events`` read in worker threads (each may wait for the model), closed in one when the response
+    ends for any reason, the client going away included: a stream cut short is recorded at once."""
+    import anyio
+    from starlette.concurrency import iterate_in_threadpool
+
+    try:
+        async for event in iterate_in_threadpool(events):
+            yield event
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            with anyio.CancelScope(shield=True):  # runs even while the response task is being cancelled
+                await anyio.to_thread.run_sync(close)
 
 
 # ---- keys ---------------------------------------------------------------------------------------------------
@@ -255,9 +308,9 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
     tenants = sorted(set(keys.values()))
     if deployment.spec.serve.memory == "base" and len(tenants) > 1:
         raise ConfigError(
-            f"[serve] memory = \"base\" serves the trained run to every key, so one tenant's ratings would move "
+            f'[serve] memory = "base" serves the trained run to every key, so one tenant\'s ratings would move '
             f"every other's ranking; these keys name {len(tenants)} tenants ({', '.join(tenants)}). Give every key "
-            "one tenant, or serve each tenant its own memory (memory = \"tenant\")"
+            'one tenant, or serve each tenant its own memory (memory = "tenant")'
         )
     card = {"id": deployment.model_id, "object": "model", "created": int(time.time()), "owned_by": "evolve"}
     app = FastAPI(title="evolve serve", docs_url=None, redoc_url=None)
@@ -313,6 +366,14 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
             )  # fmt: skip
         tools, choice = req.request_tools()
         params = req.params() | ({"tool_choice": choice} if choice is not None else {})
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        if req.stream and not tools and choice is None and req.response_format is None:  # plain text: real streaming
+            stream = await run_in_threadpool(
+                stream_answer, deployment, req.chat_messages(), tenant=tenant, params=params
+            )
+            events = relay(sse(stream_events(stream, req.model, include_usage)))
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         answer = await run_in_threadpool(
             deployment.answer, req.chat_messages(), tenant=tenant, params=params, tools=tools,
             parallel_tool_calls=req.parallel_tool_calls is not False,
@@ -320,9 +381,7 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
         )  # fmt: skip
         if not req.stream:
             return completion_body(answer, req.model)
-        usage = req.stream_options is not None and req.stream_options.include_usage
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        events = sse(chunk_events(answer, req.model, usage))
+        events = relay(sse(chunk_events(answer, req.model, include_usage)))  # checked whole, then sent
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
     @app.post("/v1/feedback")
@@ -346,5 +405,6 @@ __all__ = [
     "create_app",
     "split_words",
     "sse",
+    "stream_events",
     "tenant_for",
 ]

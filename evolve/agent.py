@@ -3,7 +3,7 @@
 An ``Agent`` is a model, a prompt and (optionally) a view of the Q-valued memory. A ``Team`` is a DAG of
 agents: an edge ``a → b`` means b sees a's output. Teams act on many observations at once, one agent at
 a time in topological order, so a local model generates for all episodes in one batch and an API model
-is called from a bounded thread pool.
+is called from a bounded thread pool. ``Team.stream`` sends the final agent's answer as it is generated.
 
 Example:
     >>> from connectors import load_chat
@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from connectors import ChatClient, ConfigError, ConnectorError, Message, Tool
+from connectors import ChatClient, Completion, ConfigError, ConnectorError, Message, Tool
 from connectors.quoting import quote
-from evolve.episode import Step
+from evolve.episode import Step, TeamStream
 from evolve.tools.loop import Exchange, tool_loop
 from memory import MemoryStore, Recall, RetrievalConfig
 
@@ -237,11 +237,72 @@ class Team:
             raise ConfigError(
                 f"Team.act got {len(tools)} tool lists for {n} observations; expected one per observation"
             )
-        outputs: list[dict[str, str]] = [{} for _ in range(n)]
-        steps: list[list[Step]] = [[] for _ in range(n)]
+        outputs, steps, errors, causes = self._act(
+            self.order, observations, queries, turn, sample_index, params, contexts, tools
+        )
+        return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
+
+    def stream(
+        self,
+        observation: str,
+        *,
+        query: str | None = None,
+        turn: int = 0,
+        sample_index: int = 0,
+        params: Mapping[str, Any] | None = None,
+        context: str | None = None,
+    ) -> TeamStream:
+        """``act`` on one observation with the final agent's answer streamed as it is generated.
+
+        Every other agent acts as in ``act``; then the final agent — its recall, messages and parameters
+        exactly as ``act`` builds them — answers through ``ChatClient.stream``. Iterating the
+        ``TeamStream`` gives the text deltas; once it ends (or is closed) its ``steps`` are the steps
+        ``act`` gives. A final agent with tools runs its tool loop, and its answer comes as one delta.
+        A failure before the final agent's first delta is ``TeamStream.error``, as ``TeamAct.error``.
+        """
+        queries = [observation if query is None else query]
+        contexts: list[str | None] | None = None if context is None else [context]
+        outputs, steps, errors, causes = self._act(
+            self.order[:-1], [observation], queries, turn, sample_index, params, contexts, None
+        )  # the final agent is last in any topological order: every other agent leads to it
+        agent = self.agents[self.sink]
+        if errors[0] is not None or agent.tools:
+            if errors[0] is None:
+                outputs, steps, errors, causes = self._act(
+                    [self.sink], [observation], queries, turn, sample_index, params, contexts, None, outputs, steps
+                )
+            return TeamStream.whole(tuple(steps[0]), errors[0], causes[0])
+        recall = self._recall(agent, queries, contexts)[0]
+        prompt = render_messages(agent, observation, recall, {p: outputs[0][p] for p in self.predecessors(self.sink)})
+        try:
+            deltas = agent.model.stream(
+                prompt, caller=agent.name, sample_index=sample_index, **{**agent.params, **(params or {})}
+            )
+        except ConnectorError as e:
+            return TeamStream.whole(tuple(steps[0]), f"{self.sink}: {e}", e)
+        return TeamStream(tuple(steps[0]), deltas, lambda c: make_step(self.sink, prompt, c, recall, turn))
+
+    def _act(
+        self,
+        names: Sequence[str],
+        observations: Sequence[str],
+        queries: Sequence[str],
+        turn: int,
+        sample_index: int,
+        params: Mapping[str, Any] | None,
+        contexts: Sequence[str | None] | None,
+        tools: Sequence[Sequence[Tool]] | None,
+        outputs: list[dict[str, str]] | None = None,
+        steps: list[list[Step]] | None = None,
+    ) -> tuple[list[dict[str, str]], list[list[Step]], list[str | None], list[ConnectorError | None]]:
+        """Agents ``names`` act, in this order, on every observation (after those whose ``outputs`` and
+        ``steps`` are given); every observation's outputs, steps, error and its cause."""
+        n = len(observations)
+        outputs = outputs if outputs is not None else [{} for _ in range(n)]
+        steps = steps if steps is not None else [[] for _ in range(n)]
         errors: list[str | None] = [None] * n
         causes: list[ConnectorError | None] = [None] * n
-        for name in self.order:
+        for name in names:
             agent = self.agents[name]
             live = [i for i in range(n) if errors[i] is None]
             recalls = self._recall(
@@ -263,17 +324,10 @@ class Team:
                 if isinstance(result, ConnectorError):
                     errors[i], causes[i] = f"{name}: {result}", result
                     continue
-                recall = recalls[j]
-                rid, ns = (recall.id, recall.namespace) if recall is not None else (None, None)
-                if isinstance(result, Exchange):
-                    step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns,
-                                tuple(result.runs), tuple(result.problems), result.finish)  # fmt: skip
-                else:
-                    step = Step(name, tuple(prompts[j]), result.text, result.usage, rid, turn, ns,
-                                finish=result.finish_reason)  # fmt: skip
+                step = make_step(name, prompts[j], result, recalls[j], turn)
                 outputs[i][name] = step.output
                 steps[i].append(step)
-        return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
+        return outputs, steps, errors, causes
 
     def _recall(self, agent: Agent, queries: list[str], contexts: list[str | None] | None) -> list[Recall | None]:
         if agent.memory is None or not queries:
@@ -340,6 +394,17 @@ class Team:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="evolve-team")
             return self._pool
+
+
+def make_step(
+    name: str, prompt: Sequence[Message], result: Exchange | Completion, recall: Recall | None, turn: int
+) -> Step:
+    """One agent's step: what it saw, said and recalled, with its tool calls when it ran the tool loop."""
+    rid, ns = (recall.id, recall.namespace) if recall is not None else (None, None)
+    if isinstance(result, Exchange):
+        return Step(name, tuple(prompt), result.text, result.usage, rid, turn, ns,
+                    tuple(result.runs), tuple(result.problems), result.finish)  # fmt: skip
+    return Step(name, tuple(prompt), result.text, result.usage, rid, turn, ns, finish=result.finish_reason)
 
 
 def _topological_order(names: list[str], edges: list[tuple[str, str]]) -> list[str]:

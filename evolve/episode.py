@@ -1,17 +1,19 @@
 """One attempt at a task: an ``Episode`` made of ``Step``s, with its reward and the recalls it used.
 
 ``condense`` turns steps into the trajectory memory stores, ``to_trace`` into the ``Trace`` a prompt
-optimizer learns from.
+optimizer learns from. A ``TeamStream`` is an attempt whose final step is still being generated
+(``Team.stream``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from connectors import Message, Usage
+from connectors import Completion, ConnectorError, Message, Usage
 from connectors.prompted_tools import call_text
+from connectors.streaming import CANCELLED, StreamedCompletion
 from evolve.tools.loop import DESCRIBED
 from evolve.tools.runs import ToolRun
 from optimizers.types import NodeCall, Trace
@@ -23,7 +25,8 @@ class Step:
     (``recall_id``, made in the memory namespace ``recall_namespace``), and for a tool-using agent the
     calls it made with their results (``calls``, in order) and the calls it wrote that could not be
     used (``problems``). ``usage`` sums the turn's model calls; ``finish`` is why its last one ended
-    (``stop``, ``length`` when the token budget cut it, ``tool_calls`` when its calls are the answer).
+    (``stop``, ``length`` when the token budget cut it, ``tool_calls`` when its calls are the answer,
+    ``cancelled`` when the reader of a streamed answer closed it: ``output`` is then the text sent).
     """
 
     agent: str
@@ -76,6 +79,70 @@ class Episode:
     def trajectory(self) -> str:
         """The condensed trajectory memory stores: each agent's output, in order."""
         return condense(self.steps)
+
+
+class TeamStream:
+    """A team's answer while its final agent generates it (``Team.stream``).
+
+    Iterating gives the final agent's text deltas. Once they end — or once ``close()`` cuts the stream
+    because its reader went away — ``steps`` are the steps ``Team.act`` gives: the other agents', then the
+    final agent's with the text sent (``finish`` ``"cancelled"`` when cut). ``error`` (and ``cause``, the
+    model's error) says why the team could not answer when it failed before the final agent's first
+    delta; such a stream sends nothing. A failure mid-stream reaches the reader, and ``steps`` stays None.
+
+    Example:
+        >>> stream = TeamStream.whole((Step("solver", (), "42"),))
+        >>> list(stream), [s.output for s in stream.steps]
+        (['42'], ['42'])
+    """
+
+    def __init__(
+        self, before: tuple[Step, ...], deltas: StreamedCompletion | None, step: Callable[[Completion], Step]
+    ) -> None:
+        self.before = before
+        self.error: str | None = None
+        self.cause: ConnectorError | None = None
+        self._deltas, self._step = deltas, step
+        self._steps: tuple[Step, ...] | None = None
+
+    @classmethod
+    def whole(
+        cls, steps: tuple[Step, ...], error: str | None = None, cause: ConnectorError | None = None
+    ) -> TeamStream:
+        """A team that has answered (its final step last) or failed (``error``): its answer in one delta."""
+        if error is not None:
+            failed = cls(steps, None, lambda c: Step("", (), c.text))
+            failed.error, failed.cause = error, cause
+            return failed
+        last = steps[-1]
+
+        def step(c: Completion) -> Step:
+            return last if c.finish_reason != CANCELLED else replace(last, output=c.text, finish=CANCELLED)
+
+        return cls(steps[:-1], StreamedCompletion.whole(Completion(last.output, last.agent, last.usage)), step)
+
+    def __iter__(self) -> TeamStream:
+        return self
+
+    def __next__(self) -> str:
+        if self._deltas is None:
+            raise StopIteration
+        return next(self._deltas)
+
+    def close(self) -> None:
+        """Stop the final agent; ``steps`` then hold what it sent. A stream that has ended is left as it is."""
+        if self._deltas is not None:
+            self._deltas.close()
+
+    @property
+    def steps(self) -> tuple[Step, ...] | None:
+        """The steps ``Team.act`` gives, once the stream has ended or was closed; None until then (and
+        after a failure mid-stream). A team that failed before answering: the steps before the failure."""
+        if self._deltas is None:
+            return self.before
+        if self._steps is None and self._deltas.completion is not None:
+            self._steps = (*self.before, self._step(self._deltas.completion))
+        return self._steps
 
 
 def condense(steps: Sequence[Step]) -> str:

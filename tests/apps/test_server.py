@@ -323,13 +323,15 @@ def test_an_unexpected_error_is_a_generic_500(served: Served, monkeypatch: pytes
 def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = apps.server.chunk_events
+    real = apps.server.stream_events
 
     def failing(*args: Any) -> Iterator[dict[str, Any]]:
-        yield next(real(*args))
+        events = real(*args)
+        yield next(events)
+        events.close()
         raise ConnectorError("the backend went away")
 
-    monkeypatch.setattr(apps.server, "chunk_events", failing)
+    monkeypatch.setattr(apps.server, "stream_events", failing)
     stream = served.client("alice").chat.completions.create(model="codes", messages=USER, stream=True)
     with pytest.raises(openai.APIError, match="went away"):
         list(stream)
