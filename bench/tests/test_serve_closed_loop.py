@@ -1,0 +1,42 @@
+"""The closed-loop bench's app side: the SDK's tool calls read back as BFCL's call syntax that BFCL's
+checker grades, and the report shows each epoch with its interval."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from bench.serve_closed_loop import bfcl_text, markdown
+
+pytest.importorskip("bfcl_eval", reason="bfcl-eval is installed by make test (--no-deps)")
+
+
+def sdk_call(name: str, arguments: dict[str, object]) -> SimpleNamespace:
+    """What ``completion.choices[0].message.tool_calls`` holds: objects with ``.function.name/.arguments``."""
+    return SimpleNamespace(function=SimpleNamespace(name=name, arguments=json.dumps(arguments)))
+
+
+def test_tool_calls_become_bfcl_syntax_that_the_checker_grades() -> None:
+    from evolve.envs.bfcl.single import bfcl_tasks, grade
+
+    [task] = bfcl_tasks("simple_python", limit=1)  # calculate_triangle_area(base=10, height=5)
+    right = bfcl_text([sdk_call("calculate_triangle_area", {"base": 10, "height": 5, "unit": "units"})])
+    wrong = bfcl_text([sdk_call("calculate_triangle_area", {"base": 5, "height": 10})])
+    assert right.startswith("[calculate_triangle_area(") and right.endswith(")]")
+    assert grade(task, right).reward == 1.0
+    assert grade(task, wrong).reward == 0.0 and "A correct call" in grade(task, wrong).feedback
+    assert bfcl_text(None) == "" and grade(task, "").reward == 0.0
+
+
+def test_the_report_has_a_row_per_epoch_with_intervals() -> None:
+    cell = {"mean": 0.25, "low": 0.1, "high": 0.4}
+    diff = {"mean": 0.1, "low": -0.05, "high": 0.25}
+    figures = {f"{arm}_epoch{e}": cell for arm in ("direct", "evolve") for e in (1, 2)}
+    figures |= {f"evolve_minus_direct_epoch{e}": diff for e in (1, 2)}
+    result = {"category": "simple_python", "tasks": 12, "epochs": 2, "seeds": 3, "figures": figures,
+              "cells": {"evolve": [{"jobs": ["ran r@t round 1: success 1.00"]}]}}  # fmt: skip
+    report = markdown(result)
+    assert "| 2 | 0.250 [0.100, 0.400] | 0.250 [0.100, 0.400] | 0.100 [-0.050, +0.250] |" in report
+    assert "`ran r@t round 1: success 1.00`" in report
