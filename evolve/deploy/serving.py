@@ -48,6 +48,7 @@ from sqlalchemy.exc import IntegrityError
 from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, Tool, ToolCall, Usage, make_engine
 from connectors.coalesce import Coalescing
 from connectors.db import check_chars
+from connectors.embed_batching import BatchingEmbedder
 from connectors.errors import ParseError, same_kind
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team
@@ -140,7 +141,8 @@ class Deployment:
         chat: a loaded chat client to reuse (default: built from the spec). An in-process model's
             backend is wrapped in ``connectors.coalesce.Coalescing``: concurrent requests are generated
             together.
-        embedder: a loaded embedder to reuse (default: loaded from the spec).
+        embedder: a loaded embedder to reuse (default: loaded from the spec); wrapped in
+            ``connectors.embed_batching.BatchingEmbedder``, so concurrent requests embed their queries together.
 
     Example:
         >>> # deployment = Deployment(load_spec("data/facility_codes.toml"))
@@ -153,6 +155,8 @@ class Deployment:
         if getattr(self.chat.backend, "tools_each", False) is True and not isinstance(self.chat.backend, Coalescing):
             self.chat.backend = Coalescing(self.chat.backend)  # an in-process model: concurrent requests batch
         self.store: MemoryStore | None = build_store(spec, embedder)
+        if self.store is not None and not isinstance(self.store.embedder, BatchingEmbedder):
+            self.store.embedder = BatchingEmbedder(self.store.embedder)  # concurrent requests embed together
         self.engine: Engine = self.store.engine if self.store is not None else make_engine(spec.run.database)
         open_tables(self.engine)
         self._graphs: dict[str, PromptGraph] = {}
