@@ -106,6 +106,15 @@ def calls_body(answer: Answer) -> list[dict[str, Any]]:
     ]
 
 
+RESPONSE_ID_HEADER = "x-evolve-response-id"
+
+
+def id_header(response_id: str) -> dict[str, str]:
+    """The response id as a header too: clients that keep headers but drop a streamed answer's id (LangChain's
+    ``ChatOpenAI(include_response_headers=True)``) can still rate it."""
+    return {RESPONSE_ID_HEADER: response_id}
+
+
 def usage_body(answer: Answer) -> dict[str, int]:
     u = answer.usage
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}
@@ -352,7 +361,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
 def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[..., str]) -> None:
     """``/v1/chat/completions`` and ``/v1/feedback``: the team's blocking work runs in worker threads."""
     from fastapi import Request
-    from fastapi.responses import StreamingResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.concurrency import run_in_threadpool
 
     @app.post("/v1/chat/completions")
@@ -373,16 +382,16 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
                 stream_answer, deployment, req.chat_messages(), tenant=tenant, params=params
             )
             events = relay(sse(stream_events(stream, req.model, include_usage)))
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers | id_header(stream.id))
         answer = await run_in_threadpool(
             deployment.answer, req.chat_messages(), tenant=tenant, params=params, tools=tools,
             parallel_tool_calls=req.parallel_tool_calls is not False,
             response_format=req.response_format.model_dump(exclude_none=True) if req.response_format else None,
         )  # fmt: skip
         if not req.stream:
-            return completion_body(answer, req.model)
+            return JSONResponse(completion_body(answer, req.model), headers=id_header(answer.id))
         events = relay(sse(chunk_events(answer, req.model, include_usage)))  # checked whole, then sent
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers | id_header(answer.id))
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict[str, Any]:
