@@ -7,7 +7,9 @@ set of parameters waits ``window`` seconds, takes every call queued with the sam
 (their prompts in arrival order, each with its own tools on a backend that takes ``tools_each``) and asks
 the backend once; calls that arrive while it runs form the next batch. A backend error reaches every
 call of its batch. Calls that sample (``temperature`` > 0) share a batch only with the same ``seed``, so
-a request's explicit seed is honoured; greedy calls ignore the seed and always share.
+a request's explicit seed is honoured; greedy calls ignore the seed and always share. A streamed answer
+is not batched: ``stream`` is the backend's own (like every attribute but the two ``complete`` methods),
+and it waits for a running batch only as long as the backend's lock makes it.
 
 Example:
     >>> from connectors.fakes import ScriptedChat
