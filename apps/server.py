@@ -115,6 +115,11 @@ def id_header(response_id: str) -> dict[str, str]:
     return {RESPONSE_ID_HEADER: response_id}
 
 
+def timing(answer: Answer) -> dict[str, str]:
+    """``Server-Timing`` (milliseconds): the answer's recalls and the whole answer, as measured in the server."""
+    return {"Server-Timing": ", ".join(f"{name};dur={ms:.2f}" for name, ms in answer.timings.items())}
+
+
 def usage_body(answer: Answer) -> dict[str, int]:
     u = answer.usage
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}
@@ -389,7 +394,7 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
             response_format=req.response_format.model_dump(exclude_none=True) if req.response_format else None,
         )  # fmt: skip
         if not req.stream:
-            return JSONResponse(completion_body(answer, req.model), headers=id_header(answer.id))
+            return JSONResponse(completion_body(answer, req.model), headers=id_header(answer.id) | timing(answer))
         events = relay(sse(chunk_events(answer, req.model, include_usage)))  # checked whole, then sent
         return StreamingResponse(events, media_type="text/event-stream", headers=headers | id_header(answer.id))
 

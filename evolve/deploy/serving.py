@@ -50,7 +50,7 @@ from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.embed_batching import BatchingEmbedder
 from connectors.errors import ParseError, same_kind
-from evolve.agent import Team
+from evolve.agent import MemoryView, Team
 from evolve.build import build_chat, build_store, build_team
 from evolve.deploy import formats
 from evolve.deploy.chat_requests import (
@@ -79,7 +79,7 @@ from evolve.spec import RunSpec
 from evolve.tools.loop import DESCRIBED
 from evolve.weights.escalation import weights_blocker
 from evolve.weights.switch import adapter_registry, attach_adapters
-from memory import MemoryStore
+from memory import MemoryStore, Recall
 
 # The parameters a request may set on the agents' calls; anything else is the deployment's business.
 REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice")
@@ -100,6 +100,7 @@ class Answer:
     usage: Usage
     prompt_version: str
     created: int
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)  # ms: "recall", "answer"
 
     @property
     def recall_ids(self) -> tuple[str, ...]:
@@ -227,7 +228,9 @@ class Deployment:
         extra = sorted(set(given) - set(REQUEST_PARAMS))
         if extra:
             raise ConfigError(f"unsupported parameters {extra}; a request may set {list(REQUEST_PARAMS)}")
+        started = time.perf_counter()
         team, version = self.team(tenant)
+        spent = timed_recalls(team)
         tools = check_request_tools(tools, given.get("tool_choice"), team)
         given.setdefault("seed", secrets.randbelow(2**31))
         fmt = formats.response_format(response_format)
@@ -262,6 +265,7 @@ class Deployment:
             usage=usage,
             prompt_version=version,
             created=int(time.time()),
+            timings={"recall": round(sum(spent) * 1000, 2), "answer": round((time.perf_counter() - started) * 1000, 2)},
         )
         with self.engine.begin() as conn:
             conn.execute(insert(responses).values(**_response_row(answer, query, messages)))
@@ -349,6 +353,30 @@ class Deployment:
         """Save the vector index and release the database."""
         if self.store is not None:
             self.store.close()
+
+
+@dataclass(frozen=True)
+class TimedView(MemoryView):
+    """A memory view that adds the seconds each recall took to ``spent`` (one list per served answer)."""
+
+    spent: list[float] = dataclasses.field(default_factory=list)
+
+    def recall_many(self, queries: Sequence[str], contexts: Sequence[str | None] | None = None) -> list[Recall]:
+        started = time.perf_counter()
+        try:
+            return super().recall_many(queries, contexts)
+        finally:
+            self.spent.append(time.perf_counter() - started)
+
+
+def timed_recalls(team: Team) -> list[float]:
+    """Time every recall of this (per-answer) team: the list the seconds go to."""
+    spent: list[float] = []
+    for agent in team.agents.values():
+        if agent.memory is not None:
+            view = agent.memory
+            agent.memory = TimedView(view.store, view.namespace, view.config, view.shared, spent)
+    return spent
 
 
 def check_score(score: object) -> float:
