@@ -36,7 +36,9 @@ messages. ``finish_reason`` is ``length`` when ``max_tokens`` cut the answer. A 
 ``seed`` is sampled afresh. ``response_format`` (``json_object``, ``json_schema``) is told to the team
 and its answer checked and retried (``evolve.deploy.formats``); one that stays invalid is a 502
 ``invalid_model_output``. What cannot be served is a 400 that says so: tools for a team of several
-agents, ``logprobs``, ``n`` > 1.
+agents, ``top_logprobs``, ``n`` > 1. ``logprobs: true`` gives the answering agent's chosen tokens and their
+log-probabilities (a local model computes them, an OpenAI-compatible one is asked; a streamed answer
+then comes whole, its logprobs on the first content chunk).
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
 a TOML file (``--keys FILE``) with one table::
@@ -88,10 +90,23 @@ def completion_body(answer: Answer, model: str) -> dict[str, Any]:
         "created": answer.created,
         "model": model,
         "system_fingerprint": answer.prompt_version or None,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": answer.finish_reason}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": logprobs_body(answer), "finish_reason": answer.finish_reason}
+        ],
         "usage": usage_body(answer),
         "evolve": evolve_extension(answer),
     }
+
+
+def logprobs_body(answer: Answer) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` of a choice (the chosen tokens; no alternatives), when the request asked for them."""
+    if answer.logprobs is None:
+        return None
+    content = [
+        {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []}
+        for token, logprob in answer.logprobs
+    ]
+    return {"content": content, "refusal": None}
 
 
 def calls_body(answer: Answer) -> list[dict[str, Any]]:
@@ -166,8 +181,12 @@ def chunk_events(answer: Answer, model: str, include_usage: bool) -> Iterator[di
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
     else:
         yield chunk({"role": "assistant", "content": ""})
-        for piece in split_words(answer.text):
-            yield chunk({"content": piece})
+        logprobs = logprobs_body(answer)
+        for i, piece in enumerate(split_words(answer.text)):
+            event = chunk({"content": piece})
+            if i == 0 and logprobs is not None:  # the whole answer's tokens, on its first content chunk
+                event["choices"][0]["logprobs"] = logprobs
+            yield event
     yield from closing_events(answer, chunk, include_usage)
 
 
@@ -382,7 +401,8 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
         params = req.params() | ({"tool_choice": choice} if choice is not None else {})
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        if req.stream and not tools and choice is None and req.response_format is None:  # plain text: real streaming
+        plain = not tools and choice is None and req.response_format is None and not req.logprobs
+        if req.stream and plain:  # plain text: real streaming
             stream = await run_in_threadpool(
                 stream_answer, deployment, req.chat_messages(), tenant=tenant, params=params
             )

@@ -108,8 +108,12 @@ class ChatRequest(_Lenient):
     def request_tools(self) -> tuple[list[Tool] | None, str | None]:
         """The app's tools (described, run by the app) and the tool choice: a named function narrows the
         tools to it and requires a call; an invalid schema or unknown name is a 400."""
-        if self.logprobs or self.top_logprobs:
-            raise ApiError(400, "logprobs are not served: a team's answer has no single token stream", param="logprobs")
+        if self.top_logprobs:
+            raise ApiError(
+                400,
+                "top_logprobs are not served: only the chosen tokens' logprobs (logprobs: true)",
+                param="top_logprobs",
+            )
         try:
             tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in self.tools or ()]
         except ConfigError as e:
@@ -130,7 +134,7 @@ class ChatRequest(_Lenient):
         """The sampling parameters the request set (``evolve.deploy.serving.REQUEST_PARAMS``)."""
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": max_tokens}
-        params |= {"seed": self.seed, "stop": self.stop}
+        params |= {"seed": self.seed, "stop": self.stop, "logprobs": True if self.logprobs else None}
         return {k: v for k, v in params.items() if v is not None}
 
 

@@ -182,6 +182,7 @@ def completion_to_json(c: Completion) -> str:
             "finish_reason": c.finish_reason,
             "tool_calls": [{"id": t.id, "name": t.name, "arguments": dict(t.arguments)} for t in c.tool_calls],
             "tool_problems": list(c.tool_problems),
+            "tokens": list(c.tokens) if c.tokens is not None else None,
         },
         ensure_ascii=False,
     )
@@ -195,6 +196,7 @@ def completion_from_json(body: str) -> Completion:
     return Completion(
         d["text"], d["model"], Usage(p, c, cost), logprobs, d.get("finish_reason"), cached=True,
         tool_calls=calls, tool_problems=tuple(d.get("tool_problems") or ()),
+        tokens=tuple(d["tokens"]) if d.get("tokens") is not None else None,
     )  # fmt: skip
 
 

@@ -348,7 +348,20 @@ class LocalChat:
         text, stopped = truncate_at_stop(text, stop)
         finish = "stop" if stopped or n is not None else "length"
         usage = Usage(prompt_tokens, generated, 0.0)
-        return Completion(text, self.name, usage, tuple(logprobs[:generated]), finish)
+        pieces = self._pieces(tokens[: len(tokens) if n is None else n], len(text))
+        return Completion(text, self.name, usage, tuple(logprobs[:generated]), finish, tokens=pieces)
+
+    def _pieces(self, tokens: list[int], length: int) -> tuple[str, ...]:
+        """The text of each answer token, up to ``length`` characters of text (a stop string cut the rest)."""
+        out: list[str] = []
+        used = 0
+        for t in tokens:
+            if used >= length:
+                break
+            piece = self._tokenizer.decode([t], skip_special_tokens=True)
+            out.append(piece)
+            used += len(piece)
+        return tuple(out)
 
     def _adapter_context(self, adapter: str | None) -> contextlib.AbstractContextManager[Any]:
         if not self.adapters:

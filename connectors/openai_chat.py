@@ -205,7 +205,14 @@ class OpenAIChat:
         sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
         request = {k: v for k, v in sampling.items() if v is not None} | extra
         response = self._create(messages, {**request, "stream": True, "stream_options": {"include_usage": True}})
-        seen: dict[str, Any] = {"finish": None, "usage": None, "logprobs": [], "refusal": "", "text": False}
+        seen: dict[str, Any] = {
+            "finish": None,
+            "usage": None,
+            "logprobs": [],
+            "tokens": [],
+            "refusal": "",
+            "text": False,
+        }
 
         def deltas() -> Iterator[str]:
             import openai
@@ -223,6 +230,7 @@ class OpenAIChat:
                         seen["refusal"] += getattr(choice.delta, "refusal", None) or ""
                         if choice.logprobs is not None and choice.logprobs.content:
                             seen["logprobs"].extend(float(t.logprob) for t in choice.logprobs.content)
+                            seen["tokens"].extend(str(t.token) for t in choice.logprobs.content)
                         if choice.delta.content:
                             seen["text"] = True
                             yield choice.delta.content
@@ -240,7 +248,8 @@ class OpenAIChat:
             usage = Usage(u.prompt_tokens, u.completion_tokens) if u is not None else Usage()
             usage = Usage(usage.prompt_tokens, usage.completion_tokens, price_of(usage, self.prices))
             logprobs = tuple(seen["logprobs"]) or None
-            return Completion(text, self.name, usage, logprobs, CANCELLED if cut else seen["finish"])
+            finish = CANCELLED if cut else seen["finish"]
+            return Completion(text, self.name, usage, logprobs, finish, tokens=tuple(seen["tokens"]) or None)
 
         return StreamedCompletion(deltas(), finish)
 
@@ -296,8 +305,16 @@ class OpenAIChat:
         usage = Usage(usage.prompt_tokens, usage.completion_tokens, price_of(usage, self.prices))
         tokens = choice.logprobs.content if choice.logprobs is not None else None
         logprobs = tuple(float(t.logprob) for t in tokens) if tokens else None
+        pieces = tuple(str(t.token) for t in tokens) if tokens else None
         return Completion(
-            content, self.name, usage, logprobs, choice.finish_reason, tool_calls=calls, tool_problems=problems
+            content,
+            self.name,
+            usage,
+            logprobs,
+            choice.finish_reason,
+            tool_calls=calls,
+            tool_problems=problems,
+            tokens=pieces,
         )
 
 

@@ -89,7 +89,9 @@ class Usage:
 class Completion:
     """One model answer.
 
-    ``logprobs`` holds per-token log-probabilities when the backend returns them; ``cached`` is true
+    ``logprobs`` holds per-token log-probabilities when the backend returns them, and ``tokens`` the text
+    of the answer's tokens they belong to (``logprobs[:len(tokens)]``; an end token has a logprob and no
+    text); ``cached`` is true
     when the answer came from the response cache rather than the backend. ``tool_calls`` are the calls
     the model asked for (asked with ``tools=``), and ``tool_problems`` why each call it wrote that could
     not be read (arguments that are not JSON) was left out.
@@ -103,6 +105,7 @@ class Completion:
     cached: bool = False
     tool_calls: tuple[ToolCall, ...] = ()
     tool_problems: tuple[str, ...] = ()
+    tokens: tuple[str, ...] | None = None
 
 
 def _tool_call(c: Any, where: str) -> ToolCall:

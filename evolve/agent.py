@@ -404,7 +404,9 @@ def make_step(
     if isinstance(result, Exchange):
         return Step(name, tuple(prompt), result.text, result.usage, rid, turn, ns,
                     tuple(result.runs), tuple(result.problems), result.finish)  # fmt: skip
-    return Step(name, tuple(prompt), result.text, result.usage, rid, turn, ns, finish=result.finish_reason)
+    logprobs = tuple(zip(result.tokens, result.logprobs, strict=False)) if result.tokens and result.logprobs else None
+    return Step(name, tuple(prompt), result.text, result.usage, rid, turn, ns, finish=result.finish_reason,
+                logprobs=logprobs)  # fmt: skip
 
 
 def _topological_order(names: list[str], edges: list[tuple[str, str]]) -> list[str]:

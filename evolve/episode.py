@@ -39,6 +39,7 @@ class Step:
     calls: tuple[ToolRun, ...] = ()
     problems: tuple[str, ...] = ()
     finish: str | None = None
+    logprobs: tuple[tuple[str, float], ...] | None = None  # the last answer's tokens, when its model gave them
 
 
 @dataclass(frozen=True)

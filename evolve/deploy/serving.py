@@ -82,7 +82,7 @@ from evolve.weights.switch import adapter_registry, attach_adapters
 from memory import MemoryStore, Recall
 
 # The parameters a request may set on the agents' calls; anything else is the deployment's business.
-REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice")
+REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice", "logprobs")
 
 
 class UnknownResponse(StoreError):
@@ -101,6 +101,7 @@ class Answer:
     prompt_version: str
     created: int
     timings: Mapping[str, float] = dataclasses.field(default_factory=dict)  # ms: "recall", "answer"
+    logprobs: tuple[tuple[str, float], ...] | None = None  # the answer's (token, logprob)s, when asked for
 
     @property
     def recall_ids(self) -> tuple[str, ...]:
@@ -215,7 +216,9 @@ class Deployment:
         first call of an answer that made several. Only a one-agent team takes tools. Without
         a ``seed`` each request samples afresh (the spec's seed would make every answer the same).
         ``response_format`` (OpenAI's ``json_object`` or ``json_schema``) is told to the team and its
-        answer checked, with retries (``evolve.deploy.formats``).
+        answer checked, with retries (``evolve.deploy.formats``). ``logprobs=True`` asks for the answering
+        agent's tokens and log-probabilities (``Answer.logprobs``): a local model computes them, an
+        OpenAI-compatible one is asked for them, and a model that gives none makes it a ConfigError.
 
         Raises:
             ConfigError: no user message, a parameter the deployment does not take, tools for a team
@@ -234,8 +237,16 @@ class Deployment:
         tools = check_request_tools(tools, given.get("tool_choice"), team)
         given.setdefault("seed", secrets.randbelow(2**31))
         fmt = formats.response_format(response_format)
-        if fmt is not None and getattr(team.agents[team.sink].model.backend, "native_response_format", False):
+        sink = team.agents[team.sink].model
+        api = getattr(sink.backend, "native_response_format", False) is True  # an OpenAI-compatible server
+        if fmt is not None and api:
             given["response_format"] = dict(response_format or {})  # the server constrains decoding too
+        if given.pop("logprobs", False) is True:
+            wants_logprobs = True
+            if api:
+                given["logprobs"] = True  # local models always compute them
+        else:
+            wants_logprobs = False
         usage, note, problem = Usage(), "", ""
         for _ in range(formats.ATTEMPTS if fmt is not None else 1):
             seen = observation if fmt is None else f"{observation}\n\n{note or fmt.instruction()}"
@@ -257,6 +268,8 @@ class Deployment:
                 f"{problem}",
                 raw=steps[-1].output,
             )
+        if wants_logprobs and (not steps or steps[-1].logprobs is None):
+            raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
         answer = Answer(
             id=f"chatcmpl-{secrets.token_hex(12)}",
             run=self.run_name(tenant),
@@ -266,6 +279,7 @@ class Deployment:
             prompt_version=version,
             created=int(time.time()),
             timings={"recall": round(sum(spent) * 1000, 2), "answer": round((time.perf_counter() - started) * 1000, 2)},
+            logprobs=steps[-1].logprobs if wants_logprobs else None,
         )
         with self.engine.begin() as conn:
             conn.execute(insert(responses).values(**_response_row(answer, query, messages)))

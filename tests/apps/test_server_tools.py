@@ -144,7 +144,8 @@ def test_requests_without_a_seed_are_sampled_afresh_and_a_seed_is_passed_on(serv
     ("change", "status", "says"),
     [
         ({"model": "gpt-4o-mini"}, 404, "serves 'codes'"),
-        ({"logprobs": True}, 400, "logprobs are not served"),
+        ({"logprobs": True}, 400, "logprobs were asked for and the answering agent's model (scripted) gave none"),
+        ({"logprobs": True, "top_logprobs": 2}, 400, "top_logprobs are not served"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}}}, 400,
          "not a valid JSON Schema"),
         ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400,
@@ -178,16 +179,28 @@ def test_a_wrong_model_is_openais_not_found(served: Served) -> None:
     assert caught.value.code == "model_not_found"
 
 
-def test_finish_reason_says_length_when_max_tokens_cut_the_local_models_answer(tmp_path: Path) -> None:
+def test_the_local_models_answers_say_length_when_cut_and_give_logprobs_when_asked(tmp_path: Path) -> None:
     spec = write_serve_spec(tmp_path, model='chat = "local/smollm2"')
     long_one: Any = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
     with serving(spec) as live:
-        cut = live.client("alice").chat.completions.create(model="codes", messages=long_one, max_tokens=3)
-        whole = live.client("alice").chat.completions.create(
+        client = live.client("alice")
+        cut = client.chat.completions.create(model="codes", messages=long_one, max_tokens=3)
+        whole = client.chat.completions.create(
             model="codes", messages=[{"role": "user", "content": "Say OK."}], max_tokens=64, stop=["."]
         )
+        scored = client.chat.completions.create(model="codes", messages=long_one, max_tokens=8, logprobs=True)
+        streamed = list(
+            client.chat.completions.create(model="codes", messages=long_one, max_tokens=8, logprobs=True, stream=True)
+        )
     assert cut.choices[0].finish_reason == "length" and cut.usage is not None and cut.usage.completion_tokens == 3
-    assert whole.choices[0].finish_reason == "stop"
+    assert whole.choices[0].finish_reason == "stop" and whole.choices[0].logprobs is None  # not asked: none
+    tokens = scored.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert tokens is not None and len(tokens) == 8 and all(t.logprob <= 0.0 and t.top_logprobs == [] for t in tokens)
+    assert "".join(t.token for t in tokens) == scored.choices[0].message.content
+    assert all(bytes(t.bytes or []) == t.token.encode() for t in tokens)
+    sent = [t for c in streamed if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content or []]
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert len(sent) == 8 and "".join(t.token for t in sent) == text
 
 
 def test_structured_output_is_checked_and_retried_until_it_is_json_of_the_schema(served: Served) -> None:
