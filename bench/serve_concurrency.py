@@ -30,7 +30,7 @@ from tests.support.serve import Served, serving, write_serve_spec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUESTIONS = [
-    f"In one sentence: what should a night guard at the {place} check first?"
+    f"Describe in detail everything a night guard at the {place} should check during a shift."
     for place in (
         "Harbor warehouse", "north depot", "Quartz lab", "Entrepôt du port", "Zürich archive", "São Paulo office",
         "east gate", "cold store", "server room", "loading bay", "roof access", "west yard", "chemistry wing",
@@ -39,12 +39,17 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
+TOKENS: list[int] = []  # completion tokens of every answer timed by ``one``, in order
+
+
 def one(served: Served, question: str, max_tokens: int) -> float:
-    """Seconds for one whole answer."""
+    """Seconds for one whole answer (its completion tokens go to ``TOKENS``: a lone answer that stops early
+    would make a batch that runs to ``max_tokens`` look slower than it is, so the report shows both)."""
     started = time.perf_counter()
-    served.client("alice").chat.completions.create(
+    answer = served.client("alice").chat.completions.create(
         model=served.deployment.model_id, messages=[{"role": "user", "content": question}], max_tokens=max_tokens
     )
+    TOKENS.append(answer.usage.completion_tokens if answer.usage is not None else 0)
     return time.perf_counter() - started
 
 
@@ -87,8 +92,11 @@ def measure(clients: int, max_tokens: int) -> dict[str, Any]:
         serving(write_serve_spec(Path(tmp), model='chat = "local/smollm2"')) as s,
     ):
         one(s, QUESTIONS[0], max_tokens)  # load the model
+        TOKENS.clear()
         alone = [one(s, q, max_tokens) for q in QUESTIONS[:3]]
+        alone_tokens = list(TOKENS)
         batched = crowd(s, clients, max_tokens)
+        batched_tokens = TOKENS[len(alone_tokens) :]
         wrapper = s.deployment.chat.backend
         assert isinstance(wrapper, Coalescing)
         batches = list(wrapper.batches)
@@ -106,6 +114,8 @@ def measure(clients: int, max_tokens: int) -> dict[str, Any]:
     }
     figures["batched_p95_over_single"] = round(figures["batched_p95_s"] / single, 2)
     figures["serial_p95_over_single"] = round(figures["serial_p95_s"] / single, 2)
+    figures["single_tokens_mean"] = round(statistics.mean(alone_tokens), 1)
+    figures["batched_tokens_mean"] = round(statistics.mean(batched_tokens), 1)
     figures["ttft_s"] = round(statistics.median(f for f, _ in streamed), 3)
     figures["stream_total_s"] = round(statistics.median(t for _, t in streamed), 3)
     return {"clients": clients, "max_tokens": max_tokens, "figures": figures, "batch_sizes": batches[-clients:]}
@@ -122,8 +132,9 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "| figure | seconds | × one request alone |",
         "|---|---|---|",
-        f"| one request alone (median of 3) | {f['single_s']} | 1 |",
-        f"| {r['clients']} at once, batched: p50 / p95 | {f['batched_p50_s']} / {f['batched_p95_s']} | "
+        f"| one request alone (median of 3; {f['single_tokens_mean']} completion tokens on average) | {f['single_s']} | 1 |",
+        f"| {r['clients']} at once, batched ({f['batched_tokens_mean']} tokens on average): p50 / p95 | "
+        f"{f['batched_p50_s']} / {f['batched_p95_s']} | "
         f"{f['batched_p95_over_single']} (p95) |",
         f"| {r['clients']} at once, serial: p50 / p95 | {f['serial_p50_s']} / {f['serial_p95_s']} | "
         f"{f['serial_p95_over_single']} (p95) |",

@@ -145,8 +145,15 @@ class Ledger:
         if frm == to:
             return False
         key, now = self._full(key), time.time()
-        moved = conn.execute(update(self.heads).where(*self._where(self.heads, key)).values(version=to, moved_at=now))
-        if moved.rowcount == 0:  # the first move of this key; two racing first moves collide on the primary key
+        h = self.heads.c
+        # Compare and set: HEAD must still be ``frm``. A row read as absent cannot be locked, so on PostgreSQL a
+        # racing first move may have committed since; then this matches nothing, the insert collides on the
+        # primary key, and ``transaction`` runs the move again from the HEAD the winner left.
+        still = h.version.is_(None) if frm is None else h.version == frm
+        moved = conn.execute(
+            update(self.heads).where(*self._where(self.heads, key), still).values(version=to, moved_at=now)
+        )
+        if moved.rowcount == 0:  # the first move of this key (or a lost race: the insert below fails)
             conn.execute(insert(self.heads).values(**key, version=to, moved_at=now))
         conn.execute(insert(self.moves).values(**key, from_version=frm, to_version=to, reason=reason, at=now))
         log.info("%s: HEAD %s -> %s (%s)", self.label(key), frm or self.empty, to or self.empty, reason)

@@ -52,13 +52,14 @@ def test_execute_many_writes_what_core_writes(fast: bool, monkeypatch: pytest.Mo
     engine = create_engine("sqlite://")
     metadata.create_all(engine)
     row = {"id": "r1", "namespace": "default", "query": "q", "created_at": 1.5, "config": {"k1": 10, "lam": 0.5},
-           "pool_size": 3, "filtered": 0, "explored": True, "generation": 7, "context": "badge Quartz — täsk"}  # fmt: skip
+           "pool_size": 3, "filtered": 0, "explored": True, "generation": 7, "context": "badge Quartz — täsk",
+           "shared": "facility codes — trained/solver"}  # fmt: skip
     with engine.begin() as conn:
-        execute_many(conn, insert(recalls), [row, {**row, "id": "r2", "explored": False, "context": None}])
+        execute_many(conn, insert(recalls), [row, {**row, "id": "r2", "explored": False, "context": None, "shared": None}])
         conn.execute(insert(memory.schema.state).values(id=1, generation=4, next_seq=1))
         assert read_generation(conn) == 4
         got = conn.execute(select(recalls).order_by(recalls.c.id)).mappings().all()
-    assert [dict(r) for r in got] == [row, {**row, "id": "r2", "explored": False, "context": None}]
+    assert [dict(r) for r in got] == [row, {**row, "id": "r2", "explored": False, "context": None, "shared": None}]
 
 
 def test_execute_many_raises_sqlalchemy_errors() -> None:
