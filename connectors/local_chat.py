@@ -29,6 +29,7 @@ from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
 from connectors.local_stream import stream_generation
+from connectors.model_thread import ModelThread
 from connectors.prompted_tools import plain_turns, prompted_batch
 from connectors.quoting import neutralise_tokens
 from connectors.sampling import GenerationParams, SeededSampler, generation_params, truncate_at_stop
@@ -130,6 +131,7 @@ class LocalChat:
         self.adapters = dict(adapters or {})
         self.threads = threads
         self._lock = threading.Lock()
+        self._thread = ModelThread(f"{self.name}-model")  # torch work on one thread (connectors.model_thread)
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -161,13 +163,16 @@ class LocalChat:
         params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
 
         def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
-            out: list[Completion] = []
-            with self._lock:
-                self._ensure_loaded()
-                generator = self._generator(params)
-                for start in range(0, len(batch), self.batch_size):
-                    out.extend(self._generate(batch[start : start + self.batch_size], params, generator, prefill))
-            return out
+            def on_model_thread() -> list[Completion]:
+                out: list[Completion] = []
+                with self._lock:
+                    self._ensure_loaded()
+                    generator = self._generator(params)
+                    for start in range(0, len(batch), self.batch_size):
+                        out.extend(self._generate(batch[start : start + self.batch_size], params, generator, prefill))
+                return out
+
+            return self._thread.run(on_model_thread)
 
         return prompted_batch(generate, prompts, tools, tool_choice, tools_each)
 
@@ -196,9 +201,12 @@ class LocalChat:
         prompt = plain_turns(messages)  # tool turns of an earlier exchange, as complete() writes them
 
         def generate(extra: Mapping[str, Any]) -> Completion:
-            with self._lock:
-                self._ensure_loaded()
-                return self._generate([prompt], params, self._generator(params), extra=extra)[0]
+            def on_model_thread() -> Completion:
+                with self._lock:
+                    self._ensure_loaded()
+                    return self._generate([prompt], params, self._generator(params), extra=extra)[0]
+
+            return self._thread.run(on_model_thread)
 
         def decode(ids: list[int]) -> str:
             return str(self._tokenizer.decode(ids, skip_special_tokens=True))

@@ -64,7 +64,7 @@ def ask(text: str) -> list[Message]:
 
 def test_sixteen_concurrent_calls_share_a_few_batches_and_each_gets_its_own_answer() -> None:
     model = SlowBatchModel()
-    chat = Coalescing(model, window=0.02)
+    chat = Coalescing(model, window=0.02, quiet=0.02)
     answers = together(16, lambda i: chat.complete(ask(f"Frage Nr. {i} über Zürich"), max_tokens=8).text)
     assert answers == [f"Frage Nr. {i} über Zürich" for i in range(16)]
     assert sum(n for n, _ in model.batches) == 16 and len(model.batches) <= 3  # not 16 calls one by one
@@ -72,7 +72,7 @@ def test_sixteen_concurrent_calls_share_a_few_batches_and_each_gets_its_own_answ
 
 def test_only_calls_with_the_same_parameters_share_and_a_sampled_seed_is_kept() -> None:
     model = SlowBatchModel()
-    chat = Coalescing(model, window=0.05)
+    chat = Coalescing(model, window=0.05, quiet=0.05)
     params: list[dict[str, Any]] = [
         {"max_tokens": 8, "seed": 1},  # greedy: the seed does not matter, these two share
         {"max_tokens": 8, "seed": 2},
@@ -91,7 +91,7 @@ def test_each_call_keeps_its_own_tools_inside_a_shared_batch() -> None:
         return Tool(name, "", {"type": "object", "properties": {}})
 
     model = SlowBatchModel()
-    chat = Coalescing(model, window=0.05)
+    chat = Coalescing(model, window=0.05, quiet=0.05)
     answers = together(
         3,
         lambda i: chat.complete_batch([ask(f"q{i}")], tools_each=[[tool(f"tool_{i}")] if i else []])[0].text,
@@ -101,7 +101,7 @@ def test_each_call_keeps_its_own_tools_inside_a_shared_batch() -> None:
 
 def test_a_backend_error_reaches_every_caller_of_the_batch_and_the_next_batch_runs() -> None:
     model = SlowBatchModel(fail=True)
-    chat = Coalescing(model, window=0.02)
+    chat = Coalescing(model, window=0.02, quiet=0.02)
     errors = together(4, lambda i: chat.complete(ask(str(i))))
     assert all(isinstance(e, ConnectorError) and "fell over" in str(e) for e in errors)
     model.fail = False
@@ -110,7 +110,7 @@ def test_a_backend_error_reaches_every_caller_of_the_batch_and_the_next_batch_ru
 
 def test_max_prompts_splits_a_crowd_and_no_caller_is_left_waiting() -> None:
     model = SlowBatchModel()
-    chat = Coalescing(model, window=0.02, max_prompts=4)
+    chat = Coalescing(model, window=0.02, quiet=0.02, max_prompts=4)
     answers = together(10, lambda i: chat.complete_batch([ask(f"{i}a"), ask(f"{i}b")]))
     assert [[c.text for c in a] for a in answers] == [[f"{i}a", f"{i}b"] for i in range(10)]
     assert max(n for n, _ in model.batches) <= 4 and sum(n for n, _ in model.batches) == 20
@@ -121,3 +121,23 @@ def test_attributes_of_the_model_pass_through() -> None:
     assert chat.name == "slow-batch" and chat.tools_each is True
     with pytest.raises(AttributeError):
         chat.no_such_thing  # noqa: B018
+
+
+def test_a_burst_that_trickles_in_is_gathered_whole_while_calls_keep_coming() -> None:
+    """16 calls 10 ms apart (as a server's requests reach the model after their recalls) make one batch: the
+    leader waits while calls keep joining, not a fixed time from its own arrival."""
+    model = SlowBatchModel()
+    chat = Coalescing(model, window=5.0, quiet=0.1)
+
+    def staggered(i: int) -> str:
+        time.sleep(0.01 * i)
+        return chat.complete(ask(f"Anfrage {i}"), max_tokens=8).text
+
+    assert together(16, staggered) == [f"Anfrage {i}" for i in range(16)]
+    assert [n for n, _ in model.batches] == [16]
+
+
+def test_a_lone_call_waits_only_for_the_quiet_time() -> None:
+    model = SlowBatchModel()
+    chat = Coalescing(model, window=60.0, quiet=0.01)  # were the window waited out, this would hang a minute
+    assert chat.complete(ask("allein")).text == "allein" and [n for n, _ in model.batches] == [1]
