@@ -6,6 +6,9 @@ import json
 import logging
 import os
 import platform
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +57,22 @@ def merge_summary(path: Path, flat: dict[str, Any]) -> None:
             logging.getLogger(__name__).warning("%s was not valid JSON; starting it afresh", path)
     summary.update(flat)
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def at_once(call: Callable[[int], object], clients: int) -> list[float]:
+    """Seconds each of ``clients`` threads took for ``call(i)``, all released at once by a barrier."""
+    out = [0.0] * clients
+    gate = threading.Barrier(clients)
+
+    def run(i: int) -> None:
+        gate.wait()
+        started = time.perf_counter()
+        call(i)
+        out[i] = time.perf_counter() - started
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out

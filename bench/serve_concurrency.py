@@ -17,14 +17,13 @@ import json
 import os
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import machine, merge_summary
+from bench.common import at_once, machine, merge_summary
 from connectors.coalesce import Coalescing
 from tests.support.serve import Served, serving, write_serve_spec
 
@@ -55,19 +54,7 @@ def one(served: Served, question: str, max_tokens: int) -> float:
 
 def crowd(served: Served, clients: int, max_tokens: int) -> list[float]:
     """Every client's latency when ``clients`` ask at once."""
-    out = [0.0] * clients
-    gate = threading.Barrier(clients)
-
-    def run(i: int) -> None:
-        gate.wait()
-        out[i] = one(served, QUESTIONS[i % len(QUESTIONS)], max_tokens)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return at_once(lambda i: one(served, QUESTIONS[i % len(QUESTIONS)], max_tokens), clients)
 
 
 def first_token(served: Served, question: str, max_tokens: int) -> tuple[float, float]:

@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,7 @@ import httpx
 import numpy as np
 import openai
 
-from bench.common import machine, merge_summary
+from bench.common import at_once, machine, merge_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -81,24 +80,6 @@ def seconds(call: Callable[[], object], n: int) -> list[float]:
         started = time.perf_counter()
         call()
         out.append(time.perf_counter() - started)
-    return out
-
-
-def at_once(call: Callable[[], object], clients: int) -> list[float]:
-    out = [0.0] * clients
-    gate = threading.Barrier(clients)
-
-    def run(i: int) -> None:
-        gate.wait()
-        started = time.perf_counter()
-        call()
-        out[i] = time.perf_counter() - started
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
     return out
 
 
@@ -192,7 +173,7 @@ def measure(latency: float, requests: int, clients: int, memories: int) -> dict[
             recalls.clear()
             answers.clear()
             pairs = [(seconds(ask_direct, 1)[0], seconds(ask_served, 1)[0]) for _ in range(requests)]  # interleaved
-            crowd = at_once(ask_served, clients)
+            crowd = at_once(lambda _: ask_served(), clients)
     finally:
         for proc in (serve, upstream):
             if proc is not None:
