@@ -23,9 +23,9 @@ import logging
 import random
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from connectors.errors import ConfigError, ConnectorError
 from connectors.local_stream import stream_generation
@@ -39,6 +39,7 @@ from connectors.types import Completion, Message, Usage
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 DTYPES = ("float32", "bfloat16", "float16")
 LOCAL_HINT = "pip install 'evolve[local]'"
 
@@ -162,16 +163,15 @@ class LocalChat:
         params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
 
         def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
-            def on_model_thread() -> list[Completion]:
-                out: list[Completion] = []
-                with self._lock:
-                    self._ensure_loaded()
-                    generator = self._generator(params)
-                    for start in range(0, len(batch), self.batch_size):
-                        out.extend(self._generate(batch[start : start + self.batch_size], params, generator, prefill))
-                return out
+            def chunks() -> list[Completion]:
+                generator = self._generator(params)
+                return [
+                    c
+                    for start in range(0, len(batch), self.batch_size)
+                    for c in self._generate(batch[start : start + self.batch_size], params, generator, prefill)
+                ]
 
-            return ModelThread.shared().run(on_model_thread)  # one torch thread (connectors.model_thread)
+            return self._on_model(chunks)
 
         return prompted_batch(generate, prompts, tools, tool_choice, tools_each)
 
@@ -200,12 +200,7 @@ class LocalChat:
         prompt = plain_turns(messages)  # tool turns of an earlier exchange, as complete() writes them
 
         def generate(extra: Mapping[str, Any]) -> Completion:
-            def on_model_thread() -> Completion:
-                with self._lock:
-                    self._ensure_loaded()
-                    return self._generate([prompt], params, self._generator(params), extra=extra)[0]
-
-            return ModelThread.shared().run(on_model_thread)  # one torch thread (connectors.model_thread)
+            return self._on_model(lambda: self._generate([prompt], params, self._generator(params), extra=extra)[0])
 
         def decode(ids: list[int]) -> str:
             return str(self._tokenizer.decode(ids, skip_special_tokens=True))
@@ -263,6 +258,16 @@ class LocalChat:
         if adapter is not None and adapter not in self.adapters:
             raise ConfigError(f"{self.name}: unknown adapter {adapter!r}; loaded adapters: {sorted(self.adapters)}")
         return generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter)
+
+    def _on_model(self, work: Callable[[], T]) -> T:
+        """``work()`` with the model loaded and held, on the process's torch thread (``connectors.model_thread``)."""
+
+        def held() -> T:
+            with self._lock:
+                self._ensure_loaded()
+                return work()
+
+        return ModelThread.shared().run(held)
 
     def _generator(self, params: GenerationParams) -> Any:
         import torch

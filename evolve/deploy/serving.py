@@ -178,15 +178,13 @@ class Deployment:
         run = self.run_name(tenant)
         with self._lock:
             if run not in self._graphs:
-                spec = self.spec.for_tenant(tenant)
                 graph = PromptGraph(self.engine, run)
-                seed = build_team(spec, self.chat, None)
-                prompts = (
-                    seed.prompts()
-                    if spec.shared_run is None
-                    else trained_prompts(self.engine, spec.shared_run, seed.prompts())
-                )
                 if not has_head(graph):
+                    spec = self.spec.for_tenant(tenant)
+                    seed = build_team(spec, self.chat, None)
+                    prompts = seed.prompts()
+                    if spec.shared_run is not None:
+                        prompts = trained_prompts(self.engine, spec.shared_run, prompts)
                     graph.init(prompts, [(a, b, 1.0) for a, b in seed.edges])
                 self._graphs[run] = graph
             return self._graphs[run]
@@ -241,12 +239,9 @@ class Deployment:
         api = getattr(sink.backend, "native_response_format", False) is True  # an OpenAI-compatible server
         if fmt is not None and api:
             given["response_format"] = dict(response_format or {})  # the server constrains decoding too
-        if given.pop("logprobs", False) is True:
-            wants_logprobs = True
-            if api:
-                given["logprobs"] = True  # local models always compute them
-        else:
-            wants_logprobs = False
+        wants_logprobs = given.pop("logprobs", False) is True
+        if wants_logprobs and api:
+            given["logprobs"] = True  # a local model computes them always; a server is asked
         usage, note, problem = Usage(), "", ""
         for _ in range(formats.ATTEMPTS if fmt is not None else 1):
             seen = observation if fmt is None else f"{observation}\n\n{note or fmt.instruction()}"
@@ -282,7 +277,7 @@ class Deployment:
             logprobs=steps[-1].logprobs if wants_logprobs else None,
         )
         with self.engine.begin() as conn:
-            conn.execute(insert(responses).values(**_response_row(answer, query, messages)))
+            conn.execute(insert(responses).values(**response_row(answer, query, messages)))
         return answer
 
     def feedback(
@@ -419,7 +414,7 @@ def _response_id(value: object) -> str:
     raise UnknownResponse(f"no response {value!r:.80} for this tenant")
 
 
-def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dict[str, Any]:
+def response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dict[str, Any]:
     return {
         "id": answer.id,
         "run": answer.run,
@@ -435,4 +430,5 @@ def _response_row(answer: Answer, query: str, messages: Sequence[Message]) -> di
 
 __all__ = [
     "Answer", "Deployment", "FeedbackReceipt", "QuarantinedRating", "UnknownResponse", "check_score", "conversation",
+    "response_row",
 ]  # fmt: skip

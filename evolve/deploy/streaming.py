@@ -39,10 +39,10 @@ from sqlalchemy import insert
 from connectors import ConfigError, Message, Usage
 from connectors.errors import same_kind
 from evolve.deploy.responses import responses
-from evolve.deploy.serving import REQUEST_PARAMS, Answer, Deployment, _response_row, conversation
+from evolve.deploy.serving import REQUEST_PARAMS, Answer, Deployment, conversation, response_row
 from evolve.episode import TeamStream
 
-STREAM_PARAMS = tuple(p for p in REQUEST_PARAMS if p != "tool_choice")
+STREAM_PARAMS = tuple(p for p in REQUEST_PARAMS if p not in ("tool_choice", "logprobs"))  # those are answered whole
 
 
 class AnswerStream:
@@ -111,7 +111,7 @@ class AnswerStream:
                 created=self.created,
             )
             with self._deployment.engine.begin() as conn:
-                conn.execute(insert(responses).values(**_response_row(answer, self._query, self._messages)))
+                conn.execute(insert(responses).values(**response_row(answer, self._query, self._messages)))
             self.answer = answer
 
 
@@ -138,7 +138,7 @@ def stream_answer(
     if extra:
         raise ConfigError(
             f"a streamed answer takes none of {extra}; it may set {list(STREAM_PARAMS)} "
-            "(requests with tools are answered whole by Deployment.answer)"
+            "(requests with tools or logprobs are answered whole by Deployment.answer)"
         )
     team, version = deployment.team(tenant)
     given.setdefault("seed", secrets.randbelow(2**31))

@@ -78,6 +78,8 @@ def test_what_fails_before_the_first_delta_is_raised_by_stream_answer(deployment
     assert caught.value.retry_after == 7.0  # a server can still say 429 with Retry-After
     with pytest.raises(ConfigError, match="tool_choice"):
         stream_answer(deployment, ASK, tenant="alice", params={"tool_choice": "none"})
+    with pytest.raises(ConfigError, match="logprobs"):  # asked for, it is answered whole: never dropped here
+        stream_answer(deployment, ASK, tenant="alice", params={"logprobs": True})
     with pytest.raises(ConfigError, match="user message"):
         stream_answer(deployment, [Message("system", "Be brief.")], tenant="alice")
     assert not isinstance(caught.value, ConfigError) and isinstance(caught.value, ConnectorError)
