@@ -31,6 +31,7 @@ import ast
 import inspect
 import json
 import re
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -310,13 +311,24 @@ def _from_python(body: str, known: set[str]) -> list[tuple[str, dict[str, Any]] 
     return out
 
 
+_PARSING = threading.Lock()
+
+
+def parse_expression(text: str) -> ast.expr:
+    """``ast.parse(text, mode="eval").body``, one thread at a time: CPython 3.11 (3.11.7 here) can fail a
+    parse made while another thread parses, with "SystemError: AST constructor recursion depth mismatch"
+    (seen in the suite's threaded BFCL episodes). Raises SyntaxError as ``ast.parse`` does."""
+    with _PARSING:
+        return ast.parse(text, mode="eval").body
+
+
 def _longest_expression(body: str, start: int) -> ast.expr | None:
     """The longest Python expression starting at ``start`` and ending at a ``)`` or ``]``: the calls,
     without the prose a model may write after them (which can hold brackets of its own)."""
     ends = sorted((i for i, ch in enumerate(body) if ch in ")]" and i > start), reverse=True)
     for end in ends[:64]:  # a reply is short; a pathological one is not worth more attempts
         try:
-            return ast.parse(body[start : end + 1].strip(), mode="eval").body
+            return parse_expression(body[start : end + 1].strip())
         except SyntaxError:
             continue
     return None

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from connectors.tools import arguments_of
+from connectors.tools import arguments_of, parse_expression
 
 Call = dict[str, dict[str, Any]]
 """One decoded call: ``{name: {argument: value}}``."""
@@ -84,7 +84,7 @@ def _from_python(body: str) -> list[Call] | str:
     source = body if body.startswith("[") else f"[{body}"
     source = source if source.endswith("]") else f"{source}]"  # BFCL's own wrapping
     try:
-        tree = ast.parse(source, mode="eval").body
+        tree = parse_expression(source)
     except SyntaxError as e:
         return f"Could not read the answer as function calls ({e.msg}); answer with only the calls, like [f(a=1), g(b='x')]"
     nodes = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]

@@ -43,7 +43,7 @@ from typing import Any
 
 from connectors.env import Observation
 from connectors.errors import ConfigError
-from connectors.tools import Tool
+from connectors.tools import Tool, parse_expression
 from evolve.envs.bfcl.data import function_docs, read_rows, tool_of
 from evolve.envs.tasks import Task, register_checker
 
@@ -188,7 +188,7 @@ def call_text(name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | N
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     text = f"{name}({', '.join(parts)})"
     try:
-        node = ast.parse(text, mode="eval").body
+        node = parse_expression(text)
         if not isinstance(node, ast.Call):
             return None
         values = [ast.literal_eval(a) for a in node.args] + [ast.literal_eval(k.value) for k in node.keywords]
