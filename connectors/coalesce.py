@@ -8,7 +8,12 @@ all), takes every call queued with the same parameters by then
 (their prompts in arrival order, each with its own tools on a backend that takes ``tools_each``) and asks
 the backend once; calls that arrive while it runs form the next batch. A backend error reaches every
 call of its batch. Calls that sample (``temperature`` > 0) share a batch only with the same ``seed``, so
-a request's explicit seed is honoured; greedy calls ignore the seed and always share. A streamed answer
+a request's explicit seed is honoured; greedy calls ignore the seed and always share.
+
+A server knows earlier who is coming: a request wrapped in ``arriving()`` is announced before it recalls;
+an announcement counts as a call for the quiet spell, and a batch's first call also waits for every
+announced request still on its way to the model (at most ``window`` seconds), so a burst is gathered
+whole however its recalls spread it. A streamed answer
 is not batched: ``stream`` is the backend's own (like every attribute but the two ``complete`` methods),
 and it waits for a running batch only as long as the backend's lock makes it.
 
@@ -24,7 +29,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,10 +69,33 @@ class Coalescing:
         self._cond = threading.Condition()
         self._queues: dict[str, list[_Call]] = {}
         self._busy: set[str] = set()
+        self._announced = 0  # open ``arriving()`` blocks
+        self._on_way = 0  # announced requests whose first call has not come yet
+        self._local = threading.local()  # .pending: this thread's announcements not yet arrived
+        self._news = 0.0  # time.monotonic() of the last call or announcement
         self.batches: list[int] = []  # prompts per backend call, in order (for tests and benches)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
+
+    @contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Announce a request of this thread that is about to call the model: until its first call comes (or
+        the block ends), a batch's first call waits for it (at most ``window`` seconds)."""
+        with self._cond:
+            self._announced += 1
+            self._on_way += 1
+            self._local.pending = getattr(self._local, "pending", 0) + 1
+            self._news = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                if self._local.pending > 0:  # ended without calling the model
+                    self._local.pending -= 1
+                    self._on_way -= 1
+                self._announced -= 1
+                self._cond.notify_all()
 
     def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         return self.complete_batch([messages], **params)[0]
@@ -80,6 +109,12 @@ class Coalescing:
         key = batch_key(params, per_prompt_tools=call.tools_each is not None)
         with self._cond:
             self._queues.setdefault(key, []).append(call)
+            self._news = time.monotonic()
+            arrived = getattr(self._local, "pending", 0)
+            if arrived:
+                self._on_way -= arrived
+                self._local.pending = 0
+                self._cond.notify_all()
         while True:  # wait while another call leads a batch of this key; lead the next one if still queued
             with self._cond:
                 while not call.done and key in self._busy:
@@ -112,21 +147,19 @@ class Coalescing:
                 self._cond.notify_all()
 
     def _gather(self, key: str) -> None:
-        """Wait while calls of ``key`` keep coming: until ``quiet`` seconds pass without one, ``window``
-        seconds have passed, or a full batch is queued."""
+        """Wait while calls keep coming: until ``quiet`` seconds pass without a call or an announcement and no
+        announced request is still on its way, ``window`` seconds have passed, or a full batch is queued."""
         deadline = time.monotonic() + self.window
         with self._cond:
-            seen = len(self._queues.get(key, []))
-        while True:
-            wait = min(self.quiet, deadline - time.monotonic())
-            if wait <= 0:
-                return
-            time.sleep(wait)
-            with self._cond:
-                queue = self._queues.get(key, [])
-                if len(queue) == seen or sum(len(c.prompts) for c in queue) >= self.max_prompts:
+            while not self._full(key):
+                now = time.monotonic()
+                quiet_left = self.quiet - (now - self._news)
+                if now >= deadline or (self._on_way == 0 and quiet_left <= 0):
                     return
-                seen = len(queue)
+                self._cond.wait(deadline - now if self._on_way > 0 else min(deadline - now, quiet_left))
+
+    def _full(self, key: str) -> bool:
+        return sum(len(c.prompts) for c in self._queues.get(key, [])) >= self.max_prompts
 
     def _answer(self, calls: list[_Call], params: dict[str, Any]) -> None:
         prompts = [p for c in calls for p in c.prompts]

@@ -38,6 +38,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -229,56 +230,64 @@ class Deployment:
         extra = sorted(set(given) - set(REQUEST_PARAMS))
         if extra:
             raise ConfigError(f"unsupported parameters {extra}; a request may set {list(REQUEST_PARAMS)}")
-        started = time.perf_counter()
-        team, version = self.team(tenant)
-        spent = timed_recalls(team)
-        tools = check_request_tools(tools, given.get("tool_choice"), team)
-        given.setdefault("seed", secrets.randbelow(2**31))
-        fmt = formats.response_format(response_format)
-        sink = team.agents[team.sink].model
-        api = getattr(sink.backend, "native_response_format", False) is True  # an OpenAI-compatible server
-        if fmt is not None and api:
-            given["response_format"] = dict(response_format or {})  # the server constrains decoding too
-        wants_logprobs = given.pop("logprobs", False) is True
-        if wants_logprobs and api:
-            given["logprobs"] = True  # a local model computes them always; a server is asked
-        usage, note, problem = Usage(), "", ""
-        for _ in range(formats.ATTEMPTS if fmt is not None else 1):
-            seen = observation if fmt is None else f"{observation}\n\n{note or fmt.instruction()}"
-            act = team.act([seen], queries=[query], params=given, tools=None if tools is None else [tools])[0]
-            if act.error is not None:
-                raise same_kind(act.cause, f"the team could not answer: {act.error}")
-            steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
-            usage = usage + sum((s.usage for s in steps), Usage())
-            if fmt is None or not steps or any(r.result == DESCRIBED for r in steps[-1].calls):
-                break
-            text, problem = formats.read_json(steps[-1].output, fmt)
-            if not problem:
-                steps = (*steps[:-1], dataclasses.replace(steps[-1], output=text))
-                break
-            note = formats.retry_note(problem, fmt)
-        else:
-            raise ParseError(
-                f"the team's answer is not valid for response_format {fmt.kind if fmt else None} after {formats.ATTEMPTS} tries: "
-                f"{problem}",
-                raw=steps[-1].output,
+        with self._arriving():  # a local model's batch waits for this request (connectors.coalesce)
+            started = time.perf_counter()
+            team, version = self.team(tenant)
+            spent = timed_recalls(team)
+            tools = check_request_tools(tools, given.get("tool_choice"), team)
+            given.setdefault("seed", secrets.randbelow(2**31))
+            fmt = formats.response_format(response_format)
+            sink = team.agents[team.sink].model
+            api = getattr(sink.backend, "native_response_format", False) is True  # an OpenAI-compatible server
+            if fmt is not None and api:
+                given["response_format"] = dict(response_format or {})  # the server constrains decoding too
+            wants_logprobs = given.pop("logprobs", False) is True
+            if wants_logprobs and api:
+                given["logprobs"] = True  # a local model computes them always; a server is asked
+            usage, note, problem = Usage(), "", ""
+            for _ in range(formats.ATTEMPTS if fmt is not None else 1):
+                seen = observation if fmt is None else f"{observation}\n\n{note or fmt.instruction()}"
+                act = team.act([seen], queries=[query], params=given, tools=None if tools is None else [tools])[0]
+                if act.error is not None:
+                    raise same_kind(act.cause, f"the team could not answer: {act.error}")
+                steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
+                usage = usage + sum((s.usage for s in steps), Usage())
+                if fmt is None or not steps or any(r.result == DESCRIBED for r in steps[-1].calls):
+                    break
+                text, problem = formats.read_json(steps[-1].output, fmt)
+                if not problem:
+                    steps = (*steps[:-1], dataclasses.replace(steps[-1], output=text))
+                    break
+                note = formats.retry_note(problem, fmt)
+            else:
+                raise ParseError(
+                    f"the team's answer is not valid for response_format {fmt.kind if fmt else None} after {formats.ATTEMPTS} tries: "
+                    f"{problem}",
+                    raw=steps[-1].output,
+                )
+            if wants_logprobs and (not steps or steps[-1].logprobs is None):
+                raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
+            answer = Answer(
+                id=f"chatcmpl-{secrets.token_hex(12)}",
+                run=self.run_name(tenant),
+                text=steps[-1].output if steps else act.answer,
+                steps=steps,
+                usage=usage,
+                prompt_version=version,
+                created=int(time.time()),
+                timings={
+                    "recall": round(sum(spent) * 1000, 2),
+                    "answer": round((time.perf_counter() - started) * 1000, 2),
+                },
+                logprobs=steps[-1].logprobs if wants_logprobs else None,
             )
-        if wants_logprobs and (not steps or steps[-1].logprobs is None):
-            raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
-        answer = Answer(
-            id=f"chatcmpl-{secrets.token_hex(12)}",
-            run=self.run_name(tenant),
-            text=steps[-1].output if steps else act.answer,
-            steps=steps,
-            usage=usage,
-            prompt_version=version,
-            created=int(time.time()),
-            timings={"recall": round(sum(spent) * 1000, 2), "answer": round((time.perf_counter() - started) * 1000, 2)},
-            logprobs=steps[-1].logprobs if wants_logprobs else None,
-        )
-        with self.engine.begin() as conn:
-            conn.execute(insert(responses).values(**response_row(answer, query, messages)))
-        return answer
+            with self.engine.begin() as conn:
+                conn.execute(insert(responses).values(**response_row(answer, query, messages)))
+            return answer
+
+    def _arriving(self) -> AbstractContextManager[None]:
+        backend = self.chat.backend
+        return backend.arriving() if isinstance(backend, Coalescing) else nullcontext()
 
     def feedback(
         self,

@@ -141,3 +141,39 @@ def test_a_lone_call_waits_only_for_the_quiet_time() -> None:
     model = SlowBatchModel()
     chat = Coalescing(model, window=60.0, quiet=0.01)  # were the window waited out, this would hang a minute
     assert chat.complete(ask("allein")).text == "allein" and [n for n, _ in model.batches] == [1]
+
+
+def test_announced_requests_are_waited_for_however_late() -> None:
+    """A server announces each request before its recall (``arriving``): the batch waits for those still on their
+    way, so a straggler 0.4 s behind (far past the 0.05 s quiet time) joins the burst."""
+    model = SlowBatchModel()
+    chat = Coalescing(model, window=60.0, quiet=0.05)
+
+    def announced(i: int) -> str:
+        with chat.arriving():
+            time.sleep(0.4 if i == 7 else 0.01 * i)  # the recall, one of them slow
+            return chat.complete(ask(f"Anfrage {i}"), max_tokens=8).text
+
+    assert together(8, announced) == [f"Anfrage {i}" for i in range(8)]
+    assert [n for n, _ in model.batches] == [8]
+
+
+def test_an_announced_request_that_never_calls_the_model_releases_the_batch() -> None:
+    """A request that fails before the model (a bad recall, a refused parameter) ends its announcement, and the
+    batch waiting for it goes ahead rather than waiting out the window (a minute here: the test would hang)."""
+    model = SlowBatchModel()
+    chat = Coalescing(model, window=60.0, quiet=0.01)
+
+    def request(i: int) -> str:
+        with chat.arriving():
+            if i == 1:
+                time.sleep(0.1)
+                raise ValueError("the recall failed")
+            return chat.complete(ask("weiter"), max_tokens=8).text
+
+    out = together(2, request)
+    assert out[0] == "weiter" and isinstance(out[1], ValueError)
+    assert [n for n, _ in model.batches] == [1]
+    with chat.arriving():  # nothing is left counted as on its way
+        assert chat.complete(ask("danach")).text == "danach"
+    assert [n for n, _ in model.batches] == [1, 1]
