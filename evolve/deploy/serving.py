@@ -50,14 +50,13 @@ from connectors import ChatClient, ConfigError, Embedder, Message, StoreError, T
 from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.embed_batching import BatchingEmbedder
-from connectors.errors import ParseError, same_kind
 from evolve.agent import MemoryView, Team
 from evolve.build import build_chat, build_store, build_team
 from evolve.deploy import formats
+from evolve.deploy.answer_checks import checked_act
 from evolve.deploy.chat_requests import (
     check_request_tools,
     conversation,
-    first_call_only,
     has_head,
     trained_prompts,
 )
@@ -244,35 +243,16 @@ class Deployment:
             wants_logprobs = given.pop("logprobs", False) is True
             if wants_logprobs and api:
                 given["logprobs"] = True  # a local model computes them always; a server is asked
-            usage, note, problem = Usage(), "", ""
-            for _ in range(formats.ATTEMPTS if fmt is not None else 1):
-                seen = observation if fmt is None else f"{observation}\n\n{note or fmt.instruction()}"
-                act = team.act([seen], queries=[query], params=given, tools=None if tools is None else [tools])[0]
-                if act.error is not None:
-                    raise same_kind(act.cause, f"the team could not answer: {act.error}")
-                steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
-                usage = usage + sum((s.usage for s in steps), Usage())
-                if fmt is None or not steps or any(r.result == DESCRIBED for r in steps[-1].calls):
-                    break
-                text, problem = formats.read_json(steps[-1].output, fmt)
-                if not problem:
-                    steps = (*steps[:-1], dataclasses.replace(steps[-1], output=text))
-                    break
-                note = formats.retry_note(problem, fmt)
-            else:
-                raise ParseError(
-                    f"the team's answer is not valid for response_format {fmt.kind if fmt else None} after {formats.ATTEMPTS} tries: "
-                    f"{problem}",
-                    raw=steps[-1].output,
-                )
+            done = checked_act(team, observation, query, given, tools, fmt=fmt, parallel_tool_calls=parallel_tool_calls)
+            steps = done.steps
             if wants_logprobs and (not steps or steps[-1].logprobs is None):
                 raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
             answer = Answer(
                 id=f"chatcmpl-{secrets.token_hex(12)}",
                 run=self.run_name(tenant),
-                text=steps[-1].output if steps else act.answer,
+                text=done.text,
                 steps=steps,
-                usage=usage,
+                usage=done.usage,
                 prompt_version=version,
                 created=int(time.time()),
                 timings={

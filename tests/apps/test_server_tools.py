@@ -245,3 +245,16 @@ def test_an_answer_that_never_becomes_json_is_an_error_not_free_text(served: Ser
     assert response.status_code == 502 and response.json()["error"]["code"] == "invalid_model_output"
     assert "not valid for response_format json_object after 3 tries: it is not JSON" in response.text
     assert len(model_calls(served)) - before == 3
+
+
+def test_a_required_call_the_model_never_makes_is_a_502_not_prose(served: Served) -> None:
+    """``tool_choice: "required"`` promises a call: an answer in prose is asked for again, told so, and after
+    three tries the app gets an error it can act on, never the prose with ``finish_reason: "stop"``."""
+    before = len(model_calls(served))
+    ask = [{"role": "user", "content": "Wetter in Zürich? never JSON"}]
+    response = post(served, {"model": "codes", "messages": ask, "tools": [WEATHER_TOOL], "tool_choice": "required"})
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_model_output" and "no function call" in error["message"]
+    prompts = [call[0][-1].content for call in model_calls(served)[before:]]
+    assert len(prompts) == 3 and "You must call one of the functions" in prompts[1]
