@@ -93,6 +93,8 @@ def problem(steps: Sequence[Step], fmt: formats.Format | None, *, must_call: boo
     if not steps:
         return ""
     if must_call and not called(steps):
+        if steps[-1].problems:  # calls it wrote that could not be used, and why
+            return f"it made no valid function call: {'; '.join(dict.fromkeys(steps[-1].problems))[:500]}"
         cut = steps[-1].finish == "length"
         return "it made no function call" + (" (max_tokens cut the answer off: allow more tokens)" if cut else "")
     if fmt is None or called(steps):
