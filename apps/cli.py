@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from apps.a2a_cli import add_a2a_parser
 from apps.jobs import add_job_parsers
 from apps.options import count, quiet_loading, say_database
 from apps.playground_cli import add_playground_parser
@@ -265,6 +266,7 @@ def parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_prompts)
     add_adapters_parser(sub)
     add_serve_parser(sub)
+    add_a2a_parser(sub)
     add_job_parsers(sub)
     add_playground_parser(sub)
     add_memory_parser(sub)

@@ -71,6 +71,7 @@ PROVIDERS: dict[str, str] = {
     "vllm": "connectors.vllm_chat:VLLMChat",
     "fake": "connectors.fakes:fake_chat",
     "langchain": "connectors.langchain_chat:LangChainChat",  # load_chat("langchain/<label>", model=<chat model>)
+    "a2a": "connectors.a2a_chat:a2a_chat",  # load_chat("a2a/http://host:port", api_key_env=...): a remote A2A agent
 }
 
 

@@ -16,6 +16,7 @@ from evolve.prompts.evolution import PromptEvolution, split_tasks
 from evolve.prompts.graph import PromptGraph
 from evolve.ray_executor import make_executor
 from evolve.spec import RunSpec
+from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
 from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
 from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
@@ -100,9 +101,17 @@ def agent_namespace(run: str, agent: str) -> str:
     return fit_id(f"{run}/{agent}", MAX_NAMESPACE)
 
 
-def build_team(spec: RunSpec, chat: ChatClient, store: MemoryStore | None) -> Team:
+def build_team(
+    spec: RunSpec, chat: ChatClient, store: MemoryStore | None, *, mcp: MCPConnections | None = None
+) -> Team:
     """The spec's agents on ``chat``, each recalling from namespace ``<run>/<agent>`` when it has memory (and
-    from the trained run's ``<base run>/<agent>`` too in a tenant's run under ``[serve] memory = "shared"``)."""
+    from the trained run's ``<base run>/<agent>`` too in a tenant's run under ``[serve] memory = "shared"``); an
+    agent with ``a2a = URL`` is a remote A2A agent (``connectors.a2a_chat``) with no local memory by default.
+
+    An agent's ``mcp`` servers give it their tools, connected through ``mcp`` (share one ``MCPConnections``
+    between the teams of a deployment); by default through new connections, which stay open while the team's
+    tools are referenced and close when they are garbage-collected, or at exit."""
+    servers = mcp if mcp is not None else MCPConnections(spec.path.parent if spec.path is not None else None)
     params = {"max_tokens": spec.model.max_tokens, "temperature": spec.model.temperature, "seed": spec.run.seed}
     base = spec.shared_run
 
@@ -112,12 +121,13 @@ def build_team(spec: RunSpec, chat: ChatClient, store: MemoryStore | None) -> Te
     agents = [
         Agent(
             a.name,
-            chat,
+            chat if a.a2a is None else load_chat(f"a2a/{a.a2a}", api_key_env=a.a2a_key_env),  # a remote member
             system=a.system,
             memory=MemoryView(store, namespace=agent_namespace(spec.run.name, a.name), shared=shared(a.name))
-            if store is not None and a.memory
+            if store is not None and a.remembers
             else None,
-            params=params,
+            params=params if a.a2a is None else {},  # the spec's sampling is its model's, not a remote team's
+            tools=servers.tools(a.mcp),
         )
         for a in spec.agents
     ]

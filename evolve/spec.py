@@ -51,9 +51,10 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from connectors import ConfigError
+from evolve.tools.mcp import check_entry  # no mcp import: the SDK loads only to connect
 from memory.config import FailureKeeps
 
 
@@ -147,6 +148,33 @@ class AgentSection(_Strict):
     system: str = "You are a careful assistant. Reply with the answer only."
     memory: bool = True
     after: list[str] = Field(default_factory=list)
+    # MCP servers whose tools the agent may call: commands that speak MCP on stdio, run in the spec's folder
+    # ("python tools_server.py --flag"; "python" is Evolve's interpreter), or streamable HTTP URLs.
+    mcp: list[str] = Field(default_factory=list)
+
+    @field_validator("mcp")
+    @classmethod
+    def _mcp_entries(cls, entries: list[str]) -> list[str]:
+        if len({e.strip() for e in entries}) != len(entries):
+            raise ValueError(f"each MCP server is named once, got {entries}")
+        return [check_entry(e) for e in entries]
+
+    # A remote team member: its model is the A2A agent at this URL (another team's `evolve a2a`, or any A2A
+    # agent), its bearer key in $a2a_key_env. It remembers on its own side: no local memory unless
+    # `memory = true` is written out; the spec's [model] sampling settings are not sent to it.
+    a2a: str | None = Field(None, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    a2a_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _key_needs_a2a(self) -> AgentSection:
+        if self.a2a_key_env is not None and self.a2a is None:
+            raise ValueError(f"agent {self.name!r}: a2a_key_env names the key of a remote member (a2a = URL)")
+        return self
+
+    @property
+    def remembers(self) -> bool:
+        """Whether the agent recalls from local memory: ``memory``, which a remote member has only when written out."""
+        return self.memory if self.a2a is None or "memory" in self.model_fields_set else False
 
 
 class ServeSection(_Strict):

@@ -77,6 +77,7 @@ from evolve.prompts.graph import PromptGraph
 from evolve.run_log import steps_to_json
 from evolve.spec import RunSpec
 from evolve.tools.loop import DESCRIBED
+from evolve.tools.mcp import MCPConnections
 from evolve.weights.escalation import weights_blocker
 from evolve.weights.switch import adapter_registry, attach_adapters
 from memory import MemoryStore, Recall
@@ -163,6 +164,7 @@ class Deployment:
         open_tables(self.engine)
         self._graphs: dict[str, PromptGraph] = {}
         self._lock = threading.Lock()
+        self.mcp = MCPConnections(spec.path.parent if spec.path is not None else None)  # one set for every team
 
     @property
     def model_id(self) -> str:
@@ -192,7 +194,7 @@ class Deployment:
     def team(self, tenant: str | None) -> tuple[Team, str]:
         """The tenant's team at its prompts' HEAD (and its HEAD adapters on a local model), and HEAD's id."""
         head = self.graph(tenant).head()
-        team = build_team(self.spec.for_tenant(tenant), self.chat, self.store).with_prompts(head.nodes)
+        team = build_team(self.spec.for_tenant(tenant), self.chat, self.store, mcp=self.mcp).with_prompts(head.nodes)
         if weights_blocker(team) is None:
             attach_adapters(team, adapter_registry(self.engine, self.run_name(tenant)))
         return team, head.id
@@ -348,7 +350,8 @@ class Deployment:
         return release(self.engine, self.run_name(tenant), feedback_ids)
 
     def close(self) -> None:
-        """Save the vector index and release the database."""
+        """Close the agents' MCP servers, save the vector index and release the database."""
+        self.mcp.close()
         if self.store is not None:
             self.store.close()
 

@@ -1,0 +1,100 @@
+"""``evolve a2a SPEC``: serve the spec's team as an A2A agent (``evolve.deploy.a2a_server``) with uvicorn.
+
+Keys come from the same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repeatable),
+``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]``
+table; each maps a bearer key to its tenant. The socket is bound before the models load, so a busy port
+fails fast and the printed agent card URL is the real one; ``--url`` names the address clients reach it at
+when that differs (a proxy, ``--host 0.0.0.0``).
+
+Example:
+    >>> # evolve a2a data/facility_codes.toml --port 8100 --key sk-alice-3f9c=alice
+    >>> # evolve a2a: agent 'facility-codes' at http://127.0.0.1:8100/.well-known/agent-card.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from apps.options import count
+from apps.serve_cli import base_url, exit_on_signals, listen, load_keys
+from connectors import ConfigError
+
+INSTALL_HINT = "evolve a2a needs the a2a-sdk with its HTTP server and uvicorn: pip install 'evolve[a2a]'"
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+def tenant_lookup(keys: Mapping[str, str]) -> Callable[[Any], str | None]:
+    """``tenant_of(request)`` for ``create_a2a_app``: the tenant of the request's bearer key (checked with
+    ``apps.server.check_keys``, compared in constant time by ``apps.server.tenant_for``), else None."""
+    from apps.server import check_keys, tenant_for
+
+    table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
+    return lambda request: tenant_for(request.headers.get("authorization"), table)
+
+
+def check_base_memory(memory: str, keys: Mapping[str, str]) -> None:
+    """``[serve] memory = "base"`` serves one run to every key: one tenant's ratings would move another's."""
+    tenants = sorted(set(keys.values()))
+    if memory == "base" and len(tenants) > 1:
+        raise ConfigError(
+            f'[serve] memory = "base" serves the trained run to every key, so one tenant\'s ratings would move '
+            f"every other's ranking; these keys name {len(tenants)} tenants. Give every key one tenant, or serve "
+            'each tenant its own memory (memory = "tenant")'
+        )
+
+
+def cmd_a2a(args: argparse.Namespace) -> None:
+    """``evolve a2a``: load the keys and the spec, then serve until interrupted."""
+    try:
+        import uvicorn
+
+        from evolve.deploy.a2a_server import create_a2a_app
+    except ImportError as e:
+        raise ConfigError(INSTALL_HINT) from e
+    from evolve.deploy.serving import Deployment
+    from evolve.spec import load_spec
+
+    try:
+        keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
+    except ConfigError as e:  # the key sources and checks are evolve serve's: say which command it was
+        raise ConfigError(str(e).replace("evolve serve", "evolve a2a")) from None
+    if args.url is not None and not args.url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"--url must be the base URL clients reach this agent at (http(s)://host:port), got {args.url!r}"
+        )
+    spec = load_spec(args.spec)
+    check_base_memory(spec.serve.memory, keys)
+    tenant_of = tenant_lookup(keys)
+    with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
+        url = (args.url or base_url(sock).removesuffix("/v1")).rstrip("/")
+        deployment = Deployment(spec)
+        previous = exit_on_signals()
+        try:
+            app = create_a2a_app(deployment, url=url, tenant_of=tenant_of)
+            print(f"evolve a2a: agent {spec.run.name!r} at {url}{CARD_PATH}", flush=True)
+            print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
+            uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            deployment.close()  # saves the vector index
+
+
+def add_a2a_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``evolve a2a SPEC [--host] [--port] [--url] [--keys FILE] [--key KEY=TENANT ...]``."""
+    s = sub.add_parser("a2a", help="serve the spec's team as an A2A agent (JSON-RPC); bearer keys map to tenants")
+    s.add_argument("spec", type=Path, help="the run's TOML spec (model, embedder, database, agents)")
+    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=count(0, 65535), default=8100, help="port (default 8100; 0 picks a free one)")
+    s.add_argument("--url", default=None, help="the base URL clients reach this agent at (default: http://HOST:PORT)")
+    s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
+    s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
+                   help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
+    levels = ["critical", "error", "warning", "info", "debug"]
+    s.add_argument("--log-level", default="info", choices=levels, help="the server's log level (default info)")
+    s.set_defaults(func=cmd_a2a)
