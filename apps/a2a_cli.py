@@ -37,17 +37,6 @@ def tenant_lookup(keys: Mapping[str, str]) -> Callable[[Any], str | None]:
     return lambda request: tenant_for(request.headers.get("authorization"), table)
 
 
-def check_base_memory(memory: str, keys: Mapping[str, str]) -> None:
-    """``[serve] memory = "base"`` serves one run to every key: one tenant's ratings would move another's."""
-    tenants = sorted(set(keys.values()))
-    if memory == "base" and len(tenants) > 1:
-        raise ConfigError(
-            f'[serve] memory = "base" serves the trained run to every key, so one tenant\'s ratings would move '
-            f"every other's ranking; these keys name {len(tenants)} tenants. Give every key one tenant, or serve "
-            'each tenant its own memory (memory = "tenant")'
-        )
-
-
 def cmd_a2a(args: argparse.Namespace) -> None:
     """``evolve a2a``: load the keys and the spec, then serve until interrupted."""
     try:
@@ -68,6 +57,8 @@ def cmd_a2a(args: argparse.Namespace) -> None:
             f"--url must be the base URL clients reach this agent at (http(s)://host:port), got {args.url!r}"
         )
     spec = load_spec(args.spec)
+    from apps.server import check_base_memory
+
     check_base_memory(spec.serve.memory, keys)
     tenant_of = tenant_lookup(keys)
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from apps.a2a_cli import add_a2a_parser
 from apps.jobs import add_job_parsers
+from apps.mcp_cli import add_mcp_parser
 from apps.options import count, quiet_loading, say_database
 from apps.playground_cli import add_playground_parser
 from apps.serve_cli import add_serve_parser
@@ -266,6 +267,7 @@ def parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_prompts)
     add_adapters_parser(sub)
     add_serve_parser(sub)
+    add_mcp_parser(sub)
     add_a2a_parser(sub)
     add_job_parsers(sub)
     add_playground_parser(sub)

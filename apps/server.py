@@ -259,6 +259,18 @@ def check_keys(keys: Mapping[str, str]) -> dict[str, str]:
     return dict(keys)
 
 
+def check_base_memory(memory: str, keys: Mapping[str, str]) -> None:
+    """``[serve] memory = "base"`` serves the trained run to every key: refused for keys of several tenants,
+    whose ratings would move each other's ranking (``evolve serve``, ``evolve mcp``, ``evolve a2a``)."""
+    tenants = sorted(set(keys.values()))
+    if memory == "base" and len(tenants) > 1:
+        raise ConfigError(
+            f'[serve] memory = "base" serves the trained run to every key, so one tenant\'s ratings would move '
+            f"every other's ranking; these keys name {len(tenants)} tenants ({', '.join(tenants)}). Give every key "
+            'one tenant, or serve each tenant its own memory (memory = "tenant")'
+        )
+
+
 def check_distinct(tenants: Iterable[str]) -> None:
     """Refuse tenants that differ only in case: a case-insensitive database collation would merge them."""
     seen: dict[str, str] = {}
@@ -338,13 +350,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
         raise ConfigError(INSTALL_HINT) from e
 
     table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
-    tenants = sorted(set(keys.values()))
-    if deployment.spec.serve.memory == "base" and len(tenants) > 1:
-        raise ConfigError(
-            f'[serve] memory = "base" serves the trained run to every key, so one tenant\'s ratings would move '
-            f"every other's ranking; these keys name {len(tenants)} tenants ({', '.join(tenants)}). Give every key "
-            'one tenant, or serve each tenant its own memory (memory = "tenant")'
-        )
+    check_base_memory(deployment.spec.serve.memory, keys)
     card = {"id": deployment.model_id, "object": "model", "created": int(time.time()), "owned_by": "evolve"}
     app = FastAPI(title="evolve serve", docs_url=None, redoc_url=None)
 

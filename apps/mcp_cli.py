@@ -1,0 +1,186 @@
+"""``evolve mcp SPEC``: serve the spec's memory as an MCP server (``evolve.deploy.mcp_server``).
+
+Two transports:
+
+- ``--transport stdio`` (the default): an MCP client starts ``evolve mcp SPEC --tenant NAME`` as a
+  subprocess and speaks MCP over its stdin and stdout. One process serves one tenant, named by
+  ``--tenant`` (required: without it every client on the machine would write to one memory unnoticed;
+  under ``[serve] memory = "base"`` every tenant reads and rates the trained run itself). stdout carries
+  the protocol only: everything else goes to stderr.
+- ``--transport http``: streamable HTTP at ``http://HOST:PORT/mcp``; every request carries
+  ``Authorization: Bearer <key>`` and the key names the tenant (401 otherwise). Keys come from the
+  same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS``
+  (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]`` table.
+
+A tenant's memories are those ``evolve serve`` keeps for it (run ``<run>@<tenant>``): what an MCP
+client remembers and rates is what the served team recalls, and the other way round.
+
+Example:
+    >>> # evolve mcp data/facility_codes.toml --tenant Zürich-Nordhafen-Logistik-Team-07
+    >>> # evolve mcp data/facility_codes.toml --transport http --port 8200 --key sk-zurich-3f9c=Zürich-Nordhafen
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from contextlib import redirect_stdout
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from apps.options import count
+from apps.serve_cli import base_url, exit_on_signals, listen, load_keys
+from connectors import ConfigError
+
+if TYPE_CHECKING:
+    from evolve.deploy.mcp_memory import TenantMemory
+
+ENDPOINT = "/mcp"
+TENANT: ContextVar[str | None] = ContextVar("evolve_mcp_tenant", default=None)
+"""The tenant of the HTTP request being served: set by ``bearer_tenants``; the SDK carries it into handlers."""
+
+
+def bearer_tenants(app: Any, keys: Mapping[str, str]) -> Any:
+    """``app`` behind bearer keys: a request without a valid ``Authorization: Bearer <key>`` gets a 401;
+    one with a key is served with ``TENANT`` set to the key's tenant (keys compared in constant time)."""
+    from apps.server import check_keys, tenant_for
+
+    table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
+    denied = json.dumps(
+        {"error": {"message": "missing or invalid API key: send 'Authorization: Bearer <key>'",
+                   "type": "invalid_request_error", "code": "invalid_api_key"}}
+    ).encode()  # fmt: skip
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # the lifespan: the SDK's session manager starts and stops
+            await app(scope, receive, send)
+            return
+        given = [v for k, v in scope["headers"] if k == b"authorization"]
+        tenant = tenant_for(given[0].decode("latin-1"), table) if len(given) == 1 else None
+        if tenant is None:
+            headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": denied})
+            return
+        token = TENANT.set(tenant)
+        try:
+            await app(scope, receive, send)
+        finally:
+            TENANT.reset(token)
+
+    return guarded
+
+
+def http_app(memory: TenantMemory, keys: Mapping[str, str], *, host: str = "127.0.0.1") -> Any:
+    """The streamable HTTP app (endpoint ``/mcp``) over ``memory``, each bearer key serving its tenant.
+    ``host`` is the interface it listens on: on a loopback one the SDK refuses other Host headers (DNS
+    rebinding). One app per server: the SDK's session manager runs once."""
+    from apps.server import check_base_memory
+    from evolve.deploy.mcp_server import create_mcp_server
+
+    check_base_memory(memory.spec.serve.memory, keys)
+
+    def tenant_of() -> str:
+        tenant = TENANT.get()
+        if tenant is None:
+            raise ConfigError("this request carries no bearer key")
+        return tenant
+
+    server = create_mcp_server(memory, tenant_of=tenant_of)
+    return bearer_tenants(server.streamable_http_app(streamable_http_path=ENDPOINT, host=host), keys)
+
+
+def cmd_mcp(args: argparse.Namespace) -> None:
+    """``evolve mcp``: check the arguments and the keys, load the spec's memory, then serve until stopped."""
+    try:
+        import mcp  # noqa: F401 (checked before the store opens)
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        from evolve.deploy.mcp_server import INSTALL_HINT
+
+        raise ConfigError(INSTALL_HINT) from e
+    if args.transport == "stdio":
+        serve_stdio(args)
+    else:
+        serve_http(args)
+
+
+def serve_stdio(args: argparse.Namespace) -> None:
+    from evolve.deploy.mcp_memory import TenantMemory
+    from evolve.deploy.mcp_server import create_mcp_server
+    from evolve.spec import check_tenant, load_spec
+
+    if args.tenant is None:
+        raise ConfigError(
+            "evolve mcp over stdio serves one tenant: name it with --tenant NAME (its memories are those "
+            "`evolve serve` keeps for that tenant); or serve many with --transport http and bearer keys"
+        )
+    if args.key or args.keys is not None or args.port is not None:
+        raise ConfigError("--key, --keys and --port are for --transport http; over stdio --tenant names the tenant")
+    tenant = check_tenant(args.tenant)
+    with redirect_stdout(sys.stderr):  # stdout is the protocol's: nothing else may reach it
+        spec = load_spec(args.spec)
+        memory = TenantMemory(spec)
+    try:
+        server = create_mcp_server(memory, tenant_of=lambda: tenant)
+        run = memory.run_name(tenant)
+        print(f"evolve mcp: memory of run {run!r} for tenant {tenant!r} on stdio", file=sys.stderr, flush=True)
+        server.run("stdio")  # until the client closes stdin
+    finally:
+        memory.close()  # saves the vector index
+
+
+def serve_http(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from evolve.deploy.mcp_memory import TenantMemory
+    from evolve.spec import load_spec
+
+    if args.tenant is not None:
+        raise ConfigError("--tenant is for --transport stdio; over HTTP each bearer key names its tenant (--key)")
+    try:
+        keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
+    except ConfigError as e:  # the key sources and checks are evolve serve's: say which command it was
+        raise ConfigError(str(e).replace("evolve serve", "evolve mcp --transport http")) from None
+    spec = load_spec(args.spec)
+    from apps.server import check_base_memory
+
+    check_base_memory(spec.serve.memory, keys)
+    port = 8200 if args.port is None else args.port
+    with listen(args.host, port) as sock:  # before the store opens: a busy port fails fast
+        memory = TenantMemory(spec)
+        previous = exit_on_signals()
+        try:
+            app = http_app(memory, keys, host=args.host)
+            url = base_url(sock).removesuffix("/v1") + ENDPOINT
+            print(f"evolve mcp: memory of run {spec.run.name!r} at {url}", flush=True)
+            print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
+            uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            memory.close()  # saves the vector index
+
+
+def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``evolve mcp SPEC [--transport stdio|http] [--tenant NAME] [--host] [--port] [--keys] [--key]``."""
+    s = sub.add_parser("mcp", help="serve the spec's memory to MCP clients (recall, remember, feedback), per tenant")
+    s.add_argument("spec", type=Path, help="the run's TOML spec (database, embedder, memory, agents)")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default: an MCP client starts this command) or streamable HTTP")  # fmt: skip
+    s.add_argument("--tenant", default=None, help="stdio: the tenant whose memories to serve (required)")
+    s.add_argument("--host", default="127.0.0.1", help="http: interface to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=count(0, 65535), default=None, help="http: port (default 8200; 0 picks a free one)")
+    s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='http: TOML file: [keys] "KEY" = "TENANT"')
+    s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
+                   help="http: an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
+    levels = ["critical", "error", "warning", "info", "debug"]
+    s.add_argument(
+        "--log-level", default="warning", choices=levels, help="http: the server's log level (default warning)"
+    )
+    s.set_defaults(func=cmd_mcp)
