@@ -8,6 +8,7 @@ training run). A README example that no longer runs fails here, with the example
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,22 @@ EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     ),
     "from optimizers.marft import AgentPolicies, Args, Trainer": ("", [("Args(steps=150)", "Args(steps=2)")]),
     "from openai import OpenAI": ("", []),  # base URL and key: the live server's (see test below)
+    "import httpx2  # the MCP SDK's HTTP client": ("", []),  # a live evolve mcp (see test below)
+    "import httpx": ("", []),  # a live evolve a2a (see test below)
+    "from evolve.tools.mcp import MCPConnection": (
+        f"ROOT = {str(README.parent)!r}\n"
+        'def my_python_tool(city: str) -> str:\n    """The weather in a city."""\n    return "18 C"\n',
+        [
+            (
+                'MCPConnection("python warehouse_tools.py")',
+                "MCPConnection(['python', '-m', 'tests.support.mcp_tool_server'], cwd=ROOT)",
+            ),
+            (
+                'load_chat("openai/gpt-4o-mini")',
+                "load_chat('fake/scripted', replies=[\"[door_code(site='Harbor')]\", 'The door code is 7291.'])",
+            ),
+        ],
+    ),
     "from uuid import uuid4": (TEAM, []),
     "graph = builder.compile(store=MemoryStoreAdapter(store))": (
         TEAM
@@ -111,6 +128,27 @@ def test_the_example_runs(first: str, served: Served, tmp_path: Path, monkeypatc
         assert (
             'name = "facility-codes"' in (Path(__file__).parents[2] / "data/facility_codes.toml").read_text()
         )  # the README's served model
-    scope = run_example(code, prelude, substitutions)
+    with ExitStack() as live:
+        substitutions = substitutions + protocol_server(first, live, tmp_path)
+        scope = run_example(code, prelude, substitutions)
     if "store" in scope and hasattr(scope["store"], "close"):
         scope["store"].close()
+
+
+def protocol_server(first: str, live: ExitStack, folder: Path) -> list[tuple[str, str]]:
+    """For the MCP and A2A client examples: a live ``evolve mcp`` / ``evolve a2a`` on the test spec, and the
+    substitutions that point the example at it."""
+    from tests.support.serve import write_serve_spec
+
+    if first.startswith("import httpx2"):
+        from tests.support.mcp import KEYS, serving_mcp
+
+        served = live.enter_context(serving_mcp(write_serve_spec(folder)))
+        return [('"http://127.0.0.1:8200/mcp"', repr(served.url)), ("sk-zurich-3f9c", next(iter(KEYS)))]
+    if first == "import httpx":
+        from tests.support.a2a import KEYS as A2A_KEYS
+        from tests.support.a2a import serving_a2a
+
+        a2a = live.enter_context(serving_a2a(write_serve_spec(folder)))
+        return [('"http://127.0.0.1:8100"', repr(a2a.url)), ("sk-acme-1", next(iter(A2A_KEYS)))]
+    return []
