@@ -42,7 +42,9 @@ TOOLS = {"recall", "remember", "feedback", "explain", "stats"}
 LODZ = "Łódź-Kontraktlogistik-Nachtschicht-03"
 PIRAEUS = "Πειραιάς-Ναυτιλιακή-Αποθήκη-Βόρεια-5"
 MONTREAL = "Montréal-Entrepôt-Frigorifique-Équipe-11"
-ALL_KEYS = {**KEYS, "sk-mcp-lodz-91aa07": LODZ, "sk-mcp-piraeus-3b6f18": PIRAEUS, "sk-mcp-montreal-c40d5e": MONTREAL}
+GDANSK = "Gdańsk-Seehafen-Kühlhaus-Nachtschicht-08"
+ALL_KEYS = {**KEYS, "sk-mcp-lodz-91aa07": LODZ, "sk-mcp-piraeus-3b6f18": PIRAEUS, "sk-mcp-montreal-c40d5e": MONTREAL,
+            "sk-mcp-gdansk-e2f4a9": GDANSK}  # fmt: skip
 TASK = "Door code of the Zürich-Nordhafen cold store, loading bay 4?"
 
 
@@ -56,34 +58,44 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedMCP]:
 
 
 async def test_over_stdio_a_failure_rated_down_and_a_success_rated_up_swap_two_tied_memories(tmp_path: Path) -> None:
-    spec = write_serve_spec(tmp_path)
-    async with stdio_session(spec, "--tenant", ZURICH) as session:
-        assert {t.name for t in (await session.list_tools()).tools} == TOOLS
-        for lesson in ("Ask the shift lead for the code.", "Read it off the bay's site plan: 5318."):
-            await call(session, "remember", task=TASK, outcome="success", what_worked=lesson)
+    async with stdio_session(write_serve_spec(tmp_path), "--tenant", ZURICH) as session:
+        await swap_two_tied_memories(session, ZURICH)
 
-        both = (await call(session, "recall", query=TASK, k=2))["memories"]
-        assert len(both) == 2 and both[0]["similarity"] == pytest.approx(both[1]["similarity"])  # a tie
-        first = await call(session, "recall", query=TASK, k=1)
-        (misleading,) = first["memories"]
-        down = await call(session, "feedback", recall_id=first["recall_id"], success=False)
-        assert down["applied"] and down["reinforced"] == 1
 
-        second = await call(session, "recall", query=TASK, k=1)
-        (helpful,) = second["memories"]
-        assert helpful["id"] != misleading["id"]  # rated down, the other one now comes first
-        await call(session, "feedback", recall_id=second["recall_id"], success=True)
+async def test_over_http_a_failure_rated_down_and_a_success_rated_up_swap_two_tied_memories(served: ServedMCP) -> None:
+    async with served.session(GDANSK) as session:
+        await swap_two_tied_memories(session, GDANSK)
 
-        ranked = (await call(session, "recall", query=TASK, k=2))["memories"]
-        assert [m["id"] for m in ranked] == [helpful["id"], misleading["id"]]
-        assert ranked[0]["q"] > 0 > ranked[1]["q"] and ranked[0]["visits"] == ranked[1]["visits"] == 1
-        assert all(m["source"] == "own" and "similarity" in m["why"] and "Q" in m["why"] for m in ranked)
 
-        prompts = await read_json(session, "evolve://prompts/head")
-        assert prompts["run"] == f"codes@{ZURICH}"
-        assert prompts["prompts"]["solver.system"] == "Reply with the code only."
-        stored = await read_json(session, f"evolve://memory/{helpful['id']}")
-        assert stored["q"] == ranked[0]["q"] and "5318" in stored["experience"]
+async def swap_two_tied_memories(session: Any, tenant: str) -> None:
+    """Two memories of one task tie; the one a failure is rated on drops below, the one a success is rated on
+    rises above: the ranking the next recall gives is the ratings'."""
+    assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+    for lesson in ("Ask the shift lead for the code.", "Read it off the bay's site plan: 5318."):
+        await call(session, "remember", task=TASK, outcome="success", what_worked=lesson)
+
+    both = (await call(session, "recall", query=TASK, k=2))["memories"]
+    assert len(both) == 2 and both[0]["similarity"] == pytest.approx(both[1]["similarity"])  # a tie
+    first = await call(session, "recall", query=TASK, k=1)
+    (misleading,) = first["memories"]
+    down = await call(session, "feedback", recall_id=first["recall_id"], success=False)
+    assert down["applied"] and down["reinforced"] == 1
+
+    second = await call(session, "recall", query=TASK, k=1)
+    (helpful,) = second["memories"]
+    assert helpful["id"] != misleading["id"]  # rated down, the other one now comes first
+    await call(session, "feedback", recall_id=second["recall_id"], success=True)
+
+    ranked = (await call(session, "recall", query=TASK, k=2))["memories"]
+    assert [m["id"] for m in ranked] == [helpful["id"], misleading["id"]]
+    assert ranked[0]["q"] > 0 > ranked[1]["q"] and ranked[0]["visits"] == ranked[1]["visits"] == 1
+    assert all(m["source"] == "own" and "similarity" in m["why"] and "Q" in m["why"] for m in ranked)
+
+    prompts = await read_json(session, "evolve://prompts/head")
+    assert prompts["run"] == f"codes@{tenant}"
+    assert prompts["prompts"]["solver.system"] == "Reply with the code only."
+    stored = await read_json(session, f"evolve://memory/{helpful['id']}")
+    assert stored["q"] == ranked[0]["q"] and "5318" in stored["experience"]
 
 
 def test_over_stdio_stdout_carries_the_protocol_only(tmp_path: Path) -> None:
