@@ -10,8 +10,8 @@ directly, interleaved with the served ones, on the same tenant and memory:
 - an A2A task sent and completed against ``Deployment.answer`` (recall, the team's scripted model, the
   response recorded).
 
-The model is scripted and the embedder the hashing one, so the figures are the layers' own cost, not a
-model's; the trained memory holds ``--memories`` items.
+The spec is the tests' (``tests.support.serve.write_serve_spec``): a scripted model and the hashing
+embedder, so the figures are the layers' own cost, not a model's; the trained memory holds ``--memories`` items.
 
 Run: ``python -m bench.protocol_overhead [--requests 100] [--memories 1000]`` → bench/results/protocol_overhead.{json,md}
 and the ``protocol_*`` keys of bench/results/summary.json.
@@ -37,44 +37,14 @@ import numpy as np
 
 from bench.common import machine, merge_summary
 from bench.serve_overhead import free_port, started
+from tests.support.serve import write_serve_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-RUN = "Nachtschicht-Codes Zürich-Nordhafen"
+RUN = "codes"  # the test spec's run (tests.support.serve.write_serve_spec)
 TENANT = "Zürich-Nordhafen-Logistik-Team-07"
 KEY = "sk-bench-zurich-5f1c9e"
 QUESTION = "What is the door code of the Harbor warehouse?"
-
-
-def write_spec(folder: Path) -> Path:
-    spec = folder / "spec.toml"
-    spec.write_text(
-        f"""
-[run]
-name = "{RUN}"
-database = "sqlite:///{folder / "protocols.db"}"
-
-[model]
-chat = "fake/scripted"
-options = {{ replies = {{ "Harbor" = "The door code is 4471." }} }}
-max_tokens = 12
-
-[embedder]
-name = "hash"
-
-[environment]
-tasks = "unused.jsonl"
-
-[memory]
-k1 = 10
-k2 = 2
-
-[[agents]]
-name = "solver"
-system = "Reply with the code only."
-"""
-    )
-    return spec
 
 
 def seed_memory(spec_path: Path, memories: int) -> None:
@@ -126,7 +96,9 @@ async def mcp_figures(spec: Path, n: int) -> dict[str, dict[str, float]]:
         try:
             url = wait_for_line(server, "evolve mcp:").rsplit(" at ", 1)[1]
             async with http_session(url, KEY) as session:
-                out["mcp_http"] = await pairs(direct, lambda: session.call_tool("recall", {"query": QUESTION, "k": 5}), n)
+                out["mcp_http"] = await pairs(
+                    direct, lambda: session.call_tool("recall", {"query": QUESTION, "k": 5}), n
+                )
         finally:
             stop(server)
     finally:
@@ -186,7 +158,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 def measure(requests: int, memories: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        spec = write_spec(Path(tmp))
+        spec = write_serve_spec(Path(tmp))
         seed_memory(spec, memories)
         layers = asyncio.run(mcp_figures(spec, requests))
         layers["a2a"] = asyncio.run(a2a_figures(spec, requests))
@@ -230,7 +202,10 @@ def main() -> None:
     (RESULTS / "protocol_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / "protocol_overhead.md").write_text(markdown(result))
     flat = {
-        f"protocol_{layer}_{k}": v for layer, f in result["layers"].items() for k, v in f.items() if k.startswith("added")
+        f"protocol_{layer}_{k}": v
+        for layer, f in result["layers"].items()
+        for k, v in f.items()
+        if k.startswith("added")
     }
     merge_summary(RESULTS / "summary.json", flat)
     print(markdown(result))

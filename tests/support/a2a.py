@@ -4,8 +4,6 @@ the a2a-sdk alone (``ScriptedAgent``), with the SDK's own client for either."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -30,36 +28,13 @@ from starlette.types import ASGIApp
 from apps.a2a_cli import tenant_lookup
 from evolve.deploy.a2a_server import BearerAuth
 from evolve.deploy.serving import Deployment
+from tests.support.serve import running
 
 # Tenants with long Unicode names, as real deployments name them.
 ZURICH = "Zürich-Nordhafen-Logistik-Team-07"
 OSAKA = "Ōsaka-Hafenbetrieb-Disposition-Süd-12"
 KEYS = {"sk-a2a-zurich-5f1c9e": ZURICH, "sk-a2a-osaka-0b7d42": OSAKA}
 KEY_OF = {tenant: key for key, tenant in KEYS.items()}
-
-
-@contextmanager
-def running(app_at: Callable[[str], ASGIApp]) -> Iterator[str]:
-    """Serve ``app_at(url)`` on a free port of 127.0.0.1 (bound first, so the app knows its URL); yields the URL."""
-    import uvicorn
-
-    from apps.serve_cli import listen
-
-    sock = listen("127.0.0.1", 0)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app_at(url), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @dataclass

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from evolve.deploy.mcp_memory import TenantMemory
+from tests.support.serve import running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,28 +42,15 @@ class ServedMCP:
 @contextmanager
 def serving_mcp(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[ServedMCP]:
     """``evolve mcp --transport http`` for ``spec``: uvicorn in a thread on a free port of 127.0.0.1."""
-    import uvicorn
-
     from apps.mcp_cli import ENDPOINT, http_app
-    from apps.serve_cli import listen
     from evolve.spec import load_spec
 
     memory = TenantMemory(load_spec(spec))
-    sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(http_app(memory, dict(keys)), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        yield ServedMCP(f"http://127.0.0.1:{sock.getsockname()[1]}{ENDPOINT}", memory, dict(keys))
+        with running(lambda _: http_app(memory, dict(keys))) as url:
+            yield ServedMCP(url + ENDPOINT, memory, dict(keys))
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         memory.close()
-        sock.close()
 
 
 @asynccontextmanager

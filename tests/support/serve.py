@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -63,17 +64,16 @@ class Served:
 
 
 @contextmanager
-def serving(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[Served]:
-    """``evolve serve`` for ``spec`` with ``keys`` (key → tenant): uvicorn in a thread on a free port of 127.0.0.1."""
+def running(app_at: Callable[[str], Any]) -> Iterator[str]:
+    """Serve ``app_at(url)`` with uvicorn in a thread on a free port of 127.0.0.1 (bound first, so the app may know
+    its URL); yields the URL, ``http://127.0.0.1:PORT``."""
     import uvicorn
 
-    from apps.serve_cli import base_url, listen
-    from apps.server import create_app
-    from evolve.spec import load_spec
+    from apps.serve_cli import listen
 
-    deployment = Deployment(load_spec(spec))
     sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(deployment, dict(keys)), log_level="warning"))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app_at(url), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -81,9 +81,22 @@ def serving(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[Served]:
         while not server.started:
             assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.01)
-        yield Served(base_url(sock), deployment)
+        yield url
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        deployment.close()
         sock.close()
+
+
+@contextmanager
+def serving(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[Served]:
+    """``evolve serve`` for ``spec`` with ``keys`` (key → tenant): uvicorn in a thread on a free port of 127.0.0.1."""
+    from apps.server import create_app
+    from evolve.spec import load_spec
+
+    deployment = Deployment(load_spec(spec))
+    try:
+        with running(lambda _: create_app(deployment, dict(keys))) as url:
+            yield Served(f"{url}/v1", deployment)
+    finally:
+        deployment.close()
