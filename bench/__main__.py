@@ -3,7 +3,8 @@
 The quick profile (what `make bench` runs) keeps to about 31 minutes on a 2-core CPU machine: the memory
 engine at 10k/100k/1M items, the loop's overhead, the learning conditions on the bundled families and
 TextWorld with the local model, learning on BFCL (two categories, one seed: 15 minutes), the
-tiny MARFT relay, and ``evolve serve``'s concurrency and added latency (about 2 minutes each). The full
+tiny MARFT relay, ``evolve serve``'s concurrency and added latency (about 2 minutes each), and what the MCP and A2A
+layers add over a library call (about 1 minute). The full
 profile (`make bench FULL=1`) adds more queries and index types, HumanEval and CHAMP, more epochs, prompt
 evolution, the closed loop of an app through ``evolve serve`` on BFCL (about 25 minutes), MARFT on
 SmolLM2 and, when a CUDA GPU is present, the GPU measurements.
@@ -47,6 +48,7 @@ BENCHES = (
     Bench("serve_concurrency", ("quick", "full")),
     Bench("serve_overhead", ("quick", "full")),
     Bench("serve_closed_loop", ("full",)),
+    Bench("protocol_overhead", ("quick", "full")),
     Bench("prompt_evolution", ("full",)),
     Bench("marft_smollm2", ("full",)),
     Bench("marft_gpu", ("full",)),
