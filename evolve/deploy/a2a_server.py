@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.metadata
 import json
@@ -57,6 +58,8 @@ try:
         SecurityRequirement,
         SecurityScheme,
         StringList,
+        Task,
+        TaskState,
     )
     from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
     from starlette.applications import Starlette
@@ -214,6 +217,45 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+FINISHED = (TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED,
+            TaskState.TASK_STATE_REJECTED)  # fmt: skip
+MAX_TASKS = 10_000
+
+
+class BoundedTaskStore(InMemoryTaskStore):
+    """The SDK's in-memory task store (scoped by owner: the tenant) that keeps at most ``max_tasks`` finished
+    tasks, forgetting the oldest first, so a long-running server does not grow without bound. Tasks still
+    running are never dropped; a forgotten task's answer is still recorded, and rated by its response id.
+
+    Example:
+        >>> BoundedTaskStore(max_tasks=2).max_tasks
+        2
+    """
+
+    def __init__(self, *, max_tasks: int = MAX_TASKS) -> None:
+        if not isinstance(max_tasks, int) or max_tasks < 1:
+            raise ConfigError(f"max_tasks must be a positive integer, got {max_tasks!r}")
+        super().__init__()
+        self.max_tasks = max_tasks
+        self._finished: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await super().save(task, context)
+        if task.status.state not in FINISHED:
+            return
+        impl = self._impl  # the SDK's dict of owner -> {task id: task}; its delete() needs the owner's call context
+        key = (impl.owner_resolver(context), task.id)
+        self._finished[key] = None
+        self._finished.move_to_end(key)
+        while len(self._finished) > self.max_tasks:
+            (owner, task_id), _ = self._finished.popitem(last=False)
+            with impl.lock:
+                owned = impl.tasks.get(owner, {})
+                owned.pop(task_id, None)
+                if not owned:
+                    impl.tasks.pop(owner, None)
+
+
 def create_a2a_app(
     deployment: Deployment,
     *,
@@ -222,6 +264,7 @@ def create_a2a_app(
     description: str | None = None,
     skill: str | None = None,
     history: int = 10,
+    max_tasks: int = MAX_TASKS,
 ) -> Starlette:
     """The A2A app over ``deployment`` (see the module's docstring).
 
@@ -233,8 +276,9 @@ def create_a2a_app(
         description: the card's description (default: the team's agents and roles).
         skill: the skill's description, i.e. the team's task (default: a generic one).
         history: the most earlier tasks of a context a new message sees.
+        max_tasks: the most finished tasks kept in memory (``BoundedTaskStore``).
     """
-    store = InMemoryTaskStore()  # owner-scoped by the call's user: the tenant
+    store = BoundedTaskStore(max_tasks=max_tasks)  # owner-scoped by the call's user: the tenant
     card = agent_card(deployment.spec, url.rstrip("/") + "/", description=description, skill=skill)
     handler = DefaultRequestHandler(
         agent_executor=TeamExecutor(deployment, store, history=history),
@@ -261,4 +305,13 @@ def create_a2a_app(
     return app
 
 
-__all__ = ["BearerAuth", "TenantCalls", "TenantOf", "TenantUser", "agent_card", "create_a2a_app", "team_description"]
+__all__ = [
+    "BearerAuth",
+    "BoundedTaskStore",
+    "TenantCalls",
+    "TenantOf",
+    "TenantUser",
+    "agent_card",
+    "create_a2a_app",
+    "team_description",
+]

@@ -245,6 +245,22 @@ async def test_a_tenant_cannot_see_continue_or_rate_another_tenants_task(served:
     assert snapshot(served, ZURICH) == before
 
 
+async def test_a_long_running_server_keeps_a_bounded_number_of_finished_tasks(tmp_path: Path) -> None:
+    """Finished tasks beyond ``max_tasks`` are forgotten oldest first (memory stays bounded); a forgotten task's
+    answer was recorded, so it is still rated by its response id."""
+    with serving_a2a(write_serve_spec(tmp_path), max_tasks=2) as live:
+        tasks = [await answered(live) for _ in range(3)]
+        async with live.client(ZURICH) as client:
+            with pytest.raises(TaskNotFoundError):
+                await client.get_task(GetTaskRequest(id=tasks[0].id))
+            kept = [await client.get_task(GetTaskRequest(id=t.id)) for t in tasks[1:]]
+        assert [t.id for t in kept] == [t.id for t in tasks[1:]]
+        receipt = await rate(
+            live, ZURICH, user_message(data={"rating": 1.0, "response_id": meta(tasks[0])[RESPONSE_ID]})
+        )
+        assert receipt["applied"] and receipt["response_id"] == meta(tasks[0])[RESPONSE_ID]
+
+
 @pytest.mark.parametrize("key", [None, "sk-a2a-not-a-key"])
 async def test_a_missing_or_wrong_key_is_a_401_in_json_rpc_shape(served: ServedA2A, key: str | None) -> None:
     async with served.client(None, key=key) as client:

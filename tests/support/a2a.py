@@ -54,14 +54,14 @@ class ServedA2A:
 
 
 @contextmanager
-def serving_a2a(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[ServedA2A]:
-    """``evolve a2a`` for ``spec`` with ``keys`` (key → tenant)."""
+def serving_a2a(spec: Path, keys: Mapping[str, str] = KEYS, **options: Any) -> Iterator[ServedA2A]:
+    """``evolve a2a`` for ``spec`` with ``keys`` (key → tenant); ``options`` go to ``create_a2a_app``."""
     from evolve.deploy.a2a_server import create_a2a_app
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))
     try:
-        with running(lambda url: create_a2a_app(deployment, url=url, tenant_of=tenant_lookup(keys))) as url:
+        with running(lambda url: create_a2a_app(deployment, url=url, tenant_of=tenant_lookup(keys), **options)) as url:
             yield ServedA2A(url, deployment)
     finally:
         deployment.close()
