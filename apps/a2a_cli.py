@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from apps.options import count
-from apps.serve_cli import base_url, exit_on_signals, listen, load_keys
+from apps.serve_cli import base_url, listen, load_keys, serve_until_stopped, tenants_line
 from connectors import ConfigError
 
 INSTALL_HINT = "evolve a2a needs the a2a-sdk with its HTTP server and uvicorn: pip install 'evolve[a2a]'"
@@ -40,7 +39,7 @@ def tenant_lookup(keys: Mapping[str, str]) -> Callable[[Any], str | None]:
 def cmd_a2a(args: argparse.Namespace) -> None:
     """``evolve a2a``: load the keys and the spec, then serve until interrupted."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (checked before the models load)
 
         from evolve.deploy.a2a_server import create_a2a_app
     except ImportError as e:
@@ -64,16 +63,9 @@ def cmd_a2a(args: argparse.Namespace) -> None:
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
         url = (args.url or base_url(sock).removesuffix("/v1")).rstrip("/")
         deployment = Deployment(spec)
-        previous = exit_on_signals()
-        try:
-            app = create_a2a_app(deployment, url=url, tenant_of=tenant_of)
-            print(f"evolve a2a: agent {spec.run.name!r} at {url}{CARD_PATH}", flush=True)
-            print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
-            uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            deployment.close()  # saves the vector index
+        banner = [f"evolve a2a: agent {spec.run.name!r} at {url}{CARD_PATH}", tenants_line(keys)]
+        make_app = lambda: create_a2a_app(deployment, url=url, tenant_of=tenant_of)  # noqa: E731
+        serve_until_stopped(sock, make_app, banner, args.log_level, deployment.close)
 
 
 def add_a2a_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

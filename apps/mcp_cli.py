@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from collections.abc import Mapping
 from contextlib import redirect_stdout
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apps.options import count
-from apps.serve_cli import base_url, exit_on_signals, listen, load_keys
+from apps.serve_cli import base_url, listen, load_keys, serve_until_stopped, tenants_line
 from connectors import ConfigError
 
 if TYPE_CHECKING:
@@ -136,7 +135,6 @@ def serve_stdio(args: argparse.Namespace) -> None:
 
 
 def serve_http(args: argparse.Namespace) -> None:
-    import uvicorn
 
     from evolve.deploy.mcp_memory import TenantMemory
     from evolve.spec import load_spec
@@ -154,17 +152,9 @@ def serve_http(args: argparse.Namespace) -> None:
     port = 8200 if args.port is None else args.port
     with listen(args.host, port) as sock:  # before the store opens: a busy port fails fast
         memory = TenantMemory(spec)
-        previous = exit_on_signals()
-        try:
-            app = http_app(memory, keys, host=args.host)
-            url = base_url(sock).removesuffix("/v1") + ENDPOINT
-            print(f"evolve mcp: memory of run {spec.run.name!r} at {url}", flush=True)
-            print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
-            uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            memory.close()  # saves the vector index
+        url = base_url(sock).removesuffix("/v1") + ENDPOINT
+        banner = [f"evolve mcp: memory of run {spec.run.name!r} at {url}", tenants_line(keys)]
+        serve_until_stopped(sock, lambda: http_app(memory, keys, host=args.host), banner, args.log_level, memory.close)
 
 
 def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

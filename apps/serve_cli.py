@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """``evolve serve``: load the keys and the spec, then serve until interrupted."""
     try:
         import fastapi  # noqa: F401 (checked before the models load)
-        import uvicorn
+        import uvicorn  # noqa: F401 (checked before the models load)
     except ImportError as e:
         raise ConfigError(INSTALL_HINT) from e
     from apps.server import create_app
@@ -112,16 +112,31 @@ def cmd_serve(args: argparse.Namespace) -> None:
     spec = load_spec(args.spec)
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
         deployment = Deployment(spec)
-        previous = exit_on_signals()
-        try:
-            app = create_app(deployment, keys)
-            print(f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", flush=True)
-            print(f"tenants: {', '.join(sorted(set(keys.values())))}", flush=True)
-            uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            deployment.close()  # saves the vector index
+        banner = [f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", tenants_line(keys)]
+        serve_until_stopped(sock, lambda: create_app(deployment, keys), banner, args.log_level, deployment.close)
+
+
+def tenants_line(keys: Mapping[str, str]) -> str:
+    return f"tenants: {', '.join(sorted(set(keys.values())))}"
+
+
+def serve_until_stopped(
+    sock: socket.socket, make_app: Callable[[], Any], banner: Sequence[str], log_level: str, close: Callable[[], None]
+) -> None:
+    """Serve ``make_app()`` on ``sock`` with uvicorn until SIGINT or SIGTERM (``exit_on_signals``), having printed
+    ``banner``; ``close()`` runs however it ends (it saves the vector index). ``evolve serve``, ``mcp`` and ``a2a``."""
+    import uvicorn
+
+    previous = exit_on_signals()
+    try:
+        app = make_app()
+        for line in banner:
+            print(line, flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        close()
 
 
 def exit_on_signals() -> dict[int, Any]:
