@@ -83,7 +83,13 @@ def weight_updates(spec: RunSpec) -> WeightUpdates:
 def memory_config(spec: RunSpec) -> MemoryConfig:
     m = spec.memory
     retrieval = RetrievalConfig(k1=m.k1, k2=m.k2, delta=m.delta, lam=m.lam, epsilon=m.epsilon, context_q=m.context_q)
-    config = MemoryConfig(retrieval=retrieval, alpha=m.alpha, durability=m.durability, failure_keeps=m.failure_keeps)
+    config = MemoryConfig(
+        retrieval=retrieval,
+        alpha=m.alpha,
+        durability=m.durability,
+        failure_keeps=m.failure_keeps,
+        supersede=m.supersede,
+    )
     return similarity_only(config) if m.mode == "similarity" else config
 
 

@@ -108,6 +108,7 @@ class MemorySection(_Strict):
     writer: Literal["cheap", "llm"] = "cheap"
     durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
     failure_keeps: FailureKeeps = "feedback"  # what a failure memory stores of its attempt
+    supersede: bool = False  # a newer memory stating another answer supersedes older ones (MemoryConfig.supersede)
 
 
 class OptimizerSection(_Strict):

@@ -154,6 +154,15 @@ def check_shared(shared: object, namespace: str) -> str | None:
     return str(shared)
 
 
+def check_time(value: object, name: str) -> float | None:
+    """A moment as Unix time in seconds (a finite number; ``time.time()`` gives one), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (Real, np.number)) or not math.isfinite(float(value)):  # type: ignore[arg-type]
+        raise ConfigError(f"retrieve: {name} must be a finite Unix time in seconds (time.time()), got {value!r:.80}")
+    return float(value)  # type: ignore[arg-type]
+
+
 def check_success(value: object, where: str) -> bool | None:
     """A success flag: True, False or None (unknown); ``"no"`` or 1 are refused, not read as truthy."""
     if value is not None and not isinstance(value, (bool, np.bool_)):

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, delete, insert, select
 from connectors.errors import ConfigError
 from memory.checks import check_meta, check_namespace, check_owner, check_success, new_ids
 from memory.config import MemoryConfig
+from memory.lifecycle import Supersession, mark_superseded, supersessions
 from memory.mirror.arrays import Inserted, NamespaceMirror, Rows
 from memory.mirror.sync import MirrorSet
 from memory.reads import fetch_items
@@ -53,8 +54,13 @@ class NewItems:
     created: np.ndarray
     updated: np.ndarray
     metas: list[dict[str, Any]]
+    valid_from: np.ndarray
+    valid_to: list[float | None]
+    superseded_by: list[str | None]
     groups: list[str | None] | None = None
     """Per row, the task it was an attempt at (``WriteEntry.task``): rows of one task share one intent."""
+    facts: list[str | None] | None = None
+    """Per row, the fact it states (``memory.lifecycle``): set by writes that may supersede older memories."""
 
     @classmethod
     def build(
@@ -71,6 +77,10 @@ class NewItems:
         created: Sequence[float] | None = None,
         updated: Sequence[float] | None = None,
         groups: Sequence[str | None] | None = None,
+        valid_from: Sequence[float] | None = None,
+        valid_to: Sequence[float | None] | None = None,
+        superseded_by: Sequence[str | None] | None = None,
+        facts: Sequence[str | None] | None = None,
     ) -> NewItems:
         n = len(intents_)
         now = time.time()
@@ -92,7 +102,11 @@ class NewItems:
             created=created_,
             updated=created_.copy() if updated is None else np.asarray(updated, dtype=np.float64),
             metas=metas,
+            valid_from=created_.copy() if valid_from is None else np.asarray(valid_from, dtype=np.float64),
+            valid_to=[None] * n if valid_to is None else list(valid_to),
+            superseded_by=[None] * n if superseded_by is None else list(superseded_by),
             groups=None if groups is None or all(g is None for g in groups) else list(groups),
+            facts=None if facts is None else list(facts),
         )
 
     def __len__(self) -> int:
@@ -112,31 +126,49 @@ class NewItems:
             created=self.created[pos],
             updated=self.updated[pos],
             metas=[self.metas[i] for i in pos],
+            valid_from=self.valid_from[pos],
+            valid_to=[self.valid_to[i] for i in pos],
+            superseded_by=[self.superseded_by[i] for i in pos],
             groups=None if self.groups is None else [self.groups[i] for i in pos],
+            facts=None if self.facts is None else [self.facts[i] for i in pos],
         )
 
     def items(self, namespace: str) -> list[MemoryItem]:
         """The ``MemoryItem`` values these rows become once stored in ``namespace``."""
         return [
             MemoryItem(self.ids[i], namespace, self.intents[i], self.experiences[i], float(self.q[i]),
-                       int(self.visits[i]), float(self.created[i]), {**self.metas[i], "success": self.success[i]})
+                       int(self.visits[i]), float(self.created[i]), {**self.metas[i], "success": self.success[i]},
+                       float(self.valid_from[i]), self.valid_to[i], self.superseded_by[i])
             for i in range(len(self.ids))
         ]  # fmt: skip
 
+    def supersede(self, by: Mapping[str, str]) -> None:
+        """Mark the rows ``by`` names superseded by a later row of this batch (valid until that row's start)."""
+        start = dict(zip(self.ids, self.valid_from.tolist(), strict=True))
+        for i, item_id in enumerate(self.ids):
+            if item_id in by:
+                self.valid_to[i], self.superseded_by[i] = start[by[item_id]], by[item_id]
 
-def eviction_rows(mirror: NamespaceMirror, incoming: int, capacity: int | None) -> np.ndarray:
-    """Mirror rows to drop so the namespace holds ``capacity`` items after ``incoming`` arrive.
+
+def eviction_rows(
+    mirror: NamespaceMirror, incoming: int, capacity: int | None, leaving: np.ndarray | None = None
+) -> np.ndarray:
+    """Mirror rows to drop so the namespace holds ``capacity`` valid items after ``incoming`` arrive.
 
     Lowest Q goes first; at equal Q a never-visited item before a visited one, then the oldest. The
-    incoming items are never evicted by their own insert.
+    incoming items are never evicted by their own insert, nor the rows ``leaving`` the mirror (superseded
+    by it: they stay in SQL and hold no place).
     """
     if capacity is None:
         return np.zeros(0, dtype=np.int64)
-    excess = min(len(mirror) + incoming - capacity, len(mirror))
+    rows = (
+        np.arange(len(mirror)) if leaving is None or not len(leaving) else np.setdiff1d(np.arange(len(mirror)), leaving)
+    )
+    excess = min(len(rows) + incoming - capacity, len(rows))
     if excess <= 0:
         return np.zeros(0, dtype=np.int64)
-    order = np.lexsort((mirror.seqs, mirror.visits > 0, mirror.q))
-    return np.sort(order[:excess]).astype(np.int64)
+    order = np.lexsort((mirror.seqs[rows], mirror.visits[rows] > 0, mirror.q[rows]))
+    return np.sort(rows[order[:excess]]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -217,9 +249,17 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
 def insert_items(
     conn: Connection, mirror: NamespaceMirror, batch: NewItems, *, threshold: float, group: bool, capacity: int | None
 ) -> Inserted:
-    """Group, insert and evict inside the caller's transaction (the mirror is current and locked)."""
+    """Group, supersede, insert and evict inside the caller's transaction (the mirror is current and locked).
+
+    A batch that states facts (``NewItems.facts``: a write with ``MemoryConfig.supersede``) supersedes the
+    memories of its groups that they contradict (``memory.lifecycle``), in this same transaction.
+    """
     n, ns = len(batch), mirror.namespace
     g = group_items(mirror, batch.vecs, threshold=threshold, group=group, tasks=batch.groups)
+    replaced = Supersession({}, np.zeros(0, dtype=np.int64))
+    if batch.facts is not None:
+        replaced = supersessions(conn, mirror, batch.ids, batch.facts, g.labels)
+        batch.supersede(replaced.by)
     generation, first = bump(conn, seqs=len(g.new_rows) + n)
     key_seqs = first + np.arange(len(g.new_rows), dtype=np.int64)
     item_seqs = first + len(g.new_rows) + np.arange(n, dtype=np.int64)
@@ -230,21 +270,25 @@ def insert_items(
          "embedding": key_vecs[j].tobytes(), "created_at": now, "gen": generation}
         for j, r in enumerate(g.new_rows.tolist())
     ])  # fmt: skip
-    seqs, q, visits, created, updated = (
-        a.tolist() for a in (item_seqs, batch.q, batch.visits, batch.created, batch.updated)
+    seqs, q, visits, created, updated, start = (
+        a.tolist() for a in (item_seqs, batch.q, batch.visits, batch.created, batch.updated, batch.valid_from)
     )
     execute_many(conn, ITEM_INSERT, [
         {"id": batch.ids[i], "seq": seqs[i], "namespace": ns, "intent_id": g.intent_ids[i],
          "intent": batch.intents[i], "experience": batch.experiences[i], "q": q[i], "visits": visits[i],
          "success": batch.success[i], "created_at": created[i], "updated_at": updated[i],
-         "updated_gen": generation, "meta": batch.metas[i]}
+         "updated_gen": generation, "meta": batch.metas[i], "valid_from": start[i],
+         "valid_to": batch.valid_to[i], "superseded_by": batch.superseded_by[i]}
         for i in range(n)
     ])  # fmt: skip
-    evicted = eviction_rows(mirror, n, capacity)
+    mark_superseded(conn, replaced.by, dict(zip(batch.ids, start, strict=True)), generation)
+    live = np.array([v is None for v in batch.valid_to], dtype=bool)  # a superseded row never enters the mirror
+    evicted = eviction_rows(mirror, int(live.sum()), capacity, leaving=replaced.rows)
     delete_items(conn, ns, mirror.seqs[evicted], generation)
-    rows = Rows(item_seqs, np.array(batch.ids, dtype=object), batch.q.copy(), batch.visits.copy(),
-                batch.created.copy(), g.labels, g.emb)  # fmt: skip
-    return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted)
+    rows = Rows(item_seqs[live], np.array(batch.ids, dtype=object)[live], batch.q[live], batch.visits[live],
+                batch.created[live], g.labels[live], g.emb[live])  # fmt: skip
+    return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted,
+                    mirror.seqs[replaced.rows])  # fmt: skip
 
 
 def insert_batches(

@@ -1,7 +1,8 @@
 """Moving memories between stores (JSONL export/import) and the checks at the store's edges.
 
 An export is one header line (format, version, embedder, dimension) and one JSON object per memory
-with its id, Q, visits, timestamps, meta and embedding (base64 float32). Lines end with "\\n" only;
+with its id, Q, visits, timestamps, validity (``valid_from``, ``valid_to``, ``superseded_by``: optional on
+import, for files written before them), meta and embedding (base64 float32). Lines end with "\\n" only;
 U+0085, U+2028 and U+2029 inside texts are written as JSON escapes (so line-splitting tools other
 than ours see one record per line) and read back raw or escaped. Importing into a store with the
 same embedder reuses the embeddings; otherwise the intents are embedded again.
@@ -70,6 +71,9 @@ class Record:
     updated_at: float
     meta: dict[str, Any]
     embedding: np.ndarray | None
+    valid_from: float
+    valid_to: float | None
+    superseded_by: str | None
 
 
 def as_path(value: object, what: str) -> Path:
@@ -133,6 +137,8 @@ def _temp_beside(path: Path) -> Path:
 def _line(row: RowMapping) -> str:
     """One memory as a JSON line; the separators in ``ESCAPES`` escaped (only strings can hold them)."""
     record = {k: row[k] for k in FIELDS}
+    record["valid_from"] = row["created_at"] if row["valid_from"] is None else row["valid_from"]
+    record["valid_to"], record["superseded_by"] = row["valid_to"], row["superseded_by"]
     record["meta"] = row["meta"] or {}
     record["embedding"] = base64.b64encode(row["embedding"]).decode("ascii")
     line = json.dumps(record, ensure_ascii=False)
@@ -242,6 +248,9 @@ def to_batch(records: list[Record], embedder: Embedder, dim: int, *, reuse: bool
         visits=[r.visits for r in records],
         created=[r.created_at for r in records],
         updated=[r.updated_at for r in records],
+        valid_from=[r.valid_from for r in records],
+        valid_to=[r.valid_to for r in records],
+        superseded_by=[r.superseded_by for r in records],
     )
     return batch, reused
 
@@ -334,6 +343,9 @@ def _record(d: dict[str, Any], header: dict[str, Any], path: Path, n: int) -> Re
             updated_at=_time(d.get("updated_at", created), "updated_at"),
             meta=check_meta(d.get("meta"), "meta"),
             embedding=_embedding(d.get("embedding"), header.get("dim")),
+            valid_from=_time(d.get("valid_from", created), "valid_from"),
+            valid_to=None if d.get("valid_to") is None else _time(d["valid_to"], "valid_to"),
+            superseded_by=None if d.get("superseded_by") is None else check_id("superseded_by", d["superseded_by"]),
         )
     except ConfigError as e:
         raise ConfigError(f"import: {path}:{n}: {e}") from None

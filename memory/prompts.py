@@ -63,3 +63,51 @@ FAILURE_EXPERIENCE = """Outcome: failure
 Feedback: {feedback}"""
 
 OMITTED = "... [{count} characters omitted] ..."
+
+# Consolidation (``memory.consolidation``): several episodes of one kind of task distilled into one
+# strategy. The model answers with four labelled lines, parsed leniently (``parse_strategy``).
+CONSOLIDATE_SYSTEM = (
+    "You distil several past attempts at one kind of task into one strategy that helps an agent do "
+    "such tasks right next time. Be concrete and brief. Write plain text with no preamble."
+)
+
+CONSOLIDATE_PROMPT = """Below are {count} past attempts at the same kind of task, successes and \
+failures, each with its outcome and its learned utility Q (higher: recalling it helped more often).
+
+Task, as usually asked:
+{intent}
+
+Attempts:
+{episodes}
+
+Distil them into one strategy, written as four labelled lines:
+Title: <a name for the strategy, at most eight words>
+Applies when: <the kind of task or situation it is for>
+Do: <what to do, with the concrete values, names or steps the successes relied on>
+Avoid: <what the failures did wrong, concretely; "nothing" when no failure shows a mistake>
+
+Prefer what the successes with the highest Q agree on; where attempts contradict each other, trust \
+the successes. If the attempts teach nothing reusable, answer exactly NONE.
+
+Answer with the four labelled lines only."""
+
+CONSOLIDATE_EPISODE = """[{index}] {outcome}, Q {q:.2f}, task: {intent}
+{experience}"""
+
+# A strategy as stored and recalled: what a model sees in its prompt (the Avoid line only when there
+# is something to avoid).
+STRATEGY_TEXT = """Strategy: {title}
+When: {applies_when}
+Do: {do}"""
+
+STRATEGY_AVOID = "Avoid: {avoid}"
+
+# The rule-based distillation (no model): the group's shared intent, its successes' most common answer,
+# what its failures answered.
+RULE_APPLIES_WHEN = "a task like: {intent}"
+
+RULE_DO_ANSWER = 'answer "{answer}", as the successful attempts did'
+
+RULE_DO_REVEALED = 'answer "{answer}", which the feedback on failed attempts revealed'
+
+RULE_AVOID_ANSWER = 'answering "{answer}", as a failed attempt did'

@@ -7,7 +7,7 @@ lock and transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +16,7 @@ from sqlalchemy import Connection, func, insert, select
 
 from connectors.errors import ConfigError, StoreError
 from memory.config import RetrievalConfig
+from memory.mirror.arrays import NamespaceMirror
 from memory.mirror.sync import MirrorSet
 from memory.records import ItemCache, MemoryItem, Recall, item_from_row
 from memory.retrieval import Plan, Planner, log_rows
@@ -41,10 +42,13 @@ def fetch_items(conn: Connection, ids: Sequence[str], namespace: str | None = No
     return [found[i] for i in ids if i in found]
 
 
-def all_items(conn: Connection, namespace: str | None) -> list[MemoryItem]:
+def all_items(conn: Connection, namespace: str | None, *, valid_only: bool = False) -> list[MemoryItem]:
+    """Every memory (of ``namespace``), oldest first; ``valid_only``: none that was superseded."""
     query = select(*ITEM_FIELDS).order_by(memory_items.c.seq)
     if namespace is not None:
         query = query.where(memory_items.c.namespace == namespace)
+    if valid_only:
+        query = query.where(memory_items.c.valid_to.is_(None))
     return [item_from_row(row) for row in conn.execute(query).mappings()]
 
 
@@ -139,14 +143,21 @@ def foreign_ids(conn: Connection, ids: Sequence[str], namespace: str) -> set[str
     return out
 
 
-def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, generation: int) -> dict[str, Any]:
-    """The ``memory_recalls`` row of one recall."""
+def recall_row(
+    recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, generation: int, as_of: float | None = None
+) -> dict[str, Any]:
+    """The ``memory_recalls`` row of one recall (its config names ``as_of`` when it was an audit's)."""
+    config: dict[str, Any] = {
+        f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip", "context_q")
+    }
+    if as_of is not None:
+        config["as_of"] = as_of
     return {
         "id": recall.id,
         "namespace": recall.namespace,
         "query": recall.query,
         "created_at": now,
-        "config": {f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip", "context_q")},
+        "config": config,
         "pool_size": recall.pool_size,
         "filtered": plan.filtered,
         "explored": recall.explored,
@@ -156,13 +167,20 @@ def recall_row(recall: Recall, plan: Plan, cfg: RetrievalConfig, now: float, gen
     }
 
 
-def log_recalls(conn: Connection, out: list[Recall], plans: list[Plan], cfg: RetrievalConfig, generation: int) -> None:
+def log_recalls(
+    conn: Connection,
+    out: list[Recall],
+    plans: list[Plan],
+    cfg: RetrievalConfig,
+    generation: int,
+    *,
+    as_of: float | None = None,
+) -> None:
     """Log recalls and every candidate's numbers (what ``explain`` and ``reinforce`` by id read)."""
     now = time.time()
-    execute_many(conn, RECALL_INSERT, [recall_row(r, p, cfg, now, generation) for r, p in zip(out, plans, strict=True)])
-    execute_many(
-        conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p)]
-    )
+    rows = [recall_row(r, p, cfg, now, generation, as_of) for r, p in zip(out, plans, strict=True)]
+    execute_many(conn, RECALL_INSERT, rows)
+    execute_many(conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p)])
 
 
 def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
@@ -203,6 +221,9 @@ def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
             select(feedback).where(feedback.c.recall_id == recall_id).order_by(feedback.c.applied_at)
         ).mappings()
     ]
+    replaced = superseded(conn, [c["id"] for c in candidates])
+    for c in candidates:
+        c["superseded"], c["superseded_by"] = c["id"] in replaced, replaced.get(c["id"])
     out = dict(head)
     out["selected"] = [c["id"] for c in sorted((c for c in candidates if c["selected"]), key=lambda c: c["rank"])]
     out["candidates"] = candidates
@@ -210,9 +231,20 @@ def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
     return out
 
 
+def superseded(conn: Connection, ids: Sequence[str]) -> dict[str, str | None]:
+    """Which of these memories a newer one superseded since: id → the superseding id."""
+    out: dict[str, str | None] = {}
+    for part in chunks(list(dict.fromkeys(ids))):
+        query = select(memory_items.c.id, memory_items.c.superseded_by).where(
+            memory_items.c.id.in_(part), memory_items.c.valid_to.is_not(None)
+        )
+        out.update((r[0], r[1]) for r in conn.execute(query))
+    return out
+
+
 def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
     """Size, Q distribution, visits and intent groups of one namespace (or of all)."""
-    query = select(memory_items.c.q, memory_items.c.visits)
+    query = select(memory_items.c.q, memory_items.c.visits, memory_items.c.valid_to.is_not(None))
     n_intents = select(func.count()).select_from(intents)
     if namespace is not None:
         query = query.where(memory_items.c.namespace == namespace)
@@ -226,6 +258,7 @@ def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
         "count": len(rows),
         "intents": int(conn.execute(n_intents).scalar_one()),
         "namespaces": int(namespaces) if namespace is None else 1,
+        "superseded": sum(bool(r[2]) for r in rows),
         "q": {"mean": None, "std": None, "min": None, "max": None, "histogram": {"edges": [], "counts": []}},
         "visits": {"total": int(visits.sum()), "mean": None, "max": None, "never_visited": int((visits == 0).sum())},
     }
@@ -242,7 +275,9 @@ def stats(conn: Connection, namespace: str | None) -> dict[str, Any]:
     return out
 
 
-def selected_items(conn: Connection, plans: list[Plan], namespaces: tuple[str, str | None], texts: ItemCache) -> dict[str, MemoryItem]:
+def selected_items(
+    conn: Connection, plans: list[Plan], namespaces: tuple[str, str | None], texts: ItemCache
+) -> dict[str, MemoryItem]:
     """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL.
 
     ``namespaces`` are the recall's own and shared one (or None): each memory is read from the one its
@@ -277,23 +312,27 @@ def select_memories(
     mirrors: MirrorSet,
     namespaces: tuple[str, str | None],
     planner: Planner,
-    plans: list[Plan],
+    plans: list[Plan] | None,
     texts: ItemCache,
+    *,
+    view: Callable[[Connection, str], NamespaceMirror] | None = None,
 ) -> tuple[list[Plan], dict[str, MemoryItem]]:
-    """Catch the mirrors up, plan again when another process wrote since ``plans`` were made, and read
-    every selected memory: the plans and the memories a recall returns. ``namespaces`` are the recall's
-    own namespace and the shared one it searches too (or None).
+    """Catch the mirrors up, plan again when another process wrote since ``plans`` were made (or when there
+    are none yet), and read every selected memory: the plans and the memories a recall returns.
+    ``namespaces`` are the recall's own namespace and the shared one it searches too (or None); ``view``
+    gives the mirror searched for a namespace (default: the store's own; ``MirrorSet.snapshot`` for an audit).
 
     A recall returns exactly what it selected: when a selected memory is gone from SQL (removed by
     another process after the catch-up, possible under READ COMMITTED), the mirrors catch up again and
     the queries are planned again.
     """
     namespace, shared = namespaces
+    view = view or mirrors.get
     for attempt in range(SELECT_ATTEMPTS):
         seen = mirrors.generation
         mirrors.sync(conn)
-        if attempt or mirrors.generation != seen:
-            plans = planner(mirrors.get(conn, namespace), None if shared is None else mirrors.get(conn, shared))
+        if plans is None or attempt or mirrors.generation != seen:
+            plans = planner(view(conn, namespace), None if shared is None else view(conn, shared))
         found = selected_items(conn, plans, namespaces, texts)
         if all(i in found for p in plans for i in p.selected_ids):
             return plans, found

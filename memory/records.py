@@ -24,6 +24,9 @@ class MemoryItem:
         visits: how many rewards have updated Q.
         created_at: Unix time of writing.
         meta: user metadata plus ``success`` (bool or None) and ``provenance`` when given; read-only.
+        valid_from: Unix time from which the memory holds (None given: ``created_at``).
+        valid_to: Unix time at which it stopped holding; None while it is valid (``memory.lifecycle``).
+        superseded_by: the id of the newer memory that contradicted and replaced it, if one did.
 
     Example:
         >>> MemoryItem("m1", "default", "sort a list", "use sorted()", 0.0, 0, 0.0, {"success": True}).q
@@ -38,6 +41,23 @@ class MemoryItem:
     visits: int
     created_at: float
     meta: Mapping[str, Any]
+    valid_from: float | None = None
+    valid_to: float | None = None
+    superseded_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.valid_from is None:
+            object.__setattr__(self, "valid_from", self.created_at)
+
+    @property
+    def valid(self) -> bool:
+        """Whether the memory still holds (no newer memory superseded it): recalls only find valid ones."""
+        return self.valid_to is None
+
+    def valid_at(self, when: float) -> bool:
+        """Whether the memory held at Unix time ``when`` (``valid_from <= when < valid_to``)."""
+        start = self.created_at if self.valid_from is None else self.valid_from
+        return start <= when and (self.valid_to is None or when < self.valid_to)
 
     @property
     def success(self) -> bool | None:
@@ -123,7 +143,8 @@ class ItemCache:
     """The most recently recalled memories (bounded, least recently used out).
 
     Only the parts that never change after writing are relied on (texts, timestamps, meta); the
-    store replaces Q and visits with the mirror's values on the way out.
+    store replaces Q and visits with the mirror's values on the way out. Validity changes too, but a
+    recall only returns memories valid when it searched (``retrieve(as_of=...)`` reads SQL instead).
 
     Example:
         >>> cache = ItemCache(size=1)
@@ -166,4 +187,7 @@ def item_from_row(row: Mapping[Any, Any]) -> MemoryItem:
         visits=int(row["visits"]),
         created_at=float(row["created_at"]),
         meta=meta,
+        valid_from=None if row["valid_from"] is None else float(row["valid_from"]),
+        valid_to=None if row["valid_to"] is None else float(row["valid_to"]),
+        superseded_by=row["superseded_by"],
     )

@@ -75,7 +75,9 @@ class Nearest:
     shared: np.ndarray
 
     @staticmethod
-    def of(mirror: NamespaceMirror, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, *, shared: bool) -> Nearest:
+    def of(
+        mirror: NamespaceMirror, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, *, shared: bool
+    ) -> Nearest:
         """The k1 nearest of ``mirror`` for ``query`` (``ids``/``sims``: its index's answer)."""
         rows, exact, nearest = mirror.candidates(query, ids, sims, k1)  # equal sims keep the older item
         near = rows[nearest]

@@ -31,14 +31,18 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    and_,
+    func,
     insert,
     inspect,
+    or_,
     select,
     text,
     update,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
 from connectors.db import opened_read_only, storage_error, storage_fault
@@ -80,6 +84,10 @@ memory_items = Table(
     Column("updated_at", Float, nullable=False),
     Column("updated_gen", BigInteger, nullable=False),
     Column("meta", JSON, nullable=False),
+    # Validity (``memory.lifecycle``): from valid_from (NULL: created_at) until valid_to (NULL: still valid).
+    Column("valid_from", Float, nullable=True),
+    Column("valid_to", Float, nullable=True),
+    Column("superseded_by", String(64), nullable=True),  # the memory that replaced this one
     # No embedding: an item's vector is its intent key's, stored once in memory_intents.
     Index("ix_memory_items_namespace_seq", "namespace", "seq"),
     Index("ix_memory_items_updated_gen", "updated_gen"),
@@ -224,16 +232,26 @@ def _check_readable(engine: Engine, error: DBAPIError) -> None:
             f"read-only: the database {url!r} cannot be written and holds no memory store to read "
             f"({redact(getattr(e, 'orig', e))}). Open it writable once to create the tables, or check the path"
         ) from error
+    with engine.connect() as conn:
+        missing = {c.name for c in memory_items.c} - {c["name"] for c in inspect(conn).get_columns("memory_items")}
+    if missing:
+        raise StoreError(
+            f"read-only: the memory store in {url!r} was written by an older version (memory_items lacks "
+            f"{sorted(missing)}) and a read-only database cannot be upgraded. Open it writable once (the "
+            "upgrade adds empty columns), or use a copy"
+        ) from error
     log.info("memory database %s cannot be written: opened for reading (%s)", url, redact(error.orig))
 
 
 def upgrade(conn: Connection) -> None:
     """Bring a store written by an older version to the current layout (inside the caller's transaction).
 
-    Earlier stores kept a copy of the intent key's vector in every ``memory_items`` row; it is
-    dropped (the vector stays in ``memory_intents``), which halves the bytes per item. Stores older
-    than recall contexts get the (empty) ``memory_recalls.context`` column and its index; stores older
-than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shared`` (empty: own items).
+        Earlier stores kept a copy of the intent key's vector in every ``memory_items`` row; it is
+        dropped (the vector stays in ``memory_intents``), which halves the bytes per item. Stores older
+        than recall contexts get the (empty) ``memory_recalls.context`` column and its index; stores older
+    than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shared`` (empty: own items);
+        stores older than supersession get ``memory_items.valid_from``, ``valid_to`` and ``superseded_by``
+        (empty: every memory valid since it was written; nothing is rewritten).
     """
     if "embedding" in {c["name"] for c in inspect(conn).get_columns("memory_items")}:
         log.info("memory store: dropping memory_items.embedding (vectors live in memory_intents)")
@@ -246,6 +264,18 @@ than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shar
         log.info("memory store: adding memory_recalls.shared and memory_recall_items.shared (shared recalls)")
         conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN shared VARCHAR(200)"))
         conn.execute(text("ALTER TABLE memory_recall_items ADD COLUMN shared BOOLEAN"))
+    have = {c["name"] for c in inspect(conn).get_columns("memory_items")}
+    for name, kind in (("valid_from", "FLOAT"), ("valid_to", "FLOAT"), ("superseded_by", "VARCHAR(64)")):
+        if name not in have:
+            log.info("memory store: adding memory_items.%s (facts that change)", name)
+            conn.execute(text(f"ALTER TABLE memory_items ADD COLUMN {name} {kind}"))
+
+
+def valid_at(when: float) -> ColumnElement[bool]:
+    """The memories valid at Unix time ``when``: ``valid_from <= when < valid_to`` (``valid_from`` NULL:
+    since ``created_at``; ``valid_to`` NULL: still valid)."""
+    c = memory_items.c
+    return and_(func.coalesce(c.valid_from, c.created_at) <= when, or_(c.valid_to.is_(None), c.valid_to > when))
 
 
 def read_state(conn: Connection) -> StoreState:

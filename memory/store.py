@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Engine
 
 from connectors.chat import ChatModel
 from connectors.db import default_url
 from connectors.embedders import Embedder
-from connectors.errors import ConfigError, StoreError
+from connectors.errors import ConfigError
 from connectors.redact import redact_url
 from memory import checks, jsonl, reads
 from memory.checks import (
@@ -49,6 +48,7 @@ from memory.context_q import check_contexts, q_in_context
 from memory.database import Database, OpenStore, mirror_set, resolve_index
 from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
 from memory.learning import apply_updates, check_entries, plan_updates
+from memory.reading import StoreReading
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
@@ -59,8 +59,9 @@ __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 T = TypeVar("T")
 
 
-class MemoryStore:
-    """Episodic memory whose items carry a learned utility Q (DESIGN §4).
+class MemoryStore(StoreReading):
+    """Episodic memory whose items carry a learned utility Q (DESIGN §4); its reading methods (``get``,
+    ``items``, ``explain``, ``stats``, ``export``) are ``memory.reading``'s.
 
     Args:
         url: SQLAlchemy URL; default ``sqlite:///<EVOLVE_HOME>/evolve.db``; ``"sqlite://"`` is in memory.
@@ -194,7 +195,8 @@ class MemoryStore:
         failure_keeps: FailureKeeps | None = None,
     ) -> MemoryItem:
         """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson. A
-        deterministic ``id`` makes writing idempotent; ``failure_keeps`` overrides the config's for it."""
+        deterministic ``id`` makes writing idempotent; ``failure_keeps`` overrides the config's for it. With
+        ``MemoryConfig.supersede`` it supersedes the memories of its group it contradicts (``memory.lifecycle``)."""
         entry = WriteEntry(
             intent, trajectory=trajectory, feedback=feedback, success=success, namespace=namespace,
             provenance=provenance, id=id, failure_keeps=failure_keeps,
@@ -207,7 +209,9 @@ class MemoryStore:
         Returns one memory per entry, in order. An entry whose ``id`` is already stored in its namespace
         gets the stored memory back (and costs no model call); entries repeating an id within the batch
         are written once and all get that memory. Every entry is checked before anything is written,
-        and an id taken in another namespace is a ``StoreError``.
+        and an id taken in another namespace is a ``StoreError``. With ``MemoryConfig.supersede``, the
+        batch supersedes what it contradicts as the same writes one after another would, in the same
+        transaction; an id already stored supersedes nothing again.
         """
         entries = check_write_entries(entries)
         ids, firsts = entry_ids(entries)
@@ -221,7 +225,9 @@ class MemoryStore:
             written = compose_experiences(todo, llm, keeps=self.config.failure_keeps)
             vecs = self._embed([e.intent for e in todo])
             todo_ids = [ids[i] for i in firsts if ids[i] not in known]
-            batches = new_batches(todo, todo_ids, written, vecs, q_init=self.config.q_init)
+            batches = new_batches(
+                todo, todo_ids, written, vecs, q_init=self.config.q_init, supersede=self.config.supersede
+            )
             known.update(self._insert(batches, skip_existing=bool(given)))
         return [known[item_id] for item_id in ids]
 
@@ -269,17 +275,18 @@ class MemoryStore:
         record: bool = True,
         context: str | None = None,
         shared: str | None = None,
+        as_of: float | None = None,
     ) -> Recall:
         """The memories to use for ``query``: phase A by similarity, phase B by similarity and Q.
 
         With ``record=True`` the recall and every candidate's numbers are logged, so ``reinforce`` can
         take its id and ``explain`` can show why each memory was (not) chosen. ``context`` says what the
         recall is for (a task id): it is logged, and with ``RetrievalConfig.context_q`` it ranks memories
-        by the Q they earned in that context. ``shared``: see ``retrieve_many``.
+        by the Q they earned in that context. ``shared`` and ``as_of``: see ``retrieve_many``.
         """
         check_text("query", query)
         many = partial(self.retrieve_many, namespace=namespace, config=config, record=record, shared=shared)
-        return many([query], contexts=[context])[0]
+        return many([query], contexts=[context], as_of=as_of)[0]
 
     def retrieve_many(
         self,
@@ -290,32 +297,39 @@ class MemoryStore:
         record: bool = True,
         contexts: Sequence[str | None] | None = None,
         shared: str | None = None,
+        as_of: float | None = None,
     ) -> list[Recall]:
         """``retrieve`` for many queries (``contexts``: each one's ``context`` or None), batched. With ``shared``
         (another namespace) both meet in one two-phase recall, logged in ``namespace``, shared memories ranked
-        by ``namespace``'s overlay Q (``memory.context_q``); rewards never move the shared memories themselves."""
+        by ``namespace``'s overlay Q (``memory.context_q``); rewards never move the shared memories themselves.
+
+        A recall finds only valid memories (none superseded, ``memory.lifecycle``). ``as_of`` (Unix time),
+        for audits: the memories that were valid then, superseded since or not, ranked with today's Q (Q
+        has no history), searched exactly in a copy read from SQL (slower: the whole namespace is read)."""
         cfg = checks.check_retrieval(config if config is not None else self.config.retrieval)
         queries = check_texts(queries, "queries", single="use retrieve")
         namespace, contexts = check_namespace(namespace), check_contexts(contexts, len(queries))
-        shared = checks.check_shared(shared, namespace)
+        shared, as_of = checks.check_shared(shared, namespace), checks.check_time(as_of, "as_of")
         if not queries:
             return []
         vecs = self._embed(queries)
         with self._open.locked():
-            names, mirrors = (namespace, shared), [self._open.mirror(n) for n in (namespace, shared) if n is not None]
-            # Optimistic: search the mirrors as this process last saw them, check in the transaction that logs
-            # the recall (read-only if none); only if another process wrote since is the search repeated.
+            names, plans, view, texts = (namespace, shared), None, None, self._texts
             own = q_in_context(self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared)
             planner = Planner(vecs, cfg, self._rng, own)
-            plans = planner(*mirrors)
+            if as_of is None:  # optimistic: search the mirrors as this process last saw them, check in the
+                # transaction that logs the recall (read-only if none); repeated only if another process wrote
+                plans = planner(*[self._open.mirror(n) for n in names if n is not None])
+            else:  # an audit: exactly the memories valid then, read from SQL, never from the item cache
+                view, texts = partial(self._mirrors.snapshot, as_of=as_of), ItemCache(0)
             with self._db.transaction(write=record) as conn:
-                plans, found = reads.select_memories(conn, self._mirrors, names, planner, plans, self._texts)
+                plans, found = reads.select_memories(conn, self._mirrors, names, planner, plans, texts, view=view)
                 out = [
                     to_recall(new_id(), namespace, q, p, found, c, shared)
                     for q, p, c in zip(queries, plans, contexts, strict=True)
                 ]
                 if record:
-                    reads.log_recalls(conn, out, plans, cfg, self._mirrors.generation)
+                    reads.log_recalls(conn, out, plans, cfg, self._mirrors.generation, as_of=as_of)
             return out
 
     # -- learning ------------------------------------------------------------------------------
@@ -359,46 +373,7 @@ class MemoryStore:
                     self._open.resync()
             return updated
 
-    # -- reading -------------------------------------------------------------------------------
-    def get(self, memory_id: str, *, namespace: str = "default") -> MemoryItem:
-        """One memory of ``namespace`` by id (``StoreError`` when that namespace holds no such id)."""
-        check_id("memory_id", memory_id)
-        found = self._find_many([memory_id], check_namespace(namespace))
-        if not found:
-            raise StoreError(f"unknown memory id {memory_id!r} in namespace {namespace!r}")
-        return found[0]
-
-    def _find_many(self, memory_ids: list[str], namespace: str | None) -> list[MemoryItem]:
-        return self._open.read(lambda conn: reads.fetch_items(conn, memory_ids, namespace))
-
-    @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine behind the store; other tables (runs, prompts) may share its database."""
-        return self._db.engine
-
-    def items(self, namespace: str | None = None) -> list[MemoryItem]:
-        """Every memory (of one namespace, or all), oldest first."""
-        namespace = None if namespace is None else check_namespace(namespace)
-        return self._open.read(lambda conn: reads.all_items(conn, namespace))
-
-    def explain(self, recall_id: str, *, namespace: str = "default") -> dict[str, Any]:
-        """The logged recall of ``namespace``: query, config, every candidate's sim, Q, z-scores, score,
-        whether it was selected or filtered by δ, and the feedback applied to it since."""
-        check_id("recall_id", recall_id)
-        namespace = check_namespace(namespace)
-        return self._open.read(lambda conn: reads.explain(conn, recall_id, namespace))
-
-    def stats(self, namespace: str | None = None) -> dict[str, Any]:
-        """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents."""
-        namespace = None if namespace is None else check_namespace(namespace)
-        return self._open.read(lambda conn: reads.stats(conn, namespace))
-
-    def export(self, path: str | Path, *, namespace: str | None = None) -> int:
-        """Write memories as JSONL (ids, Q, visits, timestamps, meta, embeddings kept); returns the count.
-        Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.jsonl``)."""
-        target = jsonl.as_path(path, "export")
-        return self._open.read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
-
+    # -- moving memories ---------------------------------------------------------------------
     def import_(self, path: str | Path) -> int:
         """Read an ``export`` file (memories already stored in their namespace are skipped); returns how
         many were added. Every record is checked before anything is written (a ``ConfigError`` names the

@@ -29,6 +29,7 @@ from memory import prompts
 from memory.checks import check_chars, check_id, check_meta, check_namespace, check_success, check_text, new_id
 from memory.config import FAILURE_KEEPS, FailureKeeps
 from memory.inserts import NewItems
+from memory.lifecycle import FACT_KEY, stated_fact
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ class WriteEntry:
         failure_keeps: what this attempt's memory keeps if it failed, when it should differ from the
             store's ``MemoryConfig.failure_keeps`` (None: the store's). E.g. ``"both"`` where the feedback
             is only a verdict ("rated bad") and the attempt is what it judged.
+        fact: the answer or fact the attempt established, when the caller knows it (stored as
+            ``meta["fact"]``); None: read from the texts (``memory.lifecycle``). With
+            ``MemoryConfig.supersede`` a memory stating another fact than older ones of its group
+            supersedes them.
 
     Example:
         >>> WriteEntry("open the door", trajectory="push", feedback="opened", success=True).namespace
@@ -86,6 +91,7 @@ class WriteEntry:
     id: str | None = None
     task: str | None = None
     failure_keeps: FailureKeeps | None = None
+    fact: str | None = None
 
 
 def condense(text: str, limit: int = TRAJECTORY_LIMIT) -> str:
@@ -264,6 +270,8 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
             check_id(f"entries[{i}].id", e.id)
         if e.task is not None:
             check_text(f"entries[{i}].task", e.task)
+        if e.fact is not None:
+            check_text(f"entries[{i}].fact", e.fact)
         if e.failure_keeps is not None and e.failure_keeps not in FAILURE_KEEPS:
             raise ConfigError(
                 f"entries[{i}].failure_keeps must be one of {FAILURE_KEEPS} or None, got {e.failure_keeps!r}"
@@ -297,17 +305,27 @@ def compose_entry(entry: WriteEntry, llm: ChatModel | None, keeps: FailureKeeps 
 
 
 def new_batches(
-    entries: Sequence[WriteEntry], ids: Sequence[str], written: Sequence[Written], vecs: np.ndarray, *, q_init: float
+    entries: Sequence[WriteEntry],
+    ids: Sequence[str],
+    written: Sequence[Written],
+    vecs: np.ndarray,
+    *,
+    q_init: float,
+    supersede: bool = False,
 ) -> dict[str, NewItems]:
-    """The rows ``entries`` become (their ids, texts and vectors given), one batch per namespace."""
+    """The rows ``entries`` become (their ids, texts and vectors given), one batch per namespace; with
+    ``supersede`` each row carries the fact it states, so that it supersedes the memories it contradicts."""
     by_ns: dict[str, list[int]] = {}
     for j, e in enumerate(entries):
         by_ns.setdefault(e.namespace, []).append(j)
+    metas = [entry_meta(w, e) for w, e in zip(written, entries, strict=True)]
+    facts = [stated_fact(e.success, w.experience, m) for e, w, m in zip(entries, written, metas, strict=True)]
     return {
         ns: NewItems.build(
             [entries[j].intent for j in js], [written[j].experience for j in js], vecs[js], q=q_init,
-            success=[bool(entries[j].success) for j in js], meta=[entry_meta(written[j], entries[j]) for j in js],
+            success=[bool(entries[j].success) for j in js], meta=[metas[j] for j in js],
             ids=[ids[j] for j in js], groups=[entries[j].task for j in js],
+            facts=[facts[j] for j in js] if supersede else None,
         )
         for ns, js in by_ns.items()
     }  # fmt: skip
@@ -318,4 +336,6 @@ def entry_meta(written: Written, entry: WriteEntry) -> dict[str, Any]:
     meta: dict[str, Any] = {"writer": written.mode}
     if entry.provenance:
         meta["provenance"] = dict(entry.provenance)
+    if entry.fact is not None:
+        meta[FACT_KEY] = entry.fact
     return meta

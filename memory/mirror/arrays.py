@@ -9,7 +9,7 @@ does vectorised bookkeeping.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -236,7 +236,8 @@ class NamespaceMirror:
 
 @dataclass(frozen=True)
 class Inserted:
-    """What one committed insert adds to the mirror: new intent keys, rows, and evicted rows."""
+    """What one committed insert changes in the mirror: new intent keys and rows in, evicted and superseded
+    rows out."""
 
     generation: int
     items: list[MemoryItem]
@@ -245,3 +246,5 @@ class Inserted:
     key_seqs: np.ndarray
     key_vecs: np.ndarray
     evicted_rows: np.ndarray
+    superseded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """The seqs of stored rows the insert superseded: they leave the mirror (``memory.lifecycle``)."""

@@ -52,9 +52,10 @@ SCHEMA_LOCK = advisory_key("memory.schema")
 HNSW_INDEX = "ix_memory_intents_embedding_hnsw"
 INTENT_ID_INDEX = "ix_memory_items_intent_seq"
 
-# For each query (one row of the unnested array) the nearest keys that still have items, then at most
-# k of each key's items, oldest first (an index range scan on (intent_id, seq)), best first overall;
-# equal similarity (one key's items) keeps the older item. ORDER BY repeats the indexed expression so
+# For each query (one row of the unnested array) the nearest keys that still have valid items, then at
+# most k of each key's valid items (superseded ones are never recalled: ``memory.lifecycle``), oldest
+# first (an index range scan on (intent_id, seq)), best first overall; equal similarity (one key's
+# items) keeps the older item. ORDER BY repeats the indexed expression so
 # the planner can walk the HNSW index.
 SEARCH_SQL = text("""
 SELECT q.n, near.seq, near.sim
@@ -64,12 +65,13 @@ CROSS JOIN LATERAL (
     FROM (
         SELECT t.id, t.embedding <#> CAST(q.v AS vector) AS d
         FROM memory_intents t
-        WHERE t.namespace = :ns AND EXISTS (SELECT 1 FROM memory_items m WHERE m.intent_id = t.id)
+        WHERE t.namespace = :ns
+          AND EXISTS (SELECT 1 FROM memory_items m WHERE m.intent_id = t.id AND m.valid_to IS NULL)
         ORDER BY t.embedding <#> CAST(q.v AS vector)
         LIMIT :k
     ) k
     CROSS JOIN LATERAL (
-        SELECT m.seq FROM memory_items m WHERE m.intent_id = k.id ORDER BY m.seq LIMIT :k
+        SELECT m.seq FROM memory_items m WHERE m.intent_id = k.id AND m.valid_to IS NULL ORDER BY m.seq LIMIT :k
     ) i
     ORDER BY k.d, i.seq
     LIMIT :k

@@ -2,8 +2,8 @@
 
 Every write bumps one generation counter. Before reading, a store compares the counter with the
 generation its mirrors reflect (one tiny SELECT); when another process wrote, it reads exactly the
-rows stamped with a newer generation — new items, changed Q-values, intents, tombstones — and
-applies them. A namespace is loaded on first use; its vector index comes from the saved file when
+rows stamped with a newer generation — new items, changed Q-values, intents, tombstones, memories
+superseded (which leave the mirror: only valid memories are recalled) — and applies them. A namespace is loaded on first use; its vector index comes from the saved file when
 that file agrees with SQL (caught up when it is behind), and is rebuilt from the mirror otherwise.
 """
 
@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import Connection, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from memory.mirror.arrays import NamespaceMirror, Rows
 from memory.mirror.index import SearchIndex, VectorIndex
-from memory.schema import from_blobs, intents, memory_items, tombstones
+from memory.schema import from_blobs, intents, memory_items, tombstones, valid_at
 from memory.statements import chunks, read_generation
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ class MirrorSet:
             if not self.advance(d.generation):
                 return False
             mirror.remove(d.evicted_rows)
+            gone = mirror.rows_of_seqs(d.superseded)
+            mirror.remove(gone[gone >= 0])
             mirror.add_keys(d.key_ids, d.key_seqs, d.key_vecs)
             mirror.append(d.rows)
             self.mark_dirty(mirror.namespace)
@@ -167,8 +170,23 @@ class MirrorSet:
         return written
 
     # -- loading -------------------------------------------------------------------------------
+    def snapshot(self, conn: Connection, namespace: str, *, as_of: float) -> NamespaceMirror:
+        """The namespace's memories that were valid at ``as_of`` (superseded ones included), in a mirror of
+        their own with an exact index: built from SQL for one recall (an audit), never kept or saved."""
+        mirror = NamespaceMirror(namespace, self.dim, VectorIndex(self.dim, kind="flat"))
+        self._fill(conn, mirror, valid_at(as_of))
+        mirror.index.add(mirror.seqs, mirror.vectors())
+        return mirror
+
     def _load(self, conn: Connection, namespace: str) -> NamespaceMirror:
         mirror = NamespaceMirror(namespace, self.dim, self._new_index(namespace))
+        self._fill(conn, mirror, memory_items.c.valid_to.is_(None))  # superseded memories are never recalled
+        self._attach_index(mirror)
+        return mirror
+
+    def _fill(self, conn: Connection, mirror: NamespaceMirror, valid: ColumnElement[bool]) -> None:
+        """Load the namespace's intent keys and its ``valid`` items into an empty mirror (not its index)."""
+        namespace = mirror.namespace
         keys = conn.execute(
             select(intents.c.id, intents.c.seq, intents.c.embedding)
             .where(intents.c.namespace == namespace)
@@ -178,12 +196,10 @@ class MirrorSet:
             ids, seqs, blobs = zip(*keys, strict=True)
             mirror.add_keys(np.array(ids, dtype=object), np.array(seqs, dtype=np.int64), from_blobs(blobs, self.dim))
         rows = conn.execute(
-            select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace).order_by(memory_items.c.seq)
+            select(*ITEM_COLUMNS).where(memory_items.c.namespace == namespace, valid).order_by(memory_items.c.seq)
         ).all()
         self._add_missing_keys(conn, mirror, rows)
         mirror.append(self._rows(mirror, rows, vectors=False), index=False)
-        self._attach_index(mirror)
-        return mirror
 
     def _rows(self, mirror: NamespaceMirror, rows: Sequence[Any], *, vectors: bool = True) -> Rows:
         """Mirror rows from ``ITEM_COLUMNS`` rows; ``vectors=False`` leaves out the vectors (the caller
@@ -253,11 +269,12 @@ class MirrorSet:
             mirror = self._mirrors[ns]
             if key_id not in mirror.key_pos:
                 mirror.add_keys(np.array([key_id], dtype=object), np.array([seq]), from_blobs([blob], self.dim))
+        c = memory_items.c
         changed = conn.execute(
-            select(memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits).where(
-                memory_items.c.updated_gen > since, memory_items.c.namespace.in_(names)
-            )
+            select(c.seq, c.namespace, c.q, c.visits, c.valid_to).where(c.updated_gen > since, c.namespace.in_(names))
         ).all()
+        self._drop([(r[0], r[1]) for r in changed if r[4] is not None])  # superseded since
+        changed = [r for r in changed if r[4] is None]
         unknown: list[int] = []
         for ns in {row[1] for row in changed}:
             part = [row for row in changed if row[1] == ns]
@@ -273,6 +290,10 @@ class MirrorSet:
                 tombstones.c.gen > since, tombstones.c.namespace.in_(names)
             )
         ).all()
+        self._drop(dead)
+
+    def _drop(self, dead: Sequence[Any]) -> None:
+        """Remove ``(seq, namespace)`` rows (deleted or superseded) from the mirrors holding them."""
         for ns in {row[1] for row in dead}:
             mirror = self._mirrors[ns]
             rows = mirror.rows_of_seqs(np.array([r[0] for r in dead if r[1] == ns], dtype=np.int64))
