@@ -49,6 +49,7 @@ BENCHES = (
     Bench("serve_overhead", ("quick", "full")),
     Bench("serve_closed_loop", ("full",)),
     Bench("protocol_overhead", ("quick", "full")),
+    Bench("changing_facts", ("quick", "full")),
     Bench("prompt_evolution", ("full",)),
     Bench("marft_smollm2", ("full",)),
     Bench("marft_gpu", ("full",)),
