@@ -243,6 +243,14 @@ def _check_readable(engine: Engine, error: DBAPIError) -> None:
     log.info("memory database %s cannot be written: opened for reading (%s)", url, redact(error.orig))
 
 
+VALIDITY_COLUMNS = {
+    "valid_from": "ALTER TABLE memory_items ADD COLUMN valid_from FLOAT",
+    "valid_to": "ALTER TABLE memory_items ADD COLUMN valid_to FLOAT",
+    "superseded_by": "ALTER TABLE memory_items ADD COLUMN superseded_by VARCHAR(64)",
+}
+"""The columns of facts that change, added to a database made before them (written out: no SQL from values)."""
+
+
 def upgrade(conn: Connection) -> None:
     """Bring a store written by an older version to the current layout (inside the caller's transaction).
 
@@ -265,10 +273,10 @@ def upgrade(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN shared VARCHAR(200)"))
         conn.execute(text("ALTER TABLE memory_recall_items ADD COLUMN shared BOOLEAN"))
     have = {c["name"] for c in inspect(conn).get_columns("memory_items")}
-    for name, kind in (("valid_from", "FLOAT"), ("valid_to", "FLOAT"), ("superseded_by", "VARCHAR(64)")):
+    for name, statement in VALIDITY_COLUMNS.items():
         if name not in have:
             log.info("memory store: adding memory_items.%s (facts that change)", name)
-            conn.execute(text(f"ALTER TABLE memory_items ADD COLUMN {name} {kind}"))
+            conn.execute(text(statement))
 
 
 def valid_at(when: float) -> ColumnElement[bool]:
