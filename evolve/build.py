@@ -141,6 +141,15 @@ def build_team(
     return Team(agents, edges or None)
 
 
+def spec_prompts(spec: RunSpec) -> tuple[dict[str, str], list[tuple[str, str, float]]]:
+    """The prompts and message flow the spec's team starts from: ``build_team``'s, without loading the
+    model or connecting the agents' tool servers (a placeholder model that is never called)."""
+    unused = load_chat("fake/scripted", replies=[])
+    agents = [Agent(a.name, unused, system=a.system) for a in spec.agents]
+    team = Team(agents, [(before, a.name) for a in spec.agents for before in a.after] or None)
+    return team.prompts(), [(a, b, 1.0) for a, b in team.edges]
+
+
 def build(
     spec: RunSpec,
     *,

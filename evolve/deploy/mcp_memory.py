@@ -39,10 +39,9 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from connectors import ConfigError, Embedder, StoreError, load_chat
+from connectors import ConfigError, Embedder, StoreError
 from connectors.db import check_chars
-from evolve.agent import Agent, Team
-from evolve.build import agent_namespace, build_store
+from evolve.build import agent_namespace, build_store, spec_prompts
 from evolve.deploy.chat_requests import has_head, trained_prompts
 from evolve.prompts.graph import PromptGraph
 from evolve.spec import RunSpec
@@ -277,15 +276,6 @@ def memory_fields(item: MemoryItem, where: Namespaces) -> dict[str, Any]:
         "success": item.success,
         "source": "own" if item.namespace == where.own else "shared",
     }
-
-
-def spec_prompts(spec: RunSpec) -> tuple[dict[str, str], list[tuple[str, str, float]]]:
-    """The prompts and message flow the spec's team starts from: ``build_team``'s, without loading the
-    model or connecting the agents' tool servers (a placeholder model that is never called)."""
-    unused = load_chat("fake/scripted", replies=[])
-    agents = [Agent(a.name, unused, system=a.system) for a in spec.agents]
-    team = Team(agents, [(before, a.name) for a in spec.agents for before in a.after] or None)
-    return team.prompts(), [(a, b, 1.0) for a, b in team.edges]
 
 
 def check_k(k: object) -> int:

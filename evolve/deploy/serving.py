@@ -51,7 +51,7 @@ from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.embed_batching import BatchingEmbedder
 from evolve.agent import MemoryView, Team
-from evolve.build import build_chat, build_store, build_team
+from evolve.build import build_chat, build_store, build_team, spec_prompts
 from evolve.deploy import formats
 from evolve.deploy.answer_checks import checked_act
 from evolve.deploy.chat_requests import (
@@ -183,11 +183,10 @@ class Deployment:
                 graph = PromptGraph(self.engine, run)
                 if not has_head(graph):
                     spec = self.spec.for_tenant(tenant)
-                    seed = build_team(spec, self.chat, None)
-                    prompts = seed.prompts()
+                    prompts, edges = spec_prompts(spec)  # no model loaded, no tool server connected
                     if spec.shared_run is not None:
                         prompts = trained_prompts(self.engine, spec.shared_run, prompts)
-                    graph.init(prompts, [(a, b, 1.0) for a, b in seed.edges])
+                    graph.init(prompts, edges)
                 self._graphs[run] = graph
             return self._graphs[run]
 
