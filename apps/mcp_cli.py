@@ -119,8 +119,17 @@ def serve_stdio(args: argparse.Namespace) -> None:
             "evolve mcp over stdio serves one tenant: name it with --tenant NAME (its memories are those "
             "`evolve serve` keeps for that tenant); or serve many with --transport http and bearer keys"
         )
-    if args.key or args.keys is not None or args.port is not None:
-        raise ConfigError("--key, --keys and --port are for --transport http; over stdio --tenant names the tenant")
+    if (
+        args.key
+        or args.keys is not None
+        or args.port is not None
+        or args.host is not None
+        or args.log_level is not None
+    ):
+        raise ConfigError(
+            "--key, --keys, --host, --port and --log-level are for --transport http; over stdio --tenant names the "
+            "tenant and the client reads the server's messages"
+        )
     tenant = check_tenant(args.tenant)
     with redirect_stdout(sys.stderr):  # stdout is the protocol's: nothing else may reach it
         spec = load_spec(args.spec)
@@ -150,11 +159,12 @@ def serve_http(args: argparse.Namespace) -> None:
 
     check_base_memory(spec.serve.memory, keys)
     port = 8200 if args.port is None else args.port
-    with listen(args.host, port) as sock:  # before the store opens: a busy port fails fast
+    host, log_level = args.host or "127.0.0.1", args.log_level or "warning"
+    with listen(host, port) as sock:  # before the store opens: a busy port fails fast
         memory = TenantMemory(spec)
         url = base_url(sock).removesuffix("/v1") + ENDPOINT
         banner = [f"evolve mcp: memory of run {spec.run.name!r} at {url}", tenants_line(keys)]
-        serve_until_stopped(sock, lambda: http_app(memory, keys, host=args.host), banner, args.log_level, memory.close)
+        serve_until_stopped(sock, lambda: http_app(memory, keys, host=host), banner, log_level, memory.close)
 
 
 def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -164,13 +174,11 @@ def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default: an MCP client starts this command) or streamable HTTP")  # fmt: skip
     s.add_argument("--tenant", default=None, help="stdio: the tenant whose memories to serve (required)")
-    s.add_argument("--host", default="127.0.0.1", help="http: interface to listen on (default 127.0.0.1)")
+    s.add_argument("--host", default=None, help="http: interface to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=count(0, 65535), default=None, help="http: port (default 8200; 0 picks a free one)")
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='http: TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="http: an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
     levels = ["critical", "error", "warning", "info", "debug"]
-    s.add_argument(
-        "--log-level", default="warning", choices=levels, help="http: the server's log level (default warning)"
-    )
+    s.add_argument("--log-level", default=None, choices=levels, help="http: the server's log level (default warning)")
     s.set_defaults(func=cmd_mcp)

@@ -142,6 +142,9 @@ def test_stdio_needs_a_tenant_and_http_needs_keys(
     assert "each bearer key names its tenant" in capsys.readouterr().err
     assert main(["mcp", spec, "--transport", "http", "--port", "0"]) == 2
     assert "evolve mcp --transport http needs at least one API key" in capsys.readouterr().err
+    for http_only in (["--host", "0.0.0.0"], ["--log-level", "debug"], ["--port", "8200"]):  # never dropped
+        assert main(["mcp", spec, "--tenant", ZURICH, *http_only]) == 2
+        assert "are for --transport http" in capsys.readouterr().err
 
 
 # ---- HTTP: tools, feedback, explain, resources -----------------------------------------------------------------
