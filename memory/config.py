@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import numpy as np
+
 from connectors.db import DURABILITY_LEVELS, Durability
 from connectors.errors import ConfigError
 
@@ -26,13 +28,15 @@ FailureKeeps = Literal["feedback", "attempt", "both"]
 FAILURE_KEEPS: tuple[str, ...] = ("feedback", "attempt", "both")
 IndexKind = Literal["auto", "flat", "hnsw", "ivf", "pgvector"]
 CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
+DrawFrom = Literal["both", "episodes", "strategies"]
+DRAW_FROM: tuple[str, ...] = ("both", "episodes", "strategies")
 INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")  # the in-process (FAISS / NumPy) kinds
 SERVER_INDEX_KINDS: tuple[str, ...] = ("pgvector",)  # kinds the database itself serves
 INDEX_CHOICES: tuple[str, ...] = ("auto", *INDEX_KINDS, *SERVER_INDEX_KINDS)
 
 
-def _check_int(owner: str, name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+def check_int(owner: str, name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ConfigError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
 
 
@@ -45,6 +49,69 @@ def _check_range(owner: str, name: str, value: object, low: float, high: float) 
 def _check_finite(owner: str, name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"{owner}.{name} must be a finite number, got {value!r}")
+
+
+DAY = 86_400.0
+
+
+def real_number(value: object) -> float | None:
+    """``value`` as a finite float, or None when it is not a finite real number (bools are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def check_number(owner: str, name: str, value: object, *, low: float, high: float = math.inf) -> None:
+    number = real_number(value)
+    if number is None or not low <= number <= high:
+        raise ConfigError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class ForgetConfig:
+    """How a namespace forgets. The defaults forget nothing (no capacity, no merging).
+
+    Attributes:
+        capacity: the most memories a namespace keeps; beyond it the most evictable go (the
+            module's order). None: never evict.
+        min_visits: how many rewards a memory's Q needs before it is trusted (ranked by Q).
+        low_q: a trusted memory with Q at or below this has shown it does not help (0.0: no better
+            than a fresh memory's default Q_init); it goes before untrusted ones.
+        stale_after: seconds without a recall (from creation when never recalled) after which an
+            untrusted memory is stale. None: none is ever stale.
+        merge_similarity: cosine at or above which two memories of one namespace are near-duplicates
+            and merge (e.g. 0.97). None: no merging.
+        retention: seconds a removal stays reversible from its record. None: forever.
+
+    Example:
+        >>> ForgetConfig(capacity=500, merge_similarity=0.97).min_visits
+        3
+    """
+
+    capacity: int | None = None
+    min_visits: int = 3
+    low_q: float = 0.0
+    stale_after: float | None = 30 * DAY
+    merge_similarity: float | None = None
+    retention: float | None = 30 * DAY
+
+    def __post_init__(self) -> None:
+        owner = "ForgetConfig"
+        if self.capacity is not None:
+            check_int(owner, "capacity", self.capacity, 1)
+        check_int(owner, "min_visits", self.min_visits, 1)
+        check_number(owner, "low_q", self.low_q, low=-1e12, high=1e12)
+        if self.stale_after is not None:
+            check_number(owner, "stale_after (seconds)", self.stale_after, low=0.0)
+        if self.merge_similarity is not None:
+            sim = real_number(self.merge_similarity)
+            if sim is None or not 0.0 < sim <= 1.0:
+                raise ConfigError(
+                    f"{owner}.merge_similarity must be a cosine in (0, 1] or None, got {self.merge_similarity!r}"
+                )
+        if self.retention is not None:
+            check_number(owner, "retention (seconds)", self.retention, low=0.0)
 
 
 @dataclass(frozen=True)
@@ -63,6 +130,10 @@ class RetrievalConfig:
             ``Q ← Q + α·(r − Q)`` over them, from the Q it had when that context first recalled it —
             and by its global Q where that context never recalled it. A memory that helped one task
             then ranks high for that task only, not for every look-alike. False: one Q per memory.
+        draw_from: which kinds of memory a recall draws from: ``"both"`` (episodes and the strategies
+            consolidation distilled from them, ranked together), ``"episodes"`` or ``"strategies"``
+            (``memory.strategies``). A store with no strategies recalls the same under all but
+            ``"strategies"``, which then finds nothing.
 
     Example:
         >>> RetrievalConfig(k1=8, k2=2, delta=0.3).k2
@@ -76,13 +147,16 @@ class RetrievalConfig:
     epsilon: float = 0.0
     z_clip: float = 3.0
     context_q: bool = False
+    draw_from: DrawFrom = "both"
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
+        if self.draw_from not in DRAW_FROM:
+            raise ConfigError(f"{owner}.draw_from must be one of {DRAW_FROM}, got {self.draw_from!r}")
         if not isinstance(self.context_q, bool):
             raise ConfigError(f"{owner}.context_q must be True or False, got {self.context_q!r}")
-        _check_int(owner, "k2", self.k2, 1)
-        _check_int(owner, "k1", self.k1, 1)
+        check_int(owner, "k2", self.k2, 1)
+        check_int(owner, "k1", self.k1, 1)
         if self.k1 < self.k2:
             raise ConfigError(
                 f"{owner}.k1 must be >= k2 (the pool must hold the selection), got k1={self.k1}, k2={self.k2}"
@@ -146,6 +220,15 @@ class MemoryConfig:
             the tasks whose answer changed succeed 0.39 of the time in the round after the change
             instead of 0.03, and success from the change on rises by +0.086 [+0.076, +0.097].
 
+        credit_depth: credit over several steps (``memory.credit``): how many provenance edges a reward
+            travels back from the memories a recall selected to the memories that were in context when
+            those were written. 0 (the default, the switch off): only the recalled memories move.
+        credit_decay: γλ in [0, 1], the weight factor per edge: an ancestor ``d`` edges away gets
+            ``(γλ)^d`` of the recalled memory's weight.
+        forget: forgetting with a budget (``memory.forgetting.ForgetConfig``: capacity, eviction order,
+            merging of near-duplicates, how long a removal stays reversible), applied by
+            ``MemoryStore.prune`` and ``evolve job``. The default forgets nothing.
+
     Example:
         >>> MemoryConfig(alpha=0.5, capacity=1000).capacity
         1000
@@ -162,9 +245,16 @@ class MemoryConfig:
     durability: Durability = "normal"
     failure_keeps: FailureKeeps = "feedback"
     supersede: bool = False
+    credit_depth: int = 0
+    credit_decay: float = 0.5
+    forget: ForgetConfig = field(default_factory=ForgetConfig)
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
+        check_int(owner, "credit_depth", self.credit_depth, 0)
+        _check_range(owner, "credit_decay", self.credit_decay, 0.0, 1.0)
+        if not isinstance(self.forget, ForgetConfig):
+            raise ConfigError(f"{owner}.forget must be a ForgetConfig, got {type(self.forget).__name__}")
         if not isinstance(self.retrieval, RetrievalConfig):
             raise ConfigError(f"{owner}.retrieval must be a RetrievalConfig, got {type(self.retrieval).__name__}")
         _check_range(owner, "alpha", self.alpha, 0.0, 1.0)
@@ -177,8 +267,8 @@ class MemoryConfig:
         if self.index not in INDEX_CHOICES:
             raise ConfigError(f"{owner}.index must be one of {INDEX_CHOICES}, got {self.index!r}")
         if self.capacity is not None:
-            _check_int(owner, "capacity", self.capacity, 1)
-        _check_int(owner, "item_cache", self.item_cache, 0)
+            check_int(owner, "capacity", self.capacity, 1)
+        check_int(owner, "item_cache", self.item_cache, 0)
         if self.durability not in DURABILITY_LEVELS:
             raise ConfigError(f"{owner}.durability must be one of {DURABILITY_LEVELS}, got {self.durability!r}")
         if self.failure_keeps not in FAILURE_KEEPS:

@@ -58,79 +58,14 @@ from typing import Any
 import numpy as np
 
 from connectors.errors import ConfigError
+from memory.config import DAY, ForgetConfig, check_int, check_number, real_number
 from memory.records import MemoryItem
 from memory.scoring import GROUP_TOLERANCE
 
-DAY = 86_400.0
 TIERS = ("superseded", "low", "stale", "proven", "new")
 """The eviction tiers, most evictable first (the module docstring)."""
 _UNIT_TOLERANCE = 1e-3  # float32 embeddings of unit length are within ~1e-6; anything far off is a caller bug
 _CHUNK = 1024  # rows per block of the pairwise cosine matrix: memory stays O(chunk × n)
-
-
-def _real(value: object) -> float | None:
-    """``value`` as a finite float, or None when it is not a finite real number (bools are not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _check_number(owner: str, name: str, value: object, *, low: float, high: float = math.inf) -> None:
-    number = _real(value)
-    if number is None or not low <= number <= high:
-        raise ConfigError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
-
-
-def _check_int(owner: str, name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class ForgetConfig:
-    """How a namespace forgets. The defaults forget nothing (no capacity, no merging).
-
-    Attributes:
-        capacity: the most memories a namespace keeps; beyond it the most evictable go (the
-            module's order). None: never evict.
-        min_visits: how many rewards a memory's Q needs before it is trusted (ranked by Q).
-        low_q: a trusted memory with Q at or below this has shown it does not help (0.0: no better
-            than a fresh memory's default Q_init); it goes before untrusted ones.
-        stale_after: seconds without a recall (from creation when never recalled) after which an
-            untrusted memory is stale. None: none is ever stale.
-        merge_similarity: cosine at or above which two memories of one namespace are near-duplicates
-            and merge (e.g. 0.97). None: no merging.
-        retention: seconds a removal stays reversible from its record. None: forever.
-
-    Example:
-        >>> ForgetConfig(capacity=500, merge_similarity=0.97).min_visits
-        3
-    """
-
-    capacity: int | None = None
-    min_visits: int = 3
-    low_q: float = 0.0
-    stale_after: float | None = 30 * DAY
-    merge_similarity: float | None = None
-    retention: float | None = 30 * DAY
-
-    def __post_init__(self) -> None:
-        owner = "ForgetConfig"
-        if self.capacity is not None:
-            _check_int(owner, "capacity", self.capacity, 1)
-        _check_int(owner, "min_visits", self.min_visits, 1)
-        _check_number(owner, "low_q", self.low_q, low=-1e12, high=1e12)
-        if self.stale_after is not None:
-            _check_number(owner, "stale_after (seconds)", self.stale_after, low=0.0)
-        if self.merge_similarity is not None:
-            sim = _real(self.merge_similarity)
-            if sim is None or not 0.0 < sim <= 1.0:
-                raise ConfigError(
-                    f"{owner}.merge_similarity must be a cosine in (0, 1] or None, got {self.merge_similarity!r}"
-                )
-        if self.retention is not None:
-            _check_number(owner, "retention (seconds)", self.retention, low=0.0)
 
 
 def _column(name: str, values: Any, n: int | None) -> np.ndarray:
@@ -188,7 +123,7 @@ class Usage:
 
 
 def _check_now(now: object, where: str) -> float:
-    value = _real(now)
+    value = real_number(now)
     if value is None:
         raise ConfigError(f"{where}: now must be a finite Unix time, got {now!r}")
     return value
@@ -219,7 +154,7 @@ def plan_eviction(usage: Usage, *, now: float, config: ForgetConfig, incoming: i
     Exactly ``min(len(usage), len(usage) + incoming - capacity)`` rows when that is positive; none
     when ``capacity`` is None.
     """
-    _check_int("plan_eviction", "incoming", incoming, 0)
+    check_int("plan_eviction", "incoming", incoming, 0)
     order = eviction_order(usage, now=now, config=config)
     if config.capacity is None:
         return np.zeros(0, dtype=np.intp), []
@@ -264,11 +199,11 @@ def merged_values(q_a: float, visits_a: int, q_b: float, visits_b: int) -> tuple
         >>> merged_values(0.2, 0, 0.6, 0), merged_values(-1.0, 0, 0.4, 2)
         ((0.4, 0), (0.4, 2))
     """
-    qa, qb = _real(q_a), _real(q_b)
+    qa, qb = real_number(q_a), real_number(q_b)
     if qa is None or qb is None:
         raise ConfigError(f"merged_values: Q-values must be finite numbers, got {q_a!r} and {q_b!r}")
-    _check_int("merged_values", "visits_a", visits_a, 0)
-    _check_int("merged_values", "visits_b", visits_b, 0)
+    check_int("merged_values", "visits_a", visits_a, 0)
+    check_int("merged_values", "visits_b", visits_b, 0)
     va, vb = int(visits_a), int(visits_b)
     q = (qa + qb) / 2 if va + vb == 0 else (va * qa + vb * qb) / (va + vb)
     return min(max(q, min(qa, qb)), max(qa, qb)), va + vb
@@ -404,5 +339,5 @@ def restorable(removal: Removal, now: float, retention: float | None) -> bool:
     t = _check_now(now, "restorable")
     if retention is None:
         return True
-    _check_number("restorable", "retention (seconds)", retention, low=0.0)
+    check_number("restorable", "retention (seconds)", retention, low=0.0)
     return t - removal.removed_at < float(retention)

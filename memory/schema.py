@@ -88,6 +88,8 @@ memory_items = Table(
     Column("valid_from", Float, nullable=True),
     Column("valid_to", Float, nullable=True),
     Column("superseded_by", String(64), nullable=True),  # the memory that replaced this one
+    # What the item is (``memory.strategies``): NULL or "episode" (one attempt) or "strategy" (distilled).
+    Column("kind", String(16), nullable=True),
     # No embedding: an item's vector is its intent key's, stored once in memory_intents.
     Index("ix_memory_items_namespace_seq", "namespace", "seq"),
     Index("ix_memory_items_updated_gen", "updated_gen"),
@@ -148,6 +150,40 @@ feedback = Table(
     Column("reward", Float, nullable=False),
     Column("applied_at", Float, nullable=False),
     Column("items", Integer, nullable=False),
+)
+
+# Provenance (``memory.credit``): child -> parent. relation "context": the parent was recalled for the
+# attempt that wrote the child (credit flows back along these); "source": the child, a strategy, was
+# distilled from the parent episode.
+links = Table(
+    "memory_links",
+    metadata,
+    Column("child_id", String(64), primary_key=True),
+    Column("parent_id", String(64), primary_key=True),
+    Column("relation", String(16), primary_key=True),
+    Column("namespace", String(200), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_memory_links_parent", "parent_id"),
+)
+
+# Every removed memory (evicted, merged, removed by a caller), enough to put it back until the
+# retention period passes (``memory.forgetting.Removal``, ``memory.pruning``).
+removals = Table(
+    "memory_removals",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("item_id", String(64), nullable=False, index=True),
+    Column("namespace", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("removed_at", Float, nullable=False),
+    Column("record", JSON, nullable=False),  # the row as it was: every memory_items column but seq
+    Column("intent_id", String(64), nullable=False),
+    Column("vector", LargeBinary, nullable=True),  # its intent key's vector, float32 bytes, when the key went too
+    Column("merged_into", String(64), nullable=True),
+    Column("kept_q", Float, nullable=True),  # the kept memory's Q and visits before the merge
+    Column("kept_visits", Integer, nullable=True),
+    Column("restored_at", Float, nullable=True),
+    Index("ix_memory_removals_namespace_at", "namespace", "removed_at"),
 )
 
 # Evicted items, so that other processes drop them from their mirrors when they catch up.
@@ -247,8 +283,10 @@ VALIDITY_COLUMNS = {
     "valid_from": "ALTER TABLE memory_items ADD COLUMN valid_from FLOAT",
     "valid_to": "ALTER TABLE memory_items ADD COLUMN valid_to FLOAT",
     "superseded_by": "ALTER TABLE memory_items ADD COLUMN superseded_by VARCHAR(64)",
+    "kind": "ALTER TABLE memory_items ADD COLUMN kind VARCHAR(16)",
 }
-"""The columns of facts that change, added to a database made before them (written out: no SQL from values)."""
+"""The lifecycle columns (facts that change, kinds), added to a database made before them (written out:
+no SQL from values). New tables (links, removals) are created by ``create_all``."""
 
 
 def upgrade(conn: Connection) -> None:
@@ -259,7 +297,7 @@ def upgrade(conn: Connection) -> None:
         than recall contexts get the (empty) ``memory_recalls.context`` column and its index; stores older
     than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shared`` (empty: own items);
         stores older than supersession get ``memory_items.valid_from``, ``valid_to`` and ``superseded_by``
-        (empty: every memory valid since it was written; nothing is rewritten).
+        (empty: every memory valid since it was written; nothing is rewritten), and ``kind`` (empty: episodes).
     """
     if "embedding" in {c["name"] for c in inspect(conn).get_columns("memory_items")}:
         log.info("memory store: dropping memory_items.embedding (vectors live in memory_intents)")
@@ -275,7 +313,7 @@ def upgrade(conn: Connection) -> None:
     have = {c["name"] for c in inspect(conn).get_columns("memory_items")}
     for name, statement in VALIDITY_COLUMNS.items():
         if name not in have:
-            log.info("memory store: adding memory_items.%s (facts that change)", name)
+            log.info("memory store: adding memory_items.%s (memory lifecycle)", name)
             conn.execute(text(statement))
 
 

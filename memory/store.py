@@ -48,10 +48,10 @@ from memory.context_q import check_contexts, q_in_context
 from memory.database import Database, OpenStore, mirror_set, resolve_index
 from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
 from memory.learning import apply_updates, check_entries, plan_updates
-from memory.reading import StoreReading
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
+from memory.upkeep import StoreUpkeep
 from memory.writer import WriteEntry, check_write_entries, compose_experiences, entry_ids, new_batches
 
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
@@ -59,9 +59,10 @@ __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 T = TypeVar("T")
 
 
-class MemoryStore(StoreReading):
+class MemoryStore(StoreUpkeep):
     """Episodic memory whose items carry a learned utility Q (DESIGN §4); its reading methods (``get``,
-    ``items``, ``explain``, ``stats``, ``export``) are ``memory.reading``'s.
+    ``items``, ``explain``, ``stats``, ``export``) are ``memory.reading``'s, its lifecycle ones
+    (``consolidate``, ``prune``, ``restore``, ``history``) ``memory.upkeep``'s.
 
     Args:
         url: SQLAlchemy URL; default ``sqlite:///<EVOLVE_HOME>/evolve.db``; ``"sqlite://"`` is in memory.
