@@ -61,6 +61,8 @@ class NewItems:
     """Per row, the task it was an attempt at (``WriteEntry.task``): rows of one task share one intent."""
     facts: list[str | None] | None = None
     """Per row, the fact it states (``memory.lifecycle``): set by writes that may supersede older memories."""
+    kinds: list[str] | None = None
+    """Per row, ``"episode"`` or ``"strategy"`` (``memory.strategies``); None: all episodes."""
 
     @classmethod
     def build(
@@ -81,6 +83,7 @@ class NewItems:
         valid_to: Sequence[float | None] | None = None,
         superseded_by: Sequence[str | None] | None = None,
         facts: Sequence[str | None] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> NewItems:
         n = len(intents_)
         now = time.time()
@@ -107,6 +110,7 @@ class NewItems:
             superseded_by=[None] * n if superseded_by is None else list(superseded_by),
             groups=None if groups is None or all(g is None for g in groups) else list(groups),
             facts=None if facts is None else list(facts),
+            kinds=None if kinds is None else list(kinds),
         )
 
     def __len__(self) -> int:
@@ -131,6 +135,7 @@ class NewItems:
             superseded_by=[self.superseded_by[i] for i in pos],
             groups=None if self.groups is None else [self.groups[i] for i in pos],
             facts=None if self.facts is None else [self.facts[i] for i in pos],
+            kinds=None if self.kinds is None else [self.kinds[i] for i in pos],
         )
 
     def items(self, namespace: str) -> list[MemoryItem]:
@@ -138,9 +143,12 @@ class NewItems:
         return [
             MemoryItem(self.ids[i], namespace, self.intents[i], self.experiences[i], float(self.q[i]),
                        int(self.visits[i]), float(self.created[i]), {**self.metas[i], "success": self.success[i]},
-                       float(self.valid_from[i]), self.valid_to[i], self.superseded_by[i])
+                       float(self.valid_from[i]), self.valid_to[i], self.superseded_by[i], self.kind(i))
             for i in range(len(self.ids))
         ]  # fmt: skip
+
+    def kind(self, i: int) -> str:
+        return "episode" if self.kinds is None else self.kinds[i]
 
     def supersede(self, by: Mapping[str, str]) -> None:
         """Mark the rows ``by`` names superseded by a later row of this batch (valid until that row's start)."""
@@ -278,7 +286,8 @@ def insert_items(
          "intent": batch.intents[i], "experience": batch.experiences[i], "q": q[i], "visits": visits[i],
          "success": batch.success[i], "created_at": created[i], "updated_at": updated[i],
          "updated_gen": generation, "meta": batch.metas[i], "valid_from": start[i],
-         "valid_to": batch.valid_to[i], "superseded_by": batch.superseded_by[i]}
+         "valid_to": batch.valid_to[i], "superseded_by": batch.superseded_by[i],
+         "kind": None if batch.kind(i) == "episode" else batch.kind(i)}  # NULL: an episode
         for i in range(n)
     ])  # fmt: skip
     mark_superseded(conn, replaced.by, dict(zip(batch.ids, start, strict=True)), generation)

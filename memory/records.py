@@ -27,6 +27,8 @@ class MemoryItem:
         valid_from: Unix time from which the memory holds (None given: ``created_at``).
         valid_to: Unix time at which it stopped holding; None while it is valid (``memory.lifecycle``).
         superseded_by: the id of the newer memory that contradicted and replaced it, if one did.
+        kind: ``"episode"`` (one attempt) or ``"strategy"`` (distilled from episodes by consolidation,
+            ``memory.strategies``).
 
     Example:
         >>> MemoryItem("m1", "default", "sort a list", "use sorted()", 0.0, 0, 0.0, {"success": True}).q
@@ -44,6 +46,7 @@ class MemoryItem:
     valid_from: float | None = None
     valid_to: float | None = None
     superseded_by: str | None = None
+    kind: str = "episode"
 
     def __post_init__(self) -> None:
         if self.valid_from is None:
@@ -190,4 +193,5 @@ def item_from_row(row: Mapping[Any, Any]) -> MemoryItem:
         valid_from=None if row["valid_from"] is None else float(row["valid_from"]),
         valid_to=None if row["valid_to"] is None else float(row["valid_to"]),
         superseded_by=row["superseded_by"],
+        kind=row["kind"] or "episode",
     )
