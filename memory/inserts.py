@@ -19,7 +19,7 @@ from connectors.errors import ConfigError
 from memory.checks import check_meta, check_namespace, check_owner, check_success, new_ids
 from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
-from memory.mirror.arrays import Inserted, NamespaceMirror, Rows
+from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
 from memory.mirror.sync import MirrorSet
 from memory.reads import fetch_items
 from memory.records import MemoryItem
@@ -295,7 +295,8 @@ def insert_items(
     evicted = eviction_rows(mirror, int(live.sum()), capacity, leaving=replaced.rows)
     delete_items(conn, ns, mirror.seqs[evicted], generation)
     rows = Rows(item_seqs[live], np.array(batch.ids, dtype=object)[live], batch.q[live], batch.visits[live],
-                batch.created[live], g.labels[live], g.emb[live])  # fmt: skip
+                batch.created[live], g.labels[live], g.emb[live],
+                kind_codes(batch.kind(i) for i in range(n))[live])  # fmt: skip
     return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted,
                     mirror.seqs[replaced.rows])  # fmt: skip
 

@@ -1,8 +1,9 @@
 """Moving memories between stores (JSONL export/import) and the checks at the store's edges.
 
 An export is one header line (format, version, embedder, dimension) and one JSON object per memory
-with its id, Q, visits, timestamps, validity (``valid_from``, ``valid_to``, ``superseded_by``: optional on
-import, for files written before them), meta and embedding (base64 float32). Lines end with "\\n" only;
+with its id, Q, visits, timestamps, validity (``valid_from``, ``valid_to``, ``superseded_by``) and kind
+(``episode``/``strategy``) — all four optional on import, for files written before them — meta and
+embedding (base64 float32). Lines end with "\\n" only;
 U+0085, U+2028 and U+2029 inside texts are written as JSON escapes (so line-splitting tools other
 than ours see one record per line) and read back raw or escaped. Importing into a store with the
 same embedder reuses the embeddings; otherwise the intents are embedded again.
@@ -52,6 +53,7 @@ KEEP_BYTES = 32 * 2**20
 """An import file up to this size keeps its checked records for the write; a larger one is read twice."""
 MAX_VISITS = 2**31 - 1  # the visits column is a 32-bit INTEGER on PostgreSQL
 FIELDS = ("id", "namespace", "intent", "experience", "q", "visits", "success", "created_at", "updated_at")
+KINDS = ("episode", "strategy")  # MemoryItem.kind
 ESCAPES = (("\x85", "\\u0085"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 """Line breaks to ``str.splitlines`` that JSON may hold raw; written escaped (control characters always are)."""
 
@@ -74,6 +76,7 @@ class Record:
     valid_from: float
     valid_to: float | None
     superseded_by: str | None
+    kind: str = "episode"
 
 
 def as_path(value: object, what: str) -> Path:
@@ -139,6 +142,7 @@ def _line(row: RowMapping) -> str:
     record = {k: row[k] for k in FIELDS}
     record["valid_from"] = row["created_at"] if row["valid_from"] is None else row["valid_from"]
     record["valid_to"], record["superseded_by"] = row["valid_to"], row["superseded_by"]
+    record["kind"] = row["kind"] or "episode"
     record["meta"] = row["meta"] or {}
     record["embedding"] = base64.b64encode(row["embedding"]).decode("ascii")
     line = json.dumps(record, ensure_ascii=False)
@@ -251,6 +255,7 @@ def to_batch(records: list[Record], embedder: Embedder, dim: int, *, reuse: bool
         valid_from=[r.valid_from for r in records],
         valid_to=[r.valid_to for r in records],
         superseded_by=[r.superseded_by for r in records],
+        kinds=[r.kind for r in records],
     )
     return batch, reused
 
@@ -327,6 +332,12 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(object_pairs_hook=_object)
 
 
+def _kind(value: object) -> str:
+    if value not in KINDS:
+        raise ConfigError(f"kind must be one of {KINDS} (optional; default episode), got {value!r:.60}")
+    return str(value)
+
+
 def _record(d: dict[str, Any], header: dict[str, Any], path: Path, n: int) -> Record:
     """One record, every field checked; a ``ConfigError`` naming the file, line and field otherwise."""
     try:
@@ -346,6 +357,7 @@ def _record(d: dict[str, Any], header: dict[str, Any], path: Path, n: int) -> Re
             valid_from=_time(d.get("valid_from", created), "valid_from"),
             valid_to=None if d.get("valid_to") is None else _time(d["valid_to"], "valid_to"),
             superseded_by=None if d.get("superseded_by") is None else check_id("superseded_by", d["superseded_by"]),
+            kind=_kind(d.get("kind", "episode")),
         )
     except ConfigError as e:
         raise ConfigError(f"import: {path}:{n}: {e}") from None

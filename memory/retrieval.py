@@ -76,10 +76,18 @@ class Nearest:
 
     @staticmethod
     def of(
-        mirror: NamespaceMirror, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, *, shared: bool
+        mirror: NamespaceMirror,
+        query: np.ndarray,
+        ids: np.ndarray,
+        sims: np.ndarray,
+        k1: int,
+        *,
+        shared: bool,
+        draw_from: str = "both",
     ) -> Nearest:
-        """The k1 nearest of ``mirror`` for ``query`` (``ids``/``sims``: its index's answer)."""
-        rows, exact, nearest = mirror.candidates(query, ids, sims, k1)  # equal sims keep the older item
+        """The k1 nearest of ``mirror`` for ``query`` (``ids``/``sims``: its index's answer) among the kinds
+        ``draw_from`` names."""
+        rows, exact, nearest = mirror.candidates(query, ids, sims, k1, draw_from)  # equal sims keep the older item
         near = rows[nearest]
         return Nearest(
             mirror.ids[near], exact[nearest], mirror.q[near].copy(), mirror.visits[near].copy(),
@@ -107,19 +115,30 @@ def plan_batch(
     """Phase A and B for each query vector, in memory (one index search per namespace for the batch);
     query i ranks the memories of ``q_in_context[i]`` (when given) by those Q-values instead of their
     stored ones. With a ``shared`` mirror, its memories join the same phase A and B (one recall over both)."""
-    found = [(m, *search(m, vecs, cfg.k1)) for m in (mirror, shared) if m is not None]
+    found = [(m, *search(m, vecs, cfg.k1, cfg.draw_from)) for m in (mirror, shared) if m is not None]
     own = list(q_in_context) or [{}] * len(vecs)
     plans = []
     for i in range(len(vecs)):
-        parts = [Nearest.of(m, vecs[i], ids[i], sims[i], cfg.k1, shared=m is shared) for m, sims, ids in found]
+        parts = [
+            Nearest.of(m, vecs[i], ids[i], sims[i], cfg.k1, shared=m is shared, draw_from=cfg.draw_from)
+            for m, sims, ids in found
+        ]
         nearest = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], cfg.k1)
         plans.append(plan_pool(nearest, cfg, rng, own[i]))
     return plans
 
 
-def search(mirror: NamespaceMirror, vecs: np.ndarray, k1: int) -> tuple[np.ndarray, np.ndarray]:
-    """The index's answer for every query vector: (sims, seqs), ``search_width`` deep."""
-    width = search_width(k1, len(mirror))
+def search(
+    mirror: NamespaceMirror, vecs: np.ndarray, k1: int, draw_from: str = "both"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The index's answer for every query vector: (sims, seqs), ``search_width`` deep (and as many deeper
+    as there are strategies when they are left out; none when only strategies are drawn from)."""
+    if draw_from == "strategies":
+        width = 0
+    elif draw_from == "episodes":
+        width = min(len(mirror), search_width(k1, len(mirror)) + mirror.strategy_count())
+    else:
+        width = search_width(k1, len(mirror))
     if width:
         sims, ids = mirror.index.search(vecs, width)
         return sims, ids

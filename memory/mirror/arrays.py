@@ -9,6 +9,7 @@ does vectorised bookkeeping.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,13 @@ from memory.scoring import phase_a
 
 # float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
 SIM_MARGIN = 1e-4
+EPISODE, STRATEGY = 0, 1
+"""The mirror's kind codes (``MemoryItem.kind``)."""
+
+
+def kind_codes(kinds: Iterable[str | None]) -> np.ndarray:
+    """``"episode"``/``"strategy"`` (or None: an episode) as the mirror's int8 codes."""
+    return np.array([STRATEGY if k == "strategy" else EPISODE for k in kinds], dtype=np.int8)
 
 
 class Column:
@@ -65,6 +73,7 @@ class Rows:
     created: np.ndarray
     intent_codes: np.ndarray  # positions in the mirror's intent keys
     emb: np.ndarray  # their vectors (the keys'), for the vector index
+    kinds: np.ndarray | None = None  # EPISODE / STRATEGY codes; None: all episodes
 
 
 class NamespaceMirror:
@@ -80,6 +89,7 @@ class NamespaceMirror:
         self._visits = Column(np.int64)
         self._created = Column(np.float64)
         self._intents = Column(np.int64)
+        self._kinds = Column(np.int8)
         self._key_ids = Column(object)
         self._key_seqs = Column(np.int64)
         self._keys = Column(np.float32, dim)
@@ -113,6 +123,13 @@ class NamespaceMirror:
     @property
     def intent_codes(self) -> np.ndarray:
         return self._intents.values
+
+    @property
+    def kinds(self) -> np.ndarray:
+        return self._kinds.values
+
+    def strategy_count(self) -> int:
+        return int(np.count_nonzero(self.kinds == STRATEGY))
 
     def vectors(self, rows: np.ndarray | None = None) -> np.ndarray:
         """The vectors of the given rows (all rows when None): their intent keys' vectors."""
@@ -179,11 +196,12 @@ class NamespaceMirror:
             (self._visits, rows.visits),
             (self._created, rows.created),
             (self._intents, rows.intent_codes),
+            (self._kinds, np.zeros(len(rows.seqs), np.int8) if rows.kinds is None else rows.kinds),
         ]
 
     def _reorder(self, take: np.ndarray) -> None:
         self._group_sizes = None
-        for col in (self._seqs, self._ids, self._q, self._visits, self._created, self._intents):
+        for col in (self._seqs, self._ids, self._q, self._visits, self._created, self._intents, self._kinds):
             col.replace(col.values[take])
 
     # -- search --------------------------------------------------------------------------------
@@ -196,22 +214,39 @@ class NamespaceMirror:
         return (self.vectors(rows).astype(np.float64) * np.asarray(query, dtype=np.float64)).sum(axis=1)
 
     def candidates(
-        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int
+        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str = "both"
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows (ascending) that surely contain the k1 nearest items, their exact similarities, and the
-        positions of the k1 nearest among them (``phase_a`` order: best first, older first on ties).
+        """Rows (strategies first, then ascending) that surely contain the k1 nearest items, their exact similarities, and the
+        positions of the k1 nearest among them (``phase_a`` order: best first; on ties a strategy before
+        an episode — it was distilled from its group's episodes and would otherwise lose every tie to
+        them — then the older item).
 
         ``ids`` and ``sims`` are the index's answer for this query, best first (searched with a margin
         beyond k1; an index holds each id once, -1 pads). Only ids whose float32 similarity comes
         within ``SIM_MARGIN`` of the k1-th are re-scored exactly: rounding cannot move the others
         into the k1 nearest. When the k1-th nearest ties with group members the index did not
         return, the whole group joins, so "equal similarity → older item" is decided here and not by
-        the index.
+        the index. ``draw_from`` (``RetrievalConfig.draw_from``): ``"strategies"`` scores the
+        strategies exactly (they are few; the index's answer is not needed), ``"episodes"`` leaves them
+        out of the index's answer (searched that much wider: ``retrieval.search``).
         """
-        if len(ids) > k1:
-            ids = ids[sims >= sims[k1 - 1] - SIM_MARGIN]
+        if draw_from == "strategies":
+            rows = np.flatnonzero(self.kinds == STRATEGY)
+            exact = self.exact_sims(rows, query)
+            return rows, exact, phase_a(exact, k1, -np.inf)
+        return self._nearest(query, ids, sims, k1, draw_from)
+
+    def _nearest(
+        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows = self.rows_of_seqs(ids)
-        rows = np.sort(rows[rows >= 0])
+        keep = rows >= 0
+        if draw_from == "episodes":
+            keep &= self.kinds[np.maximum(rows, 0)] != STRATEGY
+        rows, sims = rows[keep], sims[keep]
+        if len(rows) > k1:
+            rows = rows[sims >= sims[k1 - 1] - SIM_MARGIN]
+        rows = self._tie_order(rows)
         exact = self.exact_sims(rows, query)
         nearest = phase_a(exact, k1, -np.inf)
         if len(rows) < len(self) and len(nearest) == k1:
@@ -220,11 +255,18 @@ class NamespaceMirror:
             if sizes.max() > 1:  # the tie may reach into a group; are all its members here?
                 groups, present = np.unique(tied, return_counts=True)
                 if np.any(self.group_sizes[groups] > present):
-                    members = np.flatnonzero(np.isin(self.intent_codes, groups))
-                    rows = np.union1d(rows, members)
+                    members = np.isin(self.intent_codes, groups)
+                    if draw_from == "episodes":
+                        members &= self.kinds != STRATEGY
+                    rows = self._tie_order(np.union1d(rows, np.flatnonzero(members)))
                     exact = self.exact_sims(rows, query)
                     nearest = phase_a(exact, k1, -np.inf)
         return rows, exact, nearest
+
+    def _tie_order(self, rows: np.ndarray) -> np.ndarray:
+        """Rows in the order ``phase_a`` breaks ties by: strategies first, then ascending (older first)."""
+        rows = np.sort(rows)
+        return rows[np.argsort(self.kinds[rows] != STRATEGY, kind="stable")]
 
     @property
     def group_sizes(self) -> np.ndarray:

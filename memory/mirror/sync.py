@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy import Connection, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from memory.mirror.arrays import NamespaceMirror, Rows
+from memory.mirror.arrays import NamespaceMirror, Rows, kind_codes
 from memory.mirror.index import SearchIndex, VectorIndex
 from memory.schema import from_blobs, intents, memory_items, tombstones, valid_at
 from memory.statements import chunks, read_generation
@@ -39,6 +39,7 @@ ITEM_COLUMNS = (
     memory_items.c.visits,
     memory_items.c.created_at,
     memory_items.c.intent_id,
+    memory_items.c.kind,
 )
 
 
@@ -215,7 +216,7 @@ class MirrorSet:
                 empty.astype(np.int64),
                 np.zeros((0, self.dim), np.float32),
             )
-        seq, ids, _ns, q, visits, created, intent_ids = zip(*rows, strict=True)
+        seq, ids, _ns, q, visits, created, intent_ids, kinds = zip(*rows, strict=True)
         codes = np.array([mirror.key_pos[i] for i in intent_ids], dtype=np.int64)
         return Rows(
             seqs=np.array(seq, dtype=np.int64),
@@ -225,6 +226,7 @@ class MirrorSet:
             created=np.array(created, dtype=np.float64),
             intent_codes=codes,
             emb=mirror.keys[codes] if vectors else np.zeros((0, self.dim), np.float32),
+            kinds=kind_codes(kinds),
         )
 
     def _new_index(self, namespace: str) -> SearchIndex:

@@ -1,0 +1,210 @@
+"""Strategies in the store: what consolidation distils, kept as memories of kind ``"strategy"``.
+
+``memory.consolidation`` decides *what* a strategy says (pure functions); this module decides *how it
+lives in the store*:
+
+- One strategy per intent group (episodes of one task, ``memory_items.intent_id``) of at least
+  ``min_size`` valid episodes. It is a memory like the others: recalled (``RetrievalConfig.draw_from``),
+  rewarded, with its own Q and visits, in the same namespace and intent group, so it is searched with
+  the group's vector.
+- Its id is a hash of the namespace and its source episodes: consolidating the same episodes again
+  finds it stored and does nothing (no model call). When a group's valid episodes change (new attempts,
+  superseded or removed ones), the group is distilled again and the new strategy **supersedes** the old
+  one (kept, marked, out of recall, like a changed fact: ``memory.lifecycle``), taking over its Q and
+  visits: a refined strategy keeps the utility its predecessor earned rather than starting again.
+- ``memory_links`` rows (relation ``"source"``) link it to the episodes it came from.
+
+The model calls happen before anything is written; the strategies, their links and the superseding of
+their predecessors are one transaction. A consolidation killed at any point leaves the store as it was
+or complete, and running it again does what is left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, insert, select
+
+from connectors.chat import ChatModel
+from memory.checks import MAX_ID
+from memory.consolidation import Strategy, distil, group_episodes
+from memory.inserts import NewItems
+from memory.reads import ITEM_FIELDS
+from memory.records import MemoryItem, item_from_row
+from memory.schema import from_blobs, intents, links, memory_items
+
+STRATEGY = "strategy"
+SOURCE = "source"  # memory_links.relation: a strategy's source episodes
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """What one ``MemoryStore.consolidate`` call did in one namespace.
+
+    Attributes:
+        namespace: where it ran.
+        groups: intent groups with at least ``min_size`` valid episodes.
+        written: ids of the strategies stored by this call.
+        replaced: old strategy id → the new one that superseded it.
+        unchanged: groups whose stored strategy was distilled from exactly their current episodes.
+        skipped: groups that yielded no strategy (the model said there was nothing to learn, or its
+            reply did not parse and the rule found nothing either).
+
+    Example:
+        >>> Consolidation("default", groups=2, written=["s1"], unchanged=1).summary()
+        'default: 2 groups, 1 strategies written (0 replacing older ones), 1 unchanged, 0 skipped'
+    """
+
+    namespace: str
+    groups: int = 0
+    written: list[str] = field(default_factory=list)
+    replaced: dict[str, str] = field(default_factory=dict)
+    unchanged: int = 0
+    skipped: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{self.namespace}: {self.groups} groups, {len(self.written)} strategies written "
+            f"({len(self.replaced)} replacing older ones), {self.unchanged} unchanged, {self.skipped} skipped"
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to write: the new strategies as a batch, their predecessors, their sources."""
+
+    batch: NewItems | None
+    replaced: dict[str, str]
+    sources: dict[str, tuple[str, ...]]
+    report: Consolidation
+
+
+def strategy_id(namespace: str, sources: Sequence[str]) -> str:
+    """The id of the strategy distilled from ``sources`` in ``namespace``: the same episodes, the same id.
+
+    Example:
+        >>> strategy_id("default", ["m2", "m1"]) == strategy_id("default", ["m1", "m2"])
+        True
+    """
+    digest = hashlib.sha256("\n".join([namespace, *sorted(sources)]).encode()).hexdigest()
+    return f"strategy-{digest}"[:MAX_ID]
+
+
+def read_groups(
+    conn: Connection, namespace: str
+) -> tuple[list[MemoryItem], np.ndarray, list[str], dict[str, MemoryItem]]:
+    """The namespace's valid episodes (items, their intent keys' vectors, their intent ids) and its valid
+    strategies by intent group."""
+    c = memory_items.c
+    rows = conn.execute(
+        select(*ITEM_FIELDS, c.intent_id, intents.c.embedding)
+        .join(intents, intents.c.id == c.intent_id)
+        .where(c.namespace == namespace, c.valid_to.is_(None))
+        .order_by(c.seq)
+    ).mappings()
+    episodes, blobs, keys, current = [], [], [], {}
+    for row in rows:
+        item = item_from_row(row)
+        if item.kind == STRATEGY:
+            current[str(row["intent_id"])] = item
+        else:
+            episodes.append(item)
+            blobs.append(row["embedding"])
+            keys.append(str(row["intent_id"]))
+    dim = len(blobs[0]) // 4 if blobs else 1
+    return episodes, from_blobs(blobs, dim) if blobs else np.zeros((0, dim), np.float32), keys, current
+
+
+def plan(
+    namespace: str,
+    read: tuple[list[MemoryItem], np.ndarray, list[str], dict[str, MemoryItem]],
+    *,
+    llm: ChatModel | None,
+    min_size: int,
+    q_init: float,
+) -> Plan:
+    """Group, compare with the stored strategies, and distil the groups whose episodes changed."""
+    episodes, vecs, keys, current = read
+    groups = group_episodes(episodes, vecs, min_size=min_size, similarity=1.0, intents=keys)
+    new: list[tuple[Strategy, str, np.ndarray, MemoryItem | None]] = []
+    unchanged = skipped = 0
+    for g in groups:
+        key, sources = keys[g[0]], tuple(sorted(episodes[i].id for i in g))
+        old = current.get(key)
+        if old is not None and tuple(old.meta.get("sources", ())) == sources:
+            unchanged += 1
+            continue
+        found = distil([episodes[i] for i in g], llm=llm)
+        if found is None:
+            skipped += 1
+            continue
+        new.append((found, key, vecs[g[0]], old))
+    ids = [strategy_id(namespace, s.sources) for s, *_ in new]
+    replaced = {old.id: i for i, (_, _, _, old) in zip(ids, new, strict=True) if old is not None}
+    report = Consolidation(namespace, len(groups), ids, replaced, unchanged, skipped)
+    if not new:
+        return Plan(None, {}, {}, report)
+    batch = NewItems.build(
+        [s.applies_when for s, *_ in new],
+        [s.text() for s, *_ in new],
+        np.stack([v for _, _, v, _ in new]).astype(np.float32),
+        q=[q_init if old is None else old.q for *_, old in new],
+        success=[None] * len(new),
+        meta=[_meta(s, key) for s, key, _, _ in new],
+        ids=ids,
+        visits=[0 if old is None else old.visits for *_, old in new],
+        kinds=[STRATEGY] * len(new),
+    )
+    return Plan(batch, replaced, {i: s.sources for i, (s, *_) in zip(ids, new, strict=True)}, report)
+
+
+def _meta(strategy: Strategy, key: str) -> dict[str, Any]:
+    return {
+        "title": strategy.title,
+        "applies_when": strategy.applies_when,
+        "do": strategy.do,
+        "avoid": strategy.avoid,
+        "sources": list(strategy.sources),
+        "intent_group": key,
+    }
+
+
+def link_sources(conn: Connection, namespace: str, sources: Mapping[str, Sequence[str]]) -> None:
+    """``memory_links`` rows strategy → each source episode (relation ``"source"``), in the caller's
+    transaction; rows already there are left alone."""
+    wanted = [(child, parent) for child, parents in sources.items() for parent in parents]
+    if not wanted:
+        return
+    have: set[tuple[str, str]] = set()
+    children = list(sources)
+    for lo in range(0, len(children), 5000):
+        query = select(links.c.child_id, links.c.parent_id).where(
+            links.c.child_id.in_(children[lo : lo + 5000]), links.c.relation == SOURCE
+        )
+        have.update((str(a), str(b)) for a, b in conn.execute(query))
+    now = time.time()
+    rows = [
+        {"child_id": c, "parent_id": p, "relation": SOURCE, "namespace": namespace, "created_at": now}
+        for c, p in wanted
+        if (c, p) not in have
+    ]
+    if rows:
+        conn.execute(insert(links), rows)
+
+
+def sources_of(conn: Connection, strategy_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Each strategy's source episodes, from ``memory_links``."""
+    out: dict[str, list[str]] = {}
+    ids = list(strategy_ids)
+    for lo in range(0, len(ids), 5000):
+        query = select(links.c.child_id, links.c.parent_id).where(
+            links.c.child_id.in_(ids[lo : lo + 5000]), links.c.relation == SOURCE
+        )
+        for child, parent in conn.execute(query.order_by(links.c.parent_id)):
+            out.setdefault(str(child), []).append(str(parent))
+    return out
