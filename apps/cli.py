@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from apps import memory_cli
 from apps.a2a_cli import add_a2a_parser
 from apps.jobs import add_job_parsers
 from apps.mcp_cli import add_mcp_parser
@@ -98,6 +99,11 @@ def cmd_memory(args: argparse.Namespace) -> None:
 
     if args.action in ("backup", "restore"):
         return memory_backup(args)
+    if args.action in memory_cli.ACTIONS:
+        from connectors import load_chat
+
+        llm = load_chat(args.model) if args.action == "consolidate" and args.model else None
+        return memory_cli.cmd_lifecycle(args, llm)
     if args.action in ("stats", "show"):
         return memory_read(args)
     with MemoryStore(args.db, embedder=load_embedder(args.embedder)) as store:  # export/import embed or check vectors
@@ -279,10 +285,16 @@ def add_memory_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m = sub.add_parser("memory", help="inspect, export and import memories; back up and restore the database")
     m.add_argument(
         "action",
-        choices=["stats", "show", "export", "import", "backup", "restore"],
-        help="stats, show: read the memories; export, import: JSONL; backup, restore: the whole database",
+        choices=["stats", "show", "export", "import", "backup", "restore", *memory_cli.ACTIONS],
+        help="stats, show: read the memories; export, import: JSONL; backup, restore: the whole database; "
+        "consolidate: distil strategies; prune: forget under a budget; history: the removal log; undo: put back",
     )
-    m.add_argument("path", nargs="?", type=Path, help="JSONL file for export/import; backup file for backup/restore")
+    m.add_argument(
+        "targets",
+        nargs="*",
+        metavar="PATH_OR_ID",
+        help="export/import: the JSONL file; backup/restore: the backup file; undo: removal or memory ids",
+    )
     m.add_argument("--db", default=None, help=DB_HELP)
     m.add_argument("--namespace", default=None, help="only this namespace, e.g. <run>/<agent> (default: all)")
     m.add_argument(
@@ -291,6 +303,7 @@ def add_memory_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m.add_argument("--limit", type=count(1), default=20, help="show: at most this many memories, highest Q first")
     m.add_argument("--force", action="store_true", help="restore: replace a database that is not empty")
     m.add_argument("--pg-bin", default=None, help="backup/restore: folder of pg_dump/pg_restore (default: PATH)")
+    memory_cli.add_arguments(m)
     m.set_defaults(func=cmd_memory)
 
 
@@ -299,10 +312,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    if args.command == "memory" and args.action in ("export", "import", "backup", "restore") and args.path is None:
-        kind = "a JSONL" if args.action in ("export", "import") else "a backup file"
-        print(f"evolve memory {args.action}: {kind} path is required", file=sys.stderr)
-        return 2
+    if args.command == "memory":
+        paths = args.action in ("export", "import", "backup", "restore")
+        if paths and len(args.targets) != 1 or not paths and args.action != "undo" and args.targets:
+            kind = "a JSONL" if args.action in ("export", "import") else "a backup file"
+            need = f"{kind} path is required (exactly one)" if paths else "takes no path or id"
+            print(f"evolve memory {args.action}: {need}, got {len(args.targets)}", file=sys.stderr)
+            return 2
+        args.path = Path(args.targets[0]) if paths else None
     try:
         args.func(args)
     except EvolveError as e:

@@ -97,6 +97,29 @@ def served_feedback(evolver: Evolver, spec: RunSpec) -> Callable[[], list[Trace]
     return before_round
 
 
+def upkeep(evolver: Evolver, spec: RunSpec) -> Callable[[], str | None] | None:
+    """The job's ``after_round``: consolidate (``[memory] consolidate``) and prune (``[memory.forget]``)
+    every agent's memory (``evolve.deploy.upkeep``); None when neither is asked for."""
+    from evolve.build import build_critic
+    from evolve.deploy.upkeep import forgets, memory_upkeep
+
+    store, m = evolver.memory, spec.memory
+    if store is None or not (m.consolidate or forgets(store)):
+        return None
+    views = [a.memory for a in evolver.team.agents.values() if a.memory is not None]
+    model = next(iter(evolver.team.agents.values())).model
+    llm = build_critic(spec, model) if m.consolidate and m.consolidate_with == "critic" else None
+
+    def after_round() -> str:
+        done = memory_upkeep(
+            store, [v.namespace for v in views], consolidate=m.consolidate, min_size=m.consolidate_min, llm=llm,
+            prune=forgets(store),
+        )  # fmt: skip
+        return done.note()
+
+    return after_round
+
+
 def _noted(result: JobResult, evolver: Evolver) -> JobResult:
     """``result`` with the run's quarantined served ratings in its note: they wait for a fix, not a retry."""
     from dataclasses import replace
@@ -134,7 +157,10 @@ def cmd_job(args: argparse.Namespace) -> None:
         with holding(taken):  # renewed while the models load; released if loading fails
             evolver = _build(spec, args)
         try:
-            result = _noted(run_job(evolver, lease=taken, before_round=served_feedback(evolver, spec)), evolver)
+            ran = run_job(
+                evolver, lease=taken, before_round=served_feedback(evolver, spec), after_round=upkeep(evolver, spec)
+            )
+            result = _noted(ran, evolver)
         finally:
             _close(evolver)
     finally:
@@ -154,7 +180,9 @@ def cmd_scheduler(args: argparse.Namespace) -> None:
     try:
         while True:
             started = time.monotonic()
-            result = _noted(run_job(evolver, ttl=args.lease_ttl, before_round=served_feedback(evolver, spec)), evolver)
+            before, after = served_feedback(evolver, spec), upkeep(evolver, spec)
+            ran = run_job(evolver, ttl=args.lease_ttl, before_round=before, after_round=after)
+            result = _noted(ran, evolver)
             runs += 1
             print(describe(result), flush=True)
             if args.max_runs is not None and runs >= args.max_runs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Engine
@@ -15,10 +16,11 @@ from evolve.executors import Executor
 from evolve.prompts.evolution import PromptEvolution, split_tasks
 from evolve.prompts.graph import PromptGraph
 from evolve.ray_executor import make_executor
-from evolve.spec import RunSpec
+from evolve.spec import AgentSection, RunSpec
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
 from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
+from memory.config import ForgetConfig
 from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
 
 
@@ -35,6 +37,17 @@ def build_chat(spec: RunSpec) -> ChatClient:
     return load_chat(spec.model.chat, cache=cache, **kwargs)
 
 
+def build_critic(spec: RunSpec, chat: ChatClient) -> ChatClient:
+    """The ``[optimizer]`` critic: ``chat`` (the agents' model) when ``critic = "same"``, else its own model."""
+    o = spec.optimizer
+    if o.critic == "same":
+        return chat
+    critic_kwargs: dict[str, Any] = dict(o.critic_options)
+    if o.critic_base_url:
+        critic_kwargs["base_url"] = o.critic_base_url
+    return load_chat(o.critic, **critic_kwargs)
+
+
 def build_prompt_evolution(
     spec: RunSpec, team: Team, tasks: list[Task], engine: Engine, chat: ChatClient
 ) -> PromptEvolution | None:
@@ -42,10 +55,7 @@ def build_prompt_evolution(
     o = spec.optimizer
     if o.kind == "none":
         return None
-    critic_kwargs: dict[str, Any] = dict(o.critic_options)
-    if o.critic_base_url:
-        critic_kwargs["base_url"] = o.critic_base_url
-    critic = chat if o.critic == "same" else load_chat(o.critic, **critic_kwargs)
+    critic = build_critic(spec, chat)
     optimizer: PromptOptimizer
     if o.kind == "textgrad":
         optimizer = TextualGradientOptimizer(
@@ -82,13 +92,18 @@ def weight_updates(spec: RunSpec) -> WeightUpdates:
 
 def memory_config(spec: RunSpec) -> MemoryConfig:
     m = spec.memory
-    retrieval = RetrievalConfig(k1=m.k1, k2=m.k2, delta=m.delta, lam=m.lam, epsilon=m.epsilon, context_q=m.context_q)
+    retrieval = RetrievalConfig(
+        k1=m.k1, k2=m.k2, delta=m.delta, lam=m.lam, epsilon=m.epsilon, context_q=m.context_q, draw_from=m.draw_from
+    )
     config = MemoryConfig(
         retrieval=retrieval,
         alpha=m.alpha,
         durability=m.durability,
         failure_keeps=m.failure_keeps,
         supersede=m.supersede,
+        credit_depth=m.credit_depth,
+        credit_decay=m.credit_decay,
+        forget=m.forget.config() if m.forget is not None else ForgetConfig(),
     )
     return similarity_only(config) if m.mode == "similarity" else config
 
@@ -124,12 +139,19 @@ def build_team(
     def shared(agent: str) -> str | None:
         return None if base is None else agent_namespace(base, agent)
 
+    def view(agent: AgentSection) -> RetrievalConfig | None:  # an agent's own draw_from, else the store's
+        if agent.draw_from is None or store is None:
+            return None
+        return replace(store.config.retrieval, draw_from=agent.draw_from)
+
     agents = [
         Agent(
             a.name,
             chat if a.a2a is None else load_chat(f"a2a/{a.a2a}", api_key_env=a.a2a_key_env),  # a remote member
             system=a.system,
-            memory=MemoryView(store, namespace=agent_namespace(spec.run.name, a.name), shared=shared(a.name))
+            memory=MemoryView(
+                store, namespace=agent_namespace(spec.run.name, a.name), config=view(a), shared=shared(a.name)
+            )
             if store is not None and a.remembers
             else None,
             params=params if a.a2a is None else {},  # the spec's sampling is its model's, not a remote team's
@@ -201,4 +223,13 @@ def build_executor(spec: RunSpec) -> Executor:
     return make_executor(r.executor)
 
 
-__all__ = ["build", "build_chat", "build_executor", "build_store", "build_team", "memory_config", "weight_updates"]
+__all__ = [
+    "build",
+    "build_chat",
+    "build_critic",
+    "build_executor",
+    "build_store",
+    "build_team",
+    "memory_config",
+    "weight_updates",
+]

@@ -32,6 +32,11 @@ alpha = 0.3
 durability = "normal"                   # or "full": a commit survives a power loss (slower writes)
 failure_keeps = "feedback"              # a failure memory keeps the feedback, not the wrong answer
                                         # ("both": the answer too, e.g. for multi-step agents)
+consolidate = false                     # true: evolve job distils a strategy per task after each round
+draw_from = "both"                      # recall "episodes", "strategies" or "both"
+
+[memory.forget]                         # optional: a budget evolve job prunes each agent's memory to
+capacity = 2000                         # removals are logged and undoable: evolve memory history|restore
 
 [marft]                                 # weight updates: LoRA MARFT when success plateaus (local models only)
 enabled = false
@@ -55,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from connectors import ConfigError
 from evolve.tools.mcp import check_entry  # no mcp import: the SDK loads only to connect
-from memory.config import FailureKeeps
+from memory.config import DAY, FailureKeeps, ForgetConfig
 
 
 class _Strict(BaseModel):
@@ -95,6 +100,24 @@ class EnvironmentSection(_Strict):
     max_turns: int = Field(1, ge=1)
 
 
+class ForgetSection(_Strict):
+    """``[memory.forget]``: ``memory.config.ForgetConfig`` with times in days."""
+
+    capacity: int | None = Field(None, ge=1)  # the most memories an agent keeps (None: no cap)
+    min_visits: int = Field(3, ge=1)  # rewards before a memory's Q is trusted
+    low_q: float = 0.0  # a trusted memory at or below this Q goes first
+    stale_after_days: float | None = Field(30.0, ge=0.0)  # untrusted and not recalled this long: stale
+    merge_similarity: float | None = Field(None, gt=0.0, le=1.0)  # near-duplicates above this cosine merge
+    retention_days: float | None = Field(30.0, ge=0.0)  # how long a removal can be undone
+
+    def config(self) -> ForgetConfig:
+        days = {"stale_after_days": "stale_after", "retention_days": "retention"}
+        values = {days.get(k, k): v for k, v in self.model_dump().items()}
+        for name in days.values():
+            values[name] = None if values[name] is None else values[name] * DAY
+        return ForgetConfig(**values)
+
+
 class MemorySection(_Strict):
     enabled: bool = True
     mode: Literal["q", "similarity"] = "q"
@@ -109,6 +132,13 @@ class MemorySection(_Strict):
     durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
     failure_keeps: FailureKeeps = "feedback"  # what a failure memory stores of its attempt
     supersede: bool = False  # a newer memory stating another answer supersedes older ones (MemoryConfig.supersede)
+    draw_from: Literal["both", "episodes", "strategies"] = "both"  # recall episodes, strategies or both (per agent too)
+    consolidate: bool = False  # evolve job distils strategies from each task's episodes after the round
+    consolidate_min: int = Field(3, ge=1)  # episodes a task needs before it gets a strategy
+    consolidate_with: Literal["rule", "critic"] = "rule"  # "critic": [optimizer] critic writes strategies
+    credit_depth: int = Field(0, ge=0, le=8)  # provenance edges a reward travels back (0: off; MemoryConfig)
+    credit_decay: float = Field(0.5, ge=0.0, le=1.0)  # γλ: the weight factor per edge
+    forget: ForgetSection | None = None  # [memory.forget]: a budget evolve job prunes each agent's memory to
 
 
 class OptimizerSection(_Strict):
@@ -152,6 +182,7 @@ class AgentSection(_Strict):
     # MCP servers whose tools the agent may call: commands that speak MCP on stdio, run in the spec's folder
     # ("python tools_server.py --flag"; "python" is Evolve's interpreter), or streamable HTTP URLs.
     mcp: list[str] = Field(default_factory=list)
+    draw_from: Literal["both", "episodes", "strategies"] | None = None  # this agent's view ([memory]'s if unset)
 
     @field_validator("mcp")
     @classmethod

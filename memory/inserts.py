@@ -1,4 +1,5 @@
-"""Writing new memories: intent grouping, one INSERT per table, capacity eviction, bulk chunks, removal.
+"""Writing new memories: intent grouping, one INSERT per table, capacity eviction, bulk chunks, removal (each
+removal recorded by ``memory.pruning.delete_items``).
 
 ``insert_items`` runs inside the store's write transaction and returns what the mirror must append
 once the transaction has committed (the mirror never runs ahead of SQL).
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, insert, select
 
 from connectors.errors import ConfigError
 from memory.checks import check_meta, check_namespace, check_owner, check_success, new_ids
@@ -21,9 +22,10 @@ from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
 from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
 from memory.mirror.sync import MirrorSet
+from memory.pruning import delete_items
 from memory.reads import fetch_items
 from memory.records import MemoryItem
-from memory.schema import bump, intents, memory_items, tombstones
+from memory.schema import bump, intents, memory_items
 from memory.scoring import assign_groups
 from memory.statements import execute_many
 
@@ -293,7 +295,7 @@ def insert_items(
     mark_superseded(conn, replaced.by, dict(zip(batch.ids, start, strict=True)), generation)
     live = np.array([v is None for v in batch.valid_to], dtype=bool)  # a superseded row never enters the mirror
     evicted = eviction_rows(mirror, int(live.sum()), capacity, leaving=replaced.rows)
-    delete_items(conn, ns, mirror.seqs[evicted], generation)
+    delete_items(conn, ns, mirror.seqs[evicted], generation, f"over capacity: MemoryConfig.capacity = {capacity}")
     rows = Rows(item_seqs[live], np.array(batch.ids, dtype=object)[live], batch.q[live], batch.visits[live],
                 batch.created[live], g.labels[live], g.emb[live],
                 kind_codes(batch.kind(i) for i in range(n))[live])  # fmt: skip
@@ -333,24 +335,11 @@ def insert_batches(
     return out, done
 
 
-def delete_items(conn: Connection, namespace: str, seqs: np.ndarray, generation: int) -> None:
-    """Delete items and leave tombstones, so other processes drop them from their mirrors.
-
-    Only rows this statement deleted get a tombstone: on PostgreSQL a concurrent writer that deleted
-    one first (its DELETE waited for ours, or ours for its) must not make the tombstone insert fail.
-    """
-    wanted = [int(s) for s in seqs]
-    dead: list[int] = []
-    for part in range(0, len(wanted), 5000):
-        stmt = delete(memory_items).where(memory_items.c.seq.in_(wanted[part : part + 5000]))
-        dead.extend(int(r[0]) for r in conn.execute(stmt.returning(memory_items.c.seq)))
-    if dead:
-        conn.execute(insert(tombstones), [{"seq": s, "namespace": namespace, "gen": generation} for s in dead])
-
-
-def remove_items(conn: Connection, ids: Sequence[str], namespace: str) -> tuple[int | None, dict[str, np.ndarray]]:
+def remove_items(
+    conn: Connection, ids: Sequence[str], namespace: str, reason: str = "removed by the caller"
+) -> tuple[int | None, dict[str, np.ndarray]]:
     """Delete the memories of ``namespace`` with these ids inside the caller's transaction (ids unknown
-    there are skipped).
+    there are skipped), each recorded in the removal log with ``reason`` (``memory.pruning.delete_items``).
 
     Returns the generation the delete was stamped with (None when nothing matched) and the removed
     seqs per namespace, for the caller's mirrors once the transaction has committed.
@@ -366,5 +355,5 @@ def remove_items(conn: Connection, ids: Sequence[str], namespace: str) -> tuple[
         return None, {}
     generation, _ = bump(conn)
     out = {namespace: np.array(sorted(seqs), dtype=np.int64)}
-    delete_items(conn, namespace, out[namespace], generation)
+    delete_items(conn, namespace, out[namespace], generation, reason)
     return generation, out

@@ -93,6 +93,7 @@ memory_items = Table(
     # No embedding: an item's vector is its intent key's, stored once in memory_intents.
     Index("ix_memory_items_namespace_seq", "namespace", "seq"),
     Index("ix_memory_items_updated_gen", "updated_gen"),
+    Index("ix_memory_items_namespace_intent", "namespace", "intent_id"),  # an intent key's items (eviction, restore)
 )
 
 intents = Table(
@@ -297,7 +298,8 @@ def upgrade(conn: Connection) -> None:
         than recall contexts get the (empty) ``memory_recalls.context`` column and its index; stores older
     than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shared`` (empty: own items);
         stores older than supersession get ``memory_items.valid_from``, ``valid_to`` and ``superseded_by``
-        (empty: every memory valid since it was written; nothing is rewritten), and ``kind`` (empty: episodes).
+        (empty: every memory valid since it was written; nothing is rewritten), and ``kind`` (empty: episodes);
+        every store gets the index of an intent key's items (built once, on the first open after the upgrade).
     """
     if "embedding" in {c["name"] for c in inspect(conn).get_columns("memory_items")}:
         log.info("memory store: dropping memory_items.embedding (vectors live in memory_intents)")
@@ -310,6 +312,7 @@ def upgrade(conn: Connection) -> None:
         log.info("memory store: adding memory_recalls.shared and memory_recall_items.shared (shared recalls)")
         conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN shared VARCHAR(200)"))
         conn.execute(text("ALTER TABLE memory_recall_items ADD COLUMN shared BOOLEAN"))
+    next(i for i in memory_items.indexes if i.name == "ix_memory_items_namespace_intent").create(conn, checkfirst=True)
     have = {c["name"] for c in inspect(conn).get_columns("memory_items")}
     for name, statement in VALIDITY_COLUMNS.items():
         if name not in have:

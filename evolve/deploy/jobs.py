@@ -173,6 +173,7 @@ def run_job(
     holder: str | None = None,
     before_round: Callable[[], Sequence[Trace] | None] | None = None,
     lease: Lease | None = None,
+    after_round: Callable[[], str | None] | None = None,
 ) -> JobResult:
     """Run the next round of ``evolver``'s run unless another job is evolving it; record the job.
 
@@ -185,6 +186,9 @@ def run_job(
         before_round: called inside the lease, before the round (e.g. to ingest feedback collected by
             ``evolve serve``); it may return traces (``evolve.deploy.feedback.feedback_traces``) that the round's
             prompt step learns from (``Evolver.run_round``'s ``extra_traces``), or None.
+        after_round: called inside the lease once the round is recorded (memory upkeep:
+            ``evolve.deploy.upkeep``); what it returns joins the job's note. A failure there fails the job
+            with the round already done, and the next job runs the next round.
         lease: the run's lease, already taken with ``take_lease`` (before the evolver was built); None
             takes it here. Either way ``run_job`` releases it. A lease lost since it was taken (it
             expired and another job took the run over) makes this job ``skipped``.
@@ -213,6 +217,9 @@ def run_job(
         with _heartbeat(lease) as beat:
             extra = _check_traces(before_round()) if before_round is not None else ()
             metrics = evolver.run_round(round_, extra_traces=extra)
+            after = after_round() if after_round is not None else None
+        if after:
+            notes.append(after)
         if beat is not None and beat.lost:
             notes.append(f"lease lost at {when(beat.lost_at or 0.0)}: another job may have run this round too")
         _finish_row(engine, job_id, "done", metrics=metrics, note="; ".join(notes))
