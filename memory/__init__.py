@@ -13,7 +13,7 @@ This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
 """
 
 from memory.checks import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, fit_id
-from memory.config import MemoryConfig, RetrievalConfig, similarity_only
+from memory.config import ForgetConfig, MemoryConfig, RetrievalConfig, similarity_only
 from memory.learning import Reinforcement, reinforcements
 from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import (
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_FEEDBACK_ID",
     "MAX_ID",
     "MAX_NAMESPACE",
+    "ForgetConfig",
     "MemoryConfig",
     "MemoryItem",
     "MemoryStore",

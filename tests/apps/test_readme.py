@@ -44,6 +44,7 @@ EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         [("run(rounds=5)", "run(rounds=1)")],
     ),
     "from optimizers.marft import AgentPolicies, Args, Trainer": ("", [("Args(steps=150)", "Args(steps=2)")]),
+    "from connectors import HashEmbedder": ("", []),
     "from openai import OpenAI": ("", []),  # base URL and key: the live server's (see test below)
     "import httpx2  # the MCP SDK's HTTP client": ("", []),  # a live evolve mcp (see test below)
     "import httpx": ("", []),  # a live evolve a2a (see test below)
