@@ -229,7 +229,7 @@ def memory_tab(deployment: Deployment, tenant: str | None) -> None:
     )
     shown = data.filter_rows(rows, flt)
     st.caption(f"{len(shown)} of {len(rows)} memories in {', '.join(namespaces) or 'no namespace'}")
-    columns = ["intent", "experience", "Q", "visits", "success", "namespace", "created", "id"]
+    columns = ["intent", "experience", "Q", "visits", "kind", "state", "success", "namespace", "created", "id"]
     st.dataframe(
         pd.DataFrame(shown, columns=columns),
         hide_index=True,

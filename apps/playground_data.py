@@ -49,6 +49,8 @@ def why_rows(explanation: Mapping[str, Any], items: Mapping[str, MemoryItem]) ->
         item = items.get(c["id"])
         if c["selected"]:
             verdict = f"selected #{c['rank'] + 1}"
+            if c.get("superseded"):
+                verdict += f" (superseded since by {c.get('superseded_by') or '?'})"
         elif c["filtered"]:
             verdict = "filtered: similarity ≤ δ"
         else:
@@ -86,7 +88,8 @@ def recall_summary(explanation: Mapping[str, Any]) -> str:
 
 
 def memory_rows(items: Iterable[MemoryItem]) -> list[dict[str, Any]]:
-    """The memory table: one row per memory, highest Q first."""
+    """The memory table: one row per memory, highest Q first; ``kind`` (episode or strategy) and ``state``
+    (``valid``, or which newer memory superseded it: no recall finds it any more)."""
     ordered = sorted(items, key=lambda it: -it.q)
     return [
         {
@@ -94,6 +97,8 @@ def memory_rows(items: Iterable[MemoryItem]) -> list[dict[str, Any]]:
             "experience": it.experience,
             "Q": it.q,
             "visits": it.visits,
+            "kind": it.kind,
+            "state": "valid" if it.valid else f"superseded by {it.superseded_by or '?'}",
             "success": it.success,
             "namespace": it.namespace,
             "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(it.created_at)),

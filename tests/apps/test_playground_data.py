@@ -170,3 +170,18 @@ def test_the_command_refuses_a_bad_spec_or_tenant_before_starting_streamlit(tmp_
         cmd_playground(argparse.Namespace(spec=tmp_path / "missing.toml", **base))
     with pytest.raises(ConfigError, match="tenant name"):
         cmd_playground(argparse.Namespace(spec=DEFAULT_SPEC, **{**base, "tenant": "two words"}))
+
+
+def test_the_memory_table_shows_each_memorys_kind_and_whether_a_newer_one_superseded_it() -> None:
+    from dataclasses import replace
+
+    old = replace(item("old", "Harbor door", 0.5), valid_to=2.0, superseded_by="new")
+    strategy = replace(item("s", "Harbor door", 0.2), kind="strategy")
+    rows = {r["id"]: r for r in data.memory_rows([old, item("new", "Harbor door", 0.1), strategy])}
+    assert (rows["old"]["kind"], rows["old"]["state"]) == ("episode", "superseded by new")
+    assert (rows["new"]["state"], rows["s"]["kind"], rows["s"]["state"]) == ("valid", "strategy", "valid")
+    explanation = {"candidates": [{"id": "old", "selected": True, "rank": 0, "filtered": False, "sim": 0.9,
+                                   "q": 0.5, "z_sim": 0.0, "z_q": 0.0, "score": 0.0, "superseded": True,
+                                   "superseded_by": "new"}]}  # fmt: skip
+    [why] = data.why_rows(explanation, {"old": old})
+    assert why["verdict"] == "selected #1 (superseded since by new)"
