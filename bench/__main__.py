@@ -50,6 +50,8 @@ BENCHES = (
     Bench("serve_closed_loop", ("full",)),
     Bench("protocol_overhead", ("quick", "full")),
     Bench("changing_facts", ("quick", "full")),
+    Bench("multistep_credit", ("quick", "full")),
+    Bench("memory_size", ("full",)),
     Bench("prompt_evolution", ("full",)),
     Bench("marft_smollm2", ("full",)),
     Bench("marft_gpu", ("full",)),

@@ -29,8 +29,14 @@ Provenance is acyclic by construction (a memory's parents existed before it); ba
 still terminates: the propagation runs at most ``depth`` rounds and stops as soon as a round changes
 nothing, and a cycle only offers longer (so no heavier) paths.
 
-Which memories count the update in ``visits`` is the store's choice; counting only the recalled
-ones keeps ``visits`` meaning "times recalled".
+In the store (``MemoryConfig.credit_depth``/``credit_decay``, ``memory.learning.plan_updates``): the
+edges are ``memory_links`` rows of relation ``"context"``, recorded when a memory is written whose
+``provenance["recalls"]`` names recalls (``memory.provenance``), never across namespaces and never to a
+memory drawn from a shared namespace. A reward leaves the recalled memories' update exactly as it was
+(rate ``min(1, α·w_m)``, ``visits += 1``) — a recalled memory keeps its own weight even when it is
+also an ancestor of another recalled one, which differs from ``max(w_m, …)`` above only under
+``credit="score"`` — and moves each ancestor by ``min(1, α·weight(m))`` with ``visits`` unchanged, so
+``visits`` keeps meaning "times recalled"; all in the reward's transaction, once per feedback id.
 
 Worked example: C was written with A and B in context, D with C; an episode recalled D alone
 (``w_D = 1``) and earned ``r = 1``; ``α = 0.3``, ``γλ = 0.5``, ``depth = 2``. Weights: D 1, C 0.5,

@@ -22,6 +22,7 @@ from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
 from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
 from memory.mirror.sync import MirrorSet
+from memory.provenance import record_context
 from memory.pruning import delete_items
 from memory.reads import fetch_items
 from memory.records import MemoryItem
@@ -292,6 +293,7 @@ def insert_items(
          "kind": None if batch.kind(i) == "episode" else batch.kind(i)}  # NULL: an episode
         for i in range(n)
     ])  # fmt: skip
+    record_context(conn, ns, batch.ids, batch.metas)  # provenance edges to the recalls' memories (memory.credit)
     mark_superseded(conn, replaced.by, dict(zip(batch.ids, start, strict=True)), generation)
     live = np.array([v is None for v in batch.valid_to], dtype=bool)  # a superseded row never enters the mirror
     evicted = eviction_rows(mirror, int(live.sum()), capacity, leaving=replaced.rows)

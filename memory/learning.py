@@ -3,6 +3,11 @@
 ``Q ← Q + α·w·(r − Q)`` and ``visits += 1`` are computed by the database (``q = q + :rate * (:reward
 - q)``), never from a value read into Python first, so concurrent writers never lose an update.
 
+With ``MemoryConfig.credit_depth > 0`` a reward also reaches the memories that were in context when
+the recalled ones were written (``memory.provenance``), each at ``min(1, α·w)`` with the weight
+``memory.credit.traced_credit`` gives it (``w = (γλ)^d`` for an ancestor ``d`` edges up; the worked
+example is in ``memory.credit``), in the same statement, without ``visits += 1``.
+
 ``reinforcements`` builds the entries that reward the recalls one answer used (the loop's episodes,
 served responses, LangChain runs): one feedback id per recall, ``<answer's feedback id>/<recall id>``.
 """
@@ -30,6 +35,8 @@ from memory.checks import (
     fit_id,
     new_ids,
 )
+from memory.credit import traced_credit
+from memory.provenance import ancestors
 from memory.records import Recall
 from memory.schema import bump, feedback, memory_items
 from memory.scoring import credit_weights
@@ -89,12 +96,15 @@ def reinforcements(recalls: Iterable[tuple[str, str | None]], reward: float, fee
 
 
 # The TD rule computed by the database from the row's current Q (never from a value read first).
+# ``b_visit`` is 1 for a memory the recall selected and 0 for an ancestor credited through provenance
+# (``memory.credit``): ``visits`` keeps meaning "times recalled". One statement for both, so a batch's
+# updates run in the order planned, exactly as the same reinforce calls one after another would.
 Q_UPDATE = (
     update(memory_items)
     .where(memory_items.c.id == bindparam("b_item"), memory_items.c.namespace == bindparam("b_ns"))
     .values(
         q=memory_items.c.q + bindparam("b_rate") * (bindparam("b_reward") - memory_items.c.q),
-        visits=memory_items.c.visits + 1,
+        visits=memory_items.c.visits + bindparam("b_visit"),
         updated_gen=bindparam("b_gen"),
         updated_at=bindparam("b_at"),
     )
@@ -137,39 +147,79 @@ class Updates:
     feedback_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
+class Target(NamedTuple):
+    """One reinforcement resolved: its feedback key and reward, and the memories its recall selected."""
+
+    feedback_id: str
+    reward: float
+    namespace: str
+    item_ids: list[str]
+    weights: np.ndarray
+
+
 def plan_updates(
-    conn: Connection, entries: list[Reinforcement], *, alpha: float, credit: str, namespace: str | None
+    conn: Connection,
+    entries: list[Reinforcement],
+    *,
+    alpha: float,
+    credit: str,
+    namespace: str | None,
+    depth: int = 0,
+    decay: float = 0.0,
 ) -> Updates:
     """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied (under
     their own id or one of their ``applied_as``).
 
     Recall ids are looked up in the entry's namespace, else ``namespace``, else ``"default"``;
     ``Recall`` objects in their own (``reads.recall_targets``); every update is bound to the
-    recall's namespace as well.
+    recall's namespace as well. With ``depth > 0`` and ``decay`` (γλ) > 0, the ancestors of the
+    selected memories along provenance (``memory.provenance``) are credited too, at ``min(1, α·w)``
+    with ``w`` from ``memory.credit.traced_credit`` (its docstring has the rule and a worked example),
+    without counting a visit; the selected memories keep exactly their update of ``depth = 0``.
     """
     plan = Updates()
     keys = [e.feedback_id for e in entries if e.feedback_id is not None]
     seen = reads.feedback_applied(conn, keys + [old for e in entries for old in e.applied_as])
     now = time.time()
     fresh = iter(new_ids(len(entries)))
+    targets: list[Target] = []
     for recall, reward, fid, entry_ns, applied_as in entries:
         fid = fid if fid is not None else next(fresh)
         if fid in seen or seen.intersection(applied_as):
             continue
         seen.add(fid)
         recall_id, ns, item_ids, scores = reads.recall_targets(conn, recall, entry_ns or namespace)
-        rates = np.minimum(1.0, alpha * credit_weights(scores, credit))
-        for item_id, rate in zip(item_ids, rates, strict=True):
-            plan.params.append({"b_item": item_id, "b_ns": ns, "b_rate": float(rate), "b_reward": reward, "b_fb": fid})
+        targets.append(Target(fid, reward, ns, item_ids, credit_weights(scores, credit)))
         plan.feedback_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
+    tree = provenance_of(conn, targets, depth) if depth > 0 and decay > 0 else {}
+    for t in targets:
+        base = {"b_ns": t.namespace, "b_reward": t.reward, "b_fb": t.feedback_id}
+        for item_id, rate in zip(t.item_ids, np.minimum(1.0, alpha * t.weights), strict=True):
+            plan.params.append({**base, "b_item": item_id, "b_rate": float(rate), "b_visit": 1})
+        if tree.get(t.namespace):
+            direct = dict(zip(t.item_ids, t.weights.tolist(), strict=True))
+            traced = traced_credit(direct, tree[t.namespace], gamma_lambda=decay, depth=depth)
+            for item_id, w in traced.items():
+                if item_id not in direct:  # an ancestor: the selected memories moved above
+                    plan.params.append({**base, "b_item": item_id, "b_rate": min(1.0, alpha * w), "b_visit": 0})
     return plan
+
+
+def provenance_of(conn: Connection, targets: Sequence[Target], depth: int) -> dict[str, dict[str, list[str]]]:
+    """Namespace → the provenance above every memory its recalls selected (one read per namespace and
+    level: the parents above a union of memories hold every path above each of them)."""
+    selected: dict[str, list[str]] = {}
+    for t in targets:
+        selected.setdefault(t.namespace, []).extend(t.item_ids)
+    return {ns: ancestors(conn, ids, ns, depth=depth) for ns, ids in selected.items()}
 
 
 def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any], int]:
     """Run the batch inside the caller's transaction.
 
     Returns the new generation (None when no item changed), the changed rows as ``(id, seq,
-    namespace, q, visits)`` for the mirror, and how many item updates were applied.
+    namespace, q, visits)`` for the mirror (credited ancestors included), and how many updates of
+    selected memories were applied (what ``reinforce`` returns; ancestors' updates are not counted).
     """
     generation = None
     after: list[Any] = []
@@ -179,7 +229,7 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
         execute_many(conn, Q_UPDATE, [{**p, "b_gen": generation, "b_at": now} for p in plan.params])
         after = reads.read_values(conn, sorted({p["b_item"] for p in plan.params}))
     present = {row[0] for row in after}
-    applied = Counter(p["b_fb"] for p in plan.params if p["b_item"] in present)
+    applied = Counter(p["b_fb"] for p in plan.params if p["b_item"] in present and p["b_visit"])
     for fb in plan.feedback_rows:
         fb["items"] = applied[fb["id"]]
     execute_many(conn, FEEDBACK_INSERT, plan.feedback_rows)

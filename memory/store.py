@@ -363,9 +363,11 @@ class MemoryStore(StoreUpkeep):
             return 0
         with self._open.locked():
             with self._open.write() as conn:
+                cfg = self.config
                 plan = plan_updates(
-                    conn, entries, alpha=self.config.alpha, credit=self.config.credit, namespace=namespace
-                )
+                    conn, entries, alpha=cfg.alpha, credit=cfg.credit, namespace=namespace,
+                    depth=cfg.credit_depth, decay=cfg.credit_decay,
+                )  # fmt: skip
                 generation, after, updated = apply_updates(conn, plan)
             if generation is not None:
                 if self._mirrors.advance(generation):
