@@ -222,7 +222,11 @@ class MemoryConfig:
 
         credit_depth: credit over several steps (``memory.credit``): how many provenance edges a reward
             travels back from the memories a recall selected to the memories that were in context when
-            those were written. 0 (the default, the switch off): only the recalled memories move.
+            those were written. 0 (the default, the switch off): only the recalled memories move. On a
+            bundled three-step family whose deciding memory sits two edges above the only reward
+            (``bench/multistep_credit.py``, rule reader, 10 seeds), depth 2 lifts mean success over 12
+            rounds from 0.543 to 0.931, +0.389 [+0.370, +0.407]; it costs −0.062 [−0.126, +0.001] in the
+            first round, where a failure also blames memories that were not at fault.
         credit_decay: γλ in [0, 1], the weight factor per edge: an ancestor ``d`` edges away gets
             ``(γλ)^d`` of the recalled memory's weight.
         forget: forgetting with a budget (``memory.forgetting.ForgetConfig``: capacity, eviction order,
