@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-gpu test-vllm bench reliability chromium clean
+.PHONY: demo test test-gpu test-vllm bench bench-peers .venv-peers reliability chromium clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -64,6 +64,24 @@ test-vllm: $(VLLM_VENV)/.installed
 		tests/optimizers/marft/test_vllm_engine.py tests/connectors/test_vllm_chat.py tests/evolve/test_vllm_server.py $(PYTEST_ARGS)
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VLLM_VENV)/bin/python -m bench.vllm_server
 
+# The vector stores bench.peers measures Evolve against live in their own environment, never in .venv
+# (their pins are not ours). pysqlite3-binary: this Python's sqlite3 cannot load extensions, sqlite-vec's way in.
+PEERS_VENV := .venv-peers
+PEERS := faiss-cpu==1.15.1 usearch==2.26.6 sqlite-vec==0.1.9 pysqlite3-binary==0.5.4.post2 \
+	qdrant-client==1.20.0 lancedb==0.40.0 chromadb==1.5.9
+
+$(PEERS_VENV)/.installed: constraints.txt Makefile
+	$(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q -c constraints.txt numpy $(PEERS)
+	touch $@
+
+.venv-peers: $(PEERS_VENV)/.installed
+
+# Evolve's full recall beside raw FAISS, usearch, Qdrant local mode, LanceDB, Chroma and sqlite-vec at 100k and 1M
+# items (about 2 hours on 2 idle cores): bench/results/peers.{json,md}. See bench/peers.py.
+bench-peers: $(STAMP) $(PEERS_VENV)/.installed
+	$(BIN)/python -m bench.peers
+
 # Quick profile (about 31 minutes on 2 CPU cores, 15 of them learning on BFCL); `make bench FULL=1` runs everything. See bench/__main__.py.
 bench: $(STAMP) $(BFCL)
 	$(BIN)/python -m bench --profile $(if $(FULL),full,quick)
@@ -74,4 +92,4 @@ reliability: $(STAMP)
 	$(BIN)/python -m bench.reliability $(if $(FULL),--full,)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(PEERS_VENV) build *.egg-info
