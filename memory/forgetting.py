@@ -11,14 +11,17 @@ Nothing is evicted unless ``ForgetConfig.capacity`` is set, and nothing merges u
 1. *low*: Q is trusted (``visits >= min_visits``) and ``Q <= low_q``; lowest Q first.
 2. *stale*: Q is not trusted and the memory was not recalled for ``stale_after`` seconds (counted
    from its creation when never recalled); longest idle first.
-3. *proven*: Q is trusted and above ``low_q``; lowest Q first.
-4. *new*: not trusted, recalled recently or younger than ``stale_after``: it has had no chance
-   yet; oldest first.
+3. *new*: not trusted, recalled recently or younger than ``stale_after``; oldest first.
+4. *proven*: Q is trusted and above ``low_q``; lowest Q first.
 
-Ties fall to the older memory (smaller ``created_at``), then the lower index. Every memory gets
-``stale_after`` seconds to earn a trusted Q: after that it is either ranked by what it earned or
-stale. Proven memories rank above stale ones (a budget should not spend learned utility on
-memories nobody recalls) and below new ones only so a full namespace keeps room to try new ones.
+Ties fall to the older memory (smaller ``created_at``), then the lower index. The order is by expected
+utility: a proven memory has shown it helps (Q above ``low_q`` over ``min_visits`` rewards), an untried
+one is expected to help as much as a fresh memory's Q says (``Q_init``, 0 by default), a low one has
+shown it does not. Every memory gets ``stale_after`` seconds to earn a trusted Q: after that it is
+ranked by what it earned, or it is stale. A namespace keeps learning under a full budget: the newest
+memories are the last of the untried ones to go, and a proven memory that starts failing falls to
+*low*. (Proven memories used to go before new ones, "to keep room to try new ones": capped at a third
+of what 20 rounds of facility codes write, that cost 0.114 of success, see ``bench/memory_size.py``.)
 
 **Merging near-duplicates** keeps one memory of each pair with cosine ``>= merge_similarity``: the
 more visited (then higher Q, then older); it takes ``visits = v_a + v_b`` and the visit-weighted mean
@@ -41,7 +44,7 @@ Worked example: six memories of one namespace, capacity 3, ``now`` on day 100.
     ... )
     >>> config = ForgetConfig(capacity=3, min_visits=3, stale_after=30 * DAY)
     >>> eviction_order(usage, now=100 * DAY, config=config).tolist()
-    [0, 1, 3, 5, 2, 4]
+    [0, 1, 3, 4, 5, 2]
     >>> rows, reasons = plan_eviction(usage, now=100 * DAY, config=config)
     >>> rows.tolist(), reasons
     ([0, 1, 3], ['superseded', 'low Q -0.62 after 5 rewards', 'not recalled in 40 days'])
@@ -62,7 +65,7 @@ from memory.config import DAY, ForgetConfig, check_int, check_number, real_numbe
 from memory.records import MemoryItem
 from memory.scoring import GROUP_TOLERANCE
 
-TIERS = ("superseded", "low", "stale", "proven", "new")
+TIERS = ("superseded", "low", "stale", "new", "proven")
 """The eviction tiers, most evictable first (the module docstring)."""
 _UNIT_TOLERANCE = 1e-3  # float32 embeddings of unit length are within ~1e-6; anything far off is a caller bug
 _CHUNK = 1024  # rows per block of the pairwise cosine matrix: memory stays O(chunk × n)
@@ -135,7 +138,7 @@ def _tiers(usage: Usage, now: float, config: ForgetConfig) -> tuple[np.ndarray, 
     trusted = usage.visits >= config.min_visits
     stale = ~trusted & (idle >= config.stale_after) if config.stale_after is not None else np.zeros_like(trusted)
     low = trusted & (usage.q <= config.low_q)
-    tier = np.select([usage.superseded, low, stale, trusted], [0, 1, 2, 3], default=4)
+    tier = np.select([usage.superseded, low, stale, trusted], [0, 1, 2, 4], default=3)
     return tier, idle
 
 
@@ -143,7 +146,7 @@ def eviction_order(usage: Usage, *, now: float, config: ForgetConfig) -> np.ndar
     """Every row, most evictable first (the module's tiers); ties: older, then lower index."""
     tier, idle = _tiers(usage, _check_now(now, "eviction_order"), config)
     # Within a tier: Q ascending for the trusted tiers, longest idle for stale, oldest for the rest.
-    primary = np.select([(tier == 1) | (tier == 3), tier == 2], [usage.q, -idle], default=usage.created_at)
+    primary = np.select([(tier == 1) | (tier == 4), tier == 2], [usage.q, -idle], default=usage.created_at)
     return np.lexsort((np.arange(len(usage)), usage.created_at, primary, tier)).astype(np.intp)
 
 
@@ -177,8 +180,8 @@ def _reason(usage: Usage, i: int, tier: int, idle_age: tuple[float, float], conf
         never = "never" if math.isnan(float(usage.last_recalled[i])) else "not"
         return f"{never} recalled in {span(idle)}"
     if tier == 3:
-        return f"over capacity: lowest kept Q {q:.2f} after {rewards}"
-    return f"over capacity: new, {visits} of {config.min_visits} rewards in {span(age)}"
+        return f"over capacity: new, {visits} of {config.min_visits} rewards in {span(age)}"
+    return f"over capacity: lowest kept Q {q:.2f} after {rewards}"
 
 
 def span(seconds: float) -> str:

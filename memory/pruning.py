@@ -55,7 +55,10 @@ from memory.statements import chunks, execute_many
 MERGED = "merged"
 """The ``Pruned.tier`` of a memory merged into a near-duplicate (the others are ``forgetting.TIERS``)."""
 _SERIAL = itertools.count()  # removal ids sort in the order this process wrote them, within a millisecond too
-_TIER_OF = (("superseded", 0), ("low Q", 1), ("never recalled", 2), ("not recalled", 2), ("over capacity: lowest", 3))
+_TIER_OF = (
+    ("superseded", 0), ("low Q", 1), ("never recalled", 2), ("not recalled", 2), ("over capacity: new", 3),
+    ("over capacity: lowest", 4),
+)  # fmt: skip
 REMOVAL_INSERT = insert(removals)
 SET_VALUES = (
     update(memory_items)

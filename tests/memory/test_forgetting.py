@@ -74,8 +74,8 @@ def ref_order(u: Usage, now: float, cfg: ForgetConfig) -> list[int]:
         if not trusted and cfg.stale_after is not None and idle >= cfg.stale_after:
             return (2, -idle, created, i)
         if trusted:
-            return (3, q, created, i)
-        return (4, created, created, i)
+            return (4, q, created, i)
+        return (3, created, created, i)
 
     return sorted(range(len(u)), key=key)
 
@@ -144,7 +144,7 @@ def test_a_trusted_low_q_goes_before_an_untrusted_lower_one_and_before_stale_one
     assert reasons == ["low Q -0.62 after 5 rewards", "low Q 0.00 after 3 rewards", "never recalled in 300 days"]
 
 
-def test_stale_ones_go_longest_idle_first_then_proven_by_q_then_new_oldest_first() -> None:
+def test_stale_ones_go_longest_idle_first_then_new_oldest_first_then_proven_by_q() -> None:
     u = usage([
         (0.9, 6, NOW - DAY, NOW - 200 * DAY, False),      # proven, Q 0.9
         (0.0, 1, NOW - 40 * DAY, NOW - 90 * DAY, False),  # stale: not recalled in 40 days
@@ -153,21 +153,22 @@ def test_stale_ones_go_longest_idle_first_then_proven_by_q_then_new_oldest_first
         (0.2, 4, NOW - DAY, NOW - 200 * DAY, False),      # proven, Q 0.2
         (0.0, 2, NOW - DAY, NOW - 9 * DAY, False),        # new, 9 days old, recalled yesterday
     ])  # fmt: skip
-    assert eviction_order(u, now=NOW, config=CONFIG).tolist() == [3, 1, 4, 0, 5, 2]
+    assert eviction_order(u, now=NOW, config=CONFIG).tolist() == [3, 1, 5, 2, 4, 0]
     _, reasons = plan_eviction(u, now=NOW, config=ForgetConfig(capacity=1, min_visits=3))
     assert reasons == [
         "never recalled in 61 days",
         "not recalled in 40 days",
-        "over capacity: lowest kept Q 0.20 after 4 rewards",
-        "over capacity: lowest kept Q 0.90 after 6 rewards",
         "over capacity: new, 2 of 3 rewards in 9 days",
+        "over capacity: new, 0 of 3 rewards in 2 days",
+        "over capacity: lowest kept Q 0.20 after 4 rewards",
     ]
 
 
 def test_without_stale_after_an_untrusted_memory_is_never_stale() -> None:
     u = usage([(0.0, 0, NEVER, 0.0, False), (0.5, 3, NOW, NOW - DAY, False)])
     cfg = ForgetConfig(capacity=1, stale_after=None)
-    assert plan_eviction(u, now=NOW, config=cfg)[1] == ["over capacity: lowest kept Q 0.50 after 3 rewards"]
+    [reason] = plan_eviction(u, now=NOW, config=cfg)[1]
+    assert reason.startswith("over capacity: new, 0 of 3 rewards in ")  # old and never recalled, yet not stale
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -184,7 +185,7 @@ def test_the_order_matches_a_plain_loop_and_puts_tiers_in_sequence(seed: int) ->
 
 
 def reason_tier(reason: str) -> int:
-    prefixes = ("superseded", "low Q", "n", "over capacity: lowest kept", "over capacity: new")
+    prefixes = ("superseded", "low Q", "n", "over capacity: new", "over capacity: lowest kept")
     return next(t for t, p in enumerate(prefixes) if reason.startswith(p))
 
 

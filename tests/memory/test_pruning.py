@@ -86,8 +86,9 @@ def test_capacity_evicts_by_tier_superseded_low_stale_proven_new(open_store: Ope
     assert report.counts == {"superseded": 1, "low": 1, "stale": 1} and report.kept == {TENANT: 3}
     assert [m.id for m in store.items(TENANT)] == [ids[2], ids[4], ids[5]]
     report = store.prune(TENANT, config=ForgetConfig(capacity=1, min_visits=3), now=t0 + 100 * DAY)
-    assert [p.item_id for p in report.removed] == [ids[5], ids[2]] and report.counts == {"proven": 2}
-    assert report.removed[0].reason == "over capacity: lowest kept Q 0.35 after 4 rewards"
+    assert [p.item_id for p in report.removed] == [ids[4], ids[5]]  # an untried one, then the lowest proven
+    assert report.counts == {"new": 1, "proven": 1}
+    assert report.removed[1].reason == "over capacity: lowest kept Q 0.35 after 4 rewards"
     store.add("Torcode Lager Kiefer?", "Antwort Kiefer", namespace=TENANT)
     assert store.prune(TENANT, config=ForgetConfig(capacity=1), now=t0 + 100 * DAY).counts == {"new": 1}
 
