@@ -41,7 +41,7 @@ from evolve import (
 from evolve.build import memory_config
 from evolve.spec import load_spec
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
-from memory.config import FailureKeeps
+from memory.config import DrawFrom, FailureKeeps
 from optimizers.types import PromptOptimizer
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -254,6 +254,9 @@ class Condition:
     optimizer: OptimizerKind = "none"
     writer: bool = False  # the model writes each experience (a script, a lesson) instead of the cheap record
     failure_keeps: FailureKeeps = MemoryConfig.failure_keeps  # what a failure memory stores of its attempt
+    draw_from: DrawFrom | None = None  # which kinds recall draws (RetrievalConfig.draw_from); None: the env's
+    consolidate: bool = False  # distil strategies after every round, as evolve job does (bench.strategy_memory)
+    consolidate_min: int = 3  # episodes an intent group needs before it is consolidated (MemoryStore.consolidate)
 
 
 CONDITIONS = (
@@ -354,6 +357,8 @@ def memory_for(cond: Condition, retrieval: RetrievalConfig) -> MemoryConfig | No
     if cond.memory == "none":
         return None
     retrieval = replace(retrieval, lam=0.5, context_q=cond.memory == "q_context")
+    if cond.draw_from is not None:
+        retrieval = replace(retrieval, draw_from=cond.draw_from)
     config = MemoryConfig(retrieval=retrieval, alpha=0.3, failure_keeps=cond.failure_keeps)
     return similarity_only(config) if cond.memory == "similarity" else config
 

@@ -322,6 +322,8 @@ _TRAJECTORY = re.compile(r"^Trajectory \(condensed\):[ \t]*\n(.*?)(?:\nFeedback:
 
 _FAILURE_LABELS = ("What to avoid", "What went wrong", "Correct approach")  # prompts.FAILURE_PROMPT's answer
 _AVOID, _WRONG, _CORRECT = (re.compile(rf"^{label}:[ \t]*(.+)$", re.M) for label in _FAILURE_LABELS)
+# Other ways a checker's feedback states the right answer (BFCL: "A correct call: f(x=1)"), on one line.
+_STATED = re.compile(r"(?:The correct answer is|A correct call|Correct calls)[ \t]*:[ \t]*(\S.*)$", re.M | re.I)
 
 
 def rule_strategy(group: Sequence[MemoryItem]) -> Strategy | None:
@@ -391,6 +393,9 @@ def _correction(item: MemoryItem) -> Lesson:
         answer = " ".join(item.experience.rsplit(REVEALED, 1)[1].split()).rstrip(".")
         if answer:
             return prompts.RULE_DO_REVEALED.format(answer=answer), answer
+    stated = _STATED.findall(item.experience)
+    if stated and (answer := " ".join(stated[-1].split()).rstrip(".")):
+        return prompts.RULE_DO_REVEALED.format(answer=answer), answer
     return _line(_CORRECT, item.experience)
 
 

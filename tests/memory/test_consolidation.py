@@ -322,3 +322,18 @@ def test_episodes_written_to_a_store_consolidate_per_task_and_per_tenant(tmp_pat
         namespaces = {it.namespace for it in items if it.id in s.sources}
         assert len(s.sources) == 4 and len(namespaces) == 1
         assert "4471" in s.do and "1234" in s.avoid and "1234" not in s.do
+
+
+def test_a_checkers_stated_correct_call_is_what_to_do_when_no_attempt_succeeded() -> None:
+    feedback = "Wrong: wrong type for 'base'. A correct call: calculate_triangle_area(base=10, height=5)"
+    failures = [
+        MemoryItem(f"b{i}", "default", "Area of a triangle, base 10 height 5?", f"Outcome: failure\nFeedback: {feedback}",
+                   -0.2, 1, float(i), {"success": False})
+        for i in range(2)
+    ]  # fmt: skip
+    s = distil(failures, llm=None)
+    assert (
+        s is not None
+        and s.do
+        == 'answer "calculate_triangle_area(base=10, height=5)", which the feedback on failed attempts revealed'
+    )
