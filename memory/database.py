@@ -182,13 +182,14 @@ class OpenStore:
             self.mirrors.sync(conn)
             return self.mirrors.get(conn, namespace)
 
-    def index_status(self, namespace: str) -> str:
-        """How the namespace's vector index was obtained (``MemoryStore.index_status``)."""
+    def index_status(self, namespace: str, *, of: str = "index") -> str:
+        """How the namespace's vector index (``of="index"``) or mirror (``"mirror"``) was obtained
+        (``MemoryStore.index_status``, ``MemoryStore.mirror_status``)."""
         with self.locked():
             with self.db.transaction(write=False) as conn:
                 self.mirrors.sync(conn)
                 self.mirrors.get(conn, namespace)
-            return self.mirrors.index_state[namespace]
+            return (self.mirrors.index_state if of == "index" else self.mirrors.mirror_state)[namespace]
 
     def resync(self) -> None:
         """Catch the mirrors up after another process wrote between this one's write and its apply."""
@@ -203,14 +204,14 @@ class OpenStore:
             time.sleep(BULK_PAUSE)
 
     def close(self) -> None:
-        """Save changed indexes and release the database. Idempotent."""
+        """Save changed indexes and mirror snapshots, and release the database. Idempotent."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
             try:
-                self.mirrors.save()
-            except Exception as e:  # the index is derived data: losing it costs a rebuild, not memories
-                log.warning("memory store: could not save the vector index (%s); it will be rebuilt on open", e)
+                self.mirrors.save(restamp=True)
+            except Exception as e:  # derived data: losing it costs a rebuild, not memories
+                log.warning("memory store: could not save the vector index or mirror (%s); rebuilt on open", e)
             finally:
                 self.db.close()

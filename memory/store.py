@@ -400,8 +400,12 @@ class MemoryStore(StoreUpkeep):
         (saved, updated from SQL), ``rebuilt``, ``built`` (no file) or ``database`` (``index="pgvector"``)."""
         return self._open.index_status(check_namespace(namespace))
 
+    def mirror_status(self, namespace: str = "default") -> str:
+        """The same for the namespace's mirror (ids, Q, visits, vectors): ``loaded`` is its mapped snapshot."""
+        return self._open.index_status(check_namespace(namespace), of="mirror")
+
     def save_index(self) -> int:
-        """Save changed vector indexes beside the database now (``close`` does it too)."""
+        """Save changed vector indexes and mirror snapshots beside the database now (``close`` does it too)."""
         with self._open.locked():
             return self._mirrors.save()
 

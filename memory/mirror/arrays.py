@@ -9,7 +9,7 @@ does vectorised bookkeeping.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +22,9 @@ from memory.scoring import phase_a
 SIM_MARGIN = 1e-4
 EPISODE, STRATEGY = 0, 1
 """The mirror's kind codes (``MemoryItem.kind``)."""
+ROW_COLUMNS = ("seqs", "ids", "q", "visits", "created", "intent_codes", "kinds")
+KEY_COLUMNS = ("key_ids", "key_seqs", "keys")
+"""The mirror's columns by name: one entry per item, and one per intent key (``memory.mirror.snapshot``)."""
 
 
 def kind_codes(kinds: Iterable[str | None]) -> np.ndarray:
@@ -32,6 +35,10 @@ def kind_codes(kinds: Iterable[str | None]) -> np.ndarray:
 class Column:
     """A growable NumPy column (amortised O(1) append), 1-D or (n, width).
 
+    A column may also hold a saved snapshot's memory map (``adopt``): private pages, so writing to it never
+    reaches the file, and room after its values, so appends do not copy it. A snapshot's text columns are
+    fixed-width strings; they become the column's own dtype (object) on first use.
+
     Example:
         >>> col = Column(np.int64)
         >>> col.extend(np.arange(40))
@@ -41,18 +48,31 @@ class Column:
 
     def __init__(self, dtype: type | str, width: int | None = None) -> None:
         shape = (16,) if width is None else (16, width)
+        self.dtype = np.dtype(dtype)
         self._data = np.empty(shape, dtype=dtype)
         self.n = 0
 
     @property
     def values(self) -> np.ndarray:
+        if self._data.dtype != self.dtype:  # adopted as saved (ids as fixed-width text): converted once
+            self._data = self._data[: self.n].astype(self.dtype)
         return self._data[: self.n]
+
+    @property
+    def saved(self) -> np.ndarray:
+        """The values as held, not converted (what a snapshot writes back)."""
+        return self._data[: self.n]
+
+    def adopt(self, data: np.ndarray, n: int) -> None:
+        """Hold ``data`` (its first ``n`` entries are the values, the rest room to grow) instead of a copy."""
+        self._data, self.n = data, n
 
     def extend(self, values: np.ndarray) -> None:
         need = self.n + len(values)
+        current = self.values
         if need > len(self._data):
             grown = np.empty((max(need, 2 * len(self._data)),) + self._data.shape[1:], dtype=self._data.dtype)
-            grown[: self.n] = self._data[: self.n]
+            grown[: self.n] = current
             self._data = grown
         self._data[self.n : need] = values
         self.n = need
@@ -93,8 +113,25 @@ class NamespaceMirror:
         self._key_ids = Column(object)
         self._key_seqs = Column(np.int64)
         self._keys = Column(np.float32, dim)
-        self.key_pos: dict[str, int] = {}
+        self._key_pos: dict[str, int] | None = {}
         self._group_sizes: np.ndarray | None = None
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column by name (``ROW_COLUMNS``, ``KEY_COLUMNS``) as held: text columns adopted from a
+        snapshot may still be its fixed-width strings."""
+        return {name: col.saved for name, col in self._named().items()}
+
+    def adopt(self, columns: Mapping[str, np.ndarray], rows: int, keys: int) -> None:
+        """Take a saved snapshot's columns (``memory.mirror.snapshot``: private memory maps with room after
+        the first ``rows`` items and ``keys`` keys) as this empty mirror's; nothing is copied until used."""
+        for name, col in self._named().items():
+            col.adopt(columns[name], keys if name in KEY_COLUMNS else rows)
+        self._key_pos = None  # built from key_ids on first use: a million-entry dict costs ~0.5 s
+        self._group_sizes = None
+
+    def _named(self) -> dict[str, Column]:
+        cols = (self._seqs, self._ids, self._q, self._visits, self._created, self._intents, self._kinds)
+        return dict(zip(ROW_COLUMNS + KEY_COLUMNS, cols + (self._key_ids, self._key_seqs, self._keys), strict=True))
 
     # -- read access ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -144,6 +181,27 @@ class NamespaceMirror:
     def key_ids(self) -> np.ndarray:
         return self._key_ids.values
 
+    @property
+    def key_seqs(self) -> np.ndarray:
+        return self._key_seqs.values
+
+    @property
+    def key_pos(self) -> dict[str, int]:
+        """Each intent key's position by id."""
+        if self._key_pos is None:
+            self._key_pos = {str(k): i for i, k in enumerate(self.key_ids.tolist())}
+        return self._key_pos
+
+    def key_codes(self, key_ids: list[str]) -> np.ndarray:
+        """The positions of these intent keys, -1 for those not held. A few ids looked up in a snapshot's
+        keys are compared with its text column, so catching up a small delta builds no dict."""
+        held = self._key_ids.saved
+        if self._key_pos is None and held.dtype.kind == "U" and len(key_ids) < 64:
+            found = [np.flatnonzero(held == k) for k in key_ids]
+            return np.array([int(f[0]) if len(f) else -1 for f in found], dtype=np.int64)
+        pos = self.key_pos
+        return np.array([pos.get(k, -1) for k in key_ids], dtype=np.int64)
+
     def rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
         """Row of each seq, or -1 for seqs this mirror does not hold."""
         seqs = np.asarray(seqs, dtype=np.int64)
@@ -182,8 +240,9 @@ class NamespaceMirror:
 
     def add_keys(self, ids: np.ndarray, seqs: np.ndarray, keys: np.ndarray) -> None:
         """Register intent keys (group representatives), oldest first."""
-        for i, key_id in enumerate(ids):
-            self.key_pos[str(key_id)] = self._key_ids.n + i
+        if self._key_pos is not None:
+            for i, key_id in enumerate(ids):
+                self._key_pos[str(key_id)] = self._key_ids.n + i
         self._key_ids.extend(np.asarray(ids, dtype=object))
         self._key_seqs.extend(np.asarray(seqs, dtype=np.int64))
         self._keys.extend(np.asarray(keys, dtype=np.float32).reshape(-1, self.dim))
@@ -272,7 +331,7 @@ class NamespaceMirror:
     def group_sizes(self) -> np.ndarray:
         """Items per intent key (cached until the rows change)."""
         if self._group_sizes is None:
-            self._group_sizes = np.bincount(self.intent_codes, minlength=len(self.key_ids))
+            self._group_sizes = np.bincount(self.intent_codes, minlength=self._key_ids.n)
         return self._group_sizes
 
 

