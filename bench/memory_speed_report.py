@@ -43,6 +43,11 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             flat[f"ivf_retrieval_p50_ms_{tag}"] = round(r["ivf_store"]["p50_ms"], 3)
             flat[f"ivf_retrieval_speedup_vs_brute_force_{tag}"] = round(r["ivf_store"]["speedup_vs_brute_force"], 1)
             flat[f"ivf_grouped_add_items_per_s_{tag}"] = round(r["ivf_store"]["grouped_add_items_per_s"])
+        if "ann_store" in r:
+            flat[f"ann_retrieve_p50_ms_{tag}"] = round(r["ann_store"]["p50_ms"], 3)
+            flat[f"ann_retrieve_p95_ms_{tag}"] = round(r["ann_store"]["p95_ms"], 3)
+            flat[f"ann_retrieval_ratio_vs_index_{tag}"] = round(r["ann_store"]["ratio_vs_index"], 2)
+            flat["reinforce_call_p50_ms"] = round(r["ann_store"]["reinforce_call_p50_ms"], 3)
         for kind, k in r["index_kinds"].items():
             flat[f"index_{kind}_recall_at_10_{tag}"] = round(k["recall_at_10"], 4)
             flat[f"index_{kind}_search_p50_ms_{tag}"] = round(k["p50_ms"], 3)

@@ -33,7 +33,8 @@ def completeness(url: str, items: int, queries: int, *, cache: int | None = None
     were selected, returned, dropped or returned out of order."""
     from connectors.embedders import HashEmbedder
     from memory import MemoryConfig, MemoryStore, RetrievalConfig
-    from memory.schema import recall_items
+    from memory.recall_log import candidates_of
+    from memory.schema import recalls as logged_recalls
 
     config = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=K2, delta=-1.0))
     if cache is not None:
@@ -52,15 +53,9 @@ def completeness(url: str, items: int, queries: int, *, cache: int | None = None
         ]
         recalls += [store.retrieve(t) for t in texts[len(recalls) :]]
         seconds = time.perf_counter() - t0
-        logged: dict[str, list[str]] = {}
         with store.engine.connect() as conn:
-            rows = conn.execute(
-                select(recall_items.c.recall_id, recall_items.c.item_id)
-                .where(recall_items.c.rank.is_not(None))
-                .order_by(recall_items.c.recall_id, recall_items.c.rank)
-            )
-            for recall_id, item_id in rows:
-                logged.setdefault(recall_id, []).append(item_id)
+            heads = conn.execute(select(logged_recalls.c.id, logged_recalls.c.candidates)).all()
+            logged = {rid: c.selection()[0] for rid, c in candidates_of(conn, [(h[0], h[1]) for h in heads]).items()}
     selected = sum(len(logged.get(r.id, [])) for r in recalls)
     returned = sum(len(r) for r in recalls)
     return {

@@ -109,9 +109,14 @@ class ForgetSection(_Strict):
     stale_after_days: float | None = Field(30.0, ge=0.0)  # untrusted and not recalled this long: stale
     merge_similarity: float | None = Field(None, gt=0.0, le=1.0)  # near-duplicates above this cosine merge
     retention_days: float | None = Field(30.0, ge=0.0)  # how long a removal can be undone
+    recall_retention_days: float | None = Field(None, ge=0.0)  # how long a recall stays in the log (None: always)
 
     def config(self) -> ForgetConfig:
-        days = {"stale_after_days": "stale_after", "retention_days": "retention"}
+        days = {
+            "stale_after_days": "stale_after",
+            "retention_days": "retention",
+            "recall_retention_days": "recall_retention",
+        }
         values = {days.get(k, k): v for k, v in self.model_dump().items()}
         for name in days.values():
             values[name] = None if values[name] is None else values[name] * DAY

@@ -83,6 +83,9 @@ class ForgetConfig:
         merge_similarity: cosine at or above which two memories of one namespace are near-duplicates
             and merge (e.g. 0.97). None: no merging.
         retention: seconds a removal stays reversible from its record. None: forever.
+        recall_retention: seconds a logged recall stays explainable and reinforceable by its id; older
+            ones leave the log at the next prune, what they taught folded into a summary
+            (``memory.recall_expiry`` has the trade-off). None: keep every recall.
 
     Example:
         >>> ForgetConfig(capacity=500, merge_similarity=0.97).min_visits
@@ -95,6 +98,7 @@ class ForgetConfig:
     stale_after: float | None = 30 * DAY
     merge_similarity: float | None = None
     retention: float | None = 30 * DAY
+    recall_retention: float | None = None
 
     def __post_init__(self) -> None:
         owner = "ForgetConfig"
@@ -112,6 +116,8 @@ class ForgetConfig:
                 )
         if self.retention is not None:
             check_number(owner, "retention (seconds)", self.retention, low=0.0)
+        if self.recall_retention is not None:
+            check_number(owner, "recall_retention (seconds)", self.recall_retention, low=0.0)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ recalled, and the rewards that followed (``memory_feedback``). Folding those rew
 were applied with the store's rule, ``Q ← Q + α·(r − Q)``, from the Q the memory had when the context
 first recalled it, gives its Q in that context; nothing else is stored, so rewards stay idempotent and
 every process reads the same values. Rewards count with weight 1 (``credit="score"`` is not applied).
+When the log's retention expired old recalls (``memory.recall_expiry``), the fold of their rewards was
+kept (``memory_recall_summary``) and the fold goes on from it with the rewards applied since.
 
 Example:
     >>> fold([("task-a", "m1", 0.3, -1.0), ("task-a", "m1", 0.3, 1.0), ("task-b", "m1", 0.0, 1.0)], alpha=0.5)
@@ -16,24 +18,32 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Select, select
 
 from connectors.db import check_chars
 from connectors.errors import ConfigError
 from memory.config import RetrievalConfig
-from memory.database import Database
-from memory.schema import feedback, recall_items, recalls
+from memory.recall_log import candidates_of, expired_through
+from memory.schema import feedback, recall_summary, recalls
 from memory.statements import chunks
 
 MAX_CONTEXT = 200
 """The most characters in a recall context (``memory_recalls.context`` is VARCHAR(200), as task ids are)."""
 
 
-def fold(rows: Iterable[tuple[str, str, float, float]], *, alpha: float) -> dict[str, dict[str, float]]:
-    """(context, memory id, Q when first recalled there, reward) rows in the order applied → Q in context."""
-    out: dict[str, dict[str, float]] = {}
+def fold(
+    rows: Iterable[tuple[str, str, float, float]],
+    *,
+    alpha: float,
+    start: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """(context, memory id, Q when first recalled there, reward) rows in the order applied → Q in context;
+    ``start``: the Q-values folded so far (from rewards applied before ``rows``)."""
+    out: dict[str, dict[str, float]] = {context: dict(values) for context, values in (start or {}).items()}
     for context, item, q_then, reward in rows:
         values = out.setdefault(context, {})
         q = values.get(item, q_then)
@@ -45,41 +55,54 @@ def context_values(
     conn: Connection, namespace: str, contexts: Sequence[str], *, alpha: float
 ) -> dict[str, dict[str, float]]:
     """Each context's memories and their Q there (contexts that never recalled a rewarded memory are absent)."""
+    start: dict[str, dict[str, float]] = {}
     rows: list[tuple[str, str, float, float]] = []
     for part in chunks(sorted(set(contexts))):
-        query = (
-            select(recalls.c.context, recall_items.c.item_id, recall_items.c.q, feedback.c.reward)
-            .select_from(
-                recalls.join(recall_items, recall_items.c.recall_id == recalls.c.id).join(
-                    feedback, feedback.c.recall_id == recalls.c.id
-                )
-            )
-            .where(recalls.c.namespace == namespace, recalls.c.context.in_(part), recall_items.c.rank.is_not(None))
-            .order_by(feedback.c.applied_at, feedback.c.id, recall_items.c.item_id)
-        )
-        rows.extend((r[0], r[1], r[2], r[3]) for r in conn.execute(query))
-    return fold(rows, alpha=alpha)
+        start.update(folded(conn, namespace, "context", part))
+        heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
+        rows.extend((context, item, q, reward) for context, _, reward, c in heads_of(conn, heads)
+                    for item, q in c.selected_where(None))  # fmt: skip
+    return fold(rows, alpha=alpha, start=start)
 
 
 def overlay_values(conn: Connection, namespace: str, shared: str, *, alpha: float) -> dict[str, float]:
     """A tenant's overlay Q on the shared memories it rated: the rewards its recalls in ``namespace`` gave
     memories of ``shared``, folded as ``fold`` does from the Q each had when first recalled there."""
+    heads = rewarded(conn, namespace).where(recalls.c.shared == shared)
+    rows = (("", item, q, reward) for _, _, reward, c in heads_of(conn, heads) for item, q in c.selected_where(True))
+    start = {"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}
+    return fold(rows, alpha=alpha, start=start).get("", {})
+
+
+def rewarded(conn: Connection, namespace: str) -> Select[Any]:
+    """The rewards given to recalls of ``namespace`` that are still to fold (applied after what expired
+    recalls left folded), in the order applied: (context, id, reward, candidates) of each recall."""
     query = (
-        select(recall_items.c.item_id, recall_items.c.q, feedback.c.reward)
-        .select_from(
-            recalls.join(recall_items, recall_items.c.recall_id == recalls.c.id).join(
-                feedback, feedback.c.recall_id == recalls.c.id
-            )
-        )
-        .where(
-            recalls.c.namespace == namespace,
-            recalls.c.shared == shared,
-            recall_items.c.shared.is_(True),
-            recall_items.c.rank.is_not(None),
-        )
-        .order_by(feedback.c.applied_at, feedback.c.id, recall_items.c.item_id)
+        select(recalls.c.context, recalls.c.id, feedback.c.reward, recalls.c.candidates)
+        .select_from(recalls.join(feedback, feedback.c.recall_id == recalls.c.id))
+        .where(recalls.c.namespace == namespace)
+        .order_by(feedback.c.applied_at, feedback.c.id)
     )
-    return fold((("", r[0], r[1], r[2]) for r in conn.execute(query)), alpha=alpha).get("", {})
+    through = expired_through(conn, namespace)
+    return query if through is None else query.where(feedback.c.applied_at > through)
+
+
+def heads_of(conn: Connection, query: Select[Any]) -> Iterator[tuple[Any, str, float, Any]]:
+    """``query``'s rows (``rewarded``'s columns) with each recall's ``recall_log.Candidates`` last."""
+    rows = conn.execute(query).all()
+    found = candidates_of(conn, list({r[1]: r[3] for r in rows}.items()))
+    return ((r[0], r[1], float(r[2]), found[r[1]]) for r in rows)
+
+
+def folded(conn: Connection, namespace: str, kind: str, keys: Sequence[str]) -> dict[str, dict[str, float]]:
+    """What expired recalls left folded (``memory.recall_expiry``): key (a context, a shared namespace) →
+    memory id → its Q there."""
+    s = recall_summary.c
+    query = select(s.key, s.item_id, s.value).where(s.namespace == namespace, s.kind == kind, s.key.in_(list(keys)))
+    out: dict[str, dict[str, float]] = {}
+    for key, item, value in conn.execute(query):
+        out.setdefault(key, {})[item] = float(value)
+    return out
 
 
 def check_contexts(contexts: Sequence[str | None] | None, n: int) -> list[str | None]:
@@ -100,8 +123,15 @@ def check_contexts(contexts: Sequence[str | None] | None, n: int) -> list[str | 
     return list(contexts)
 
 
+class Transactions(Protocol):
+    """What ``q_in_context`` reads through: ``memory.database.Database`` (named here by shape, not imported:
+    the database module imports the writers, and they import this one through pruning)."""
+
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Connection]: ...
+
+
 def q_in_context(
-    db: Database,
+    db: Transactions,
     namespace: str,
     contexts: Sequence[str | None],
     cfg: RetrievalConfig,

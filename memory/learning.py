@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import Connection, bindparam, insert, update
+from sqlalchemy.exc import DBAPIError
 
 from connectors.errors import ConfigError
 from memory import reads
@@ -38,9 +39,9 @@ from memory.checks import (
 from memory.credit import traced_credit
 from memory.provenance import ancestors
 from memory.records import Recall
-from memory.schema import bump, feedback, memory_items
+from memory.schema import bump, feedback, memory_items, state
 from memory.scoring import credit_weights
-from memory.statements import execute_many
+from memory.statements import compile_for, execute_many
 
 
 class Reinforcement(NamedTuple):
@@ -110,6 +111,14 @@ Q_UPDATE = (
     )
 )
 FEEDBACK_INSERT = insert(feedback)
+# On SQLite the same update returns the values the mirror needs, and the generation is bumped and read in
+# one statement: a reinforce is then a handful of DB-API calls (``apply_updates``).
+Q_UPDATE_RETURNING = Q_UPDATE.returning(
+    memory_items.c.id, memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits
+)
+BUMP_RETURNING = (
+    update(state).where(state.c.id == 1).values(generation=state.c.generation + 1).returning(state.c.generation)
+)
 
 
 def check_entries(items: Sequence[Sequence[Any]]) -> list[Reinforcement]:
@@ -224,13 +233,37 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
     generation = None
     after: list[Any] = []
     if plan.params:
-        generation, _ = bump(conn)
+        fast = conn.dialect.name == "sqlite" and conn.dialect.positional
+        generation = returning(conn, BUMP_RETURNING, [{}])[0][0] if fast else bump(conn)[0]
         now = time.time()
-        execute_many(conn, Q_UPDATE, [{**p, "b_gen": generation, "b_at": now} for p in plan.params])
-        after = reads.read_values(conn, sorted({p["b_item"] for p in plan.params}))
+        rows = [{**p, "b_gen": generation, "b_at": now} for p in plan.params]
+        if fast:
+            last = {r[0]: r for r in returning(conn, Q_UPDATE_RETURNING, rows)}  # an item's last values
+            unmoved = sorted({p["b_item"] for p in plan.params} - last.keys())  # another namespace's, or gone
+            after = list(last.values()) + (reads.read_values(conn, unmoved) if unmoved else [])
+        else:
+            execute_many(conn, Q_UPDATE, rows)
+            after = reads.read_values(conn, sorted({p["b_item"] for p in plan.params}))
     present = {row[0] for row in after}
     applied = Counter(p["b_fb"] for p in plan.params if p["b_item"] in present and p["b_visit"])
     for fb in plan.feedback_rows:
         fb["items"] = applied[fb["id"]]
     execute_many(conn, FEEDBACK_INSERT, plan.feedback_rows)
     return generation, after, sum(fb["items"] for fb in plan.feedback_rows)
+
+
+def returning(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Run a constant ``… RETURNING`` statement once per row (same keys) straight on SQLite's DB-API
+    cursor, in order; every returned row, in order (``memory.statements`` has why)."""
+    c = compile_for(stmt, conn.dialect, tuple(rows[0]))
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    out: list[tuple[Any, ...]] = []
+    try:
+        for row in rows:
+            params = tuple(row[n] if n in row else c.literals[n] for n in c.names)
+            out.extend(cursor.execute(c.sql, params))
+    except conn.dialect.loaded_dbapi.Error as e:  # the same exception types as through Core
+        raise DBAPIError.instance(c.sql, params, e, conn.dialect.loaded_dbapi.Error) from e
+    finally:
+        cursor.close()
+    return out

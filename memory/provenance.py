@@ -24,7 +24,8 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
-from memory.schema import links, memory_items, recall_items
+from memory.recall_log import candidates_of
+from memory.schema import links, memory_items, recalls
 from memory.statements import chunks, execute_many
 
 CONTEXT = "context"
@@ -73,23 +74,20 @@ def record_context(conn: Connection, namespace: str, ids: Sequence[str], metas: 
 
 
 def selected_own(conn: Connection, recall_ids: Sequence[str], namespace: str) -> dict[str, list[str]]:
-    """Recall id → the memories of ``namespace`` it selected (best first; shared ones left out)."""
-    out: dict[str, list[str]] = {}
+    """Recall id → the memories of ``namespace`` it selected (best first; shared ones left out). A recall
+    the log's retention expired (``memory.recall_expiry``) selected nothing any more."""
+    heads: list[tuple[str, bytes | None]] = []
     for part in chunks(list(recall_ids)):
-        query = (
-            select(recall_items.c.recall_id, recall_items.c.item_id)
-            .join(memory_items, memory_items.c.id == recall_items.c.item_id)
-            .where(
-                recall_items.c.recall_id.in_(part),
-                recall_items.c.rank.is_not(None),
-                recall_items.c.shared.is_not(True),  # NULL (older logs) or false: the recall's own namespace
-                memory_items.c.namespace == namespace,
-            )
-            .order_by(recall_items.c.recall_id, recall_items.c.rank)
+        heads.extend(
+            (r[0], r[1]) for r in conn.execute(select(recalls.c.id, recalls.c.candidates).where(recalls.c.id.in_(part)))
         )
-        for recall_id, item_id in conn.execute(query):
-            out.setdefault(recall_id, []).append(item_id)
-    return out
+    picked = {rid: [item for item, _ in c.selected_where(False)] for rid, c in candidates_of(conn, heads).items()}
+    mine: set[str] = set()
+    for part in chunks(sorted({i for ids in picked.values() for i in ids})):
+        # The namespace is compared here: asked in SQL, SQLite scans the namespace's index instead.
+        query = select(memory_items.c.id, memory_items.c.namespace).where(memory_items.c.id.in_(part))
+        mine.update(r[0] for r in conn.execute(query) if r[1] == namespace)
+    return {rid: own for rid, ids in picked.items() if (own := [i for i in ids if i in mine])}
 
 
 def stored_edges(conn: Connection, children: Sequence[str], relation: str) -> set[tuple[str, str]]:

@@ -38,7 +38,7 @@ from functools import reduce
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, and_, bindparam, delete, false, func, insert, or_, select, true, update
+from sqlalchemy import Connection, and_, bindparam, delete, false, func, insert, or_, select, update
 
 from memory.forgetting import (
     TIERS,
@@ -49,7 +49,9 @@ from memory.forgetting import (
     near_duplicates,
     plan_eviction,
 )
-from memory.schema import bump, from_blobs, intents, memory_items, recall_items, recalls, removals, tombstones
+from memory.recall_expiry import expire
+from memory.recall_log import candidates_of, recalled_at
+from memory.schema import bump, from_blobs, intents, memory_items, recalls, removals, tombstones
 from memory.statements import chunks, execute_many
 
 MERGED = "merged"
@@ -178,6 +180,7 @@ class PruneReport:
     purged: int
     kept: Mapping[str, int]
     dry_run: bool = False
+    recalls_expired: int = 0  # recalls older than ``ForgetConfig.recall_retention`` (``memory.recall_expiry``)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -202,9 +205,17 @@ class _Namespace:
 
 
 def prune(
-    conn: Connection, namespaces: Sequence[str] | None, config: ForgetConfig, *, now: float, dim: int, dry_run: bool
+    conn: Connection,
+    namespaces: Sequence[str] | None,
+    config: ForgetConfig,
+    *,
+    now: float,
+    dim: int,
+    dry_run: bool,
+    alpha: float,
 ) -> PruneReport:
-    """Merge, evict and purge inside the caller's write transaction (``namespaces`` None: all of them)."""
+    """Merge, evict and purge inside the caller's write transaction (``namespaces`` None: all of them), and
+    expire the recall log (``memory.recall_expiry``, folding with the store's learning rate ``alpha``)."""
     names = (
         namespaces
         if namespaces is not None
@@ -223,7 +234,11 @@ def prune(
     if purged and not dry_run:
         conn.execute(delete(removals).where(where))
     kept = {plan.name: len(plan.ids) - sum(len(p) for p in plan.phases) - len(plan.evict) for plan in plans}
-    return PruneReport(tuple(removed), purged, kept, dry_run)
+    expired = 0
+    if config.recall_retention is not None:
+        before = now - config.recall_retention
+        expired = expire(conn, namespaces, before=before, alpha=alpha, dry_run=dry_run)
+    return PruneReport(tuple(removed), purged, kept, dry_run, expired)
 
 
 def _read(conn: Connection, namespace: str, *, merging: bool) -> _Namespace:
@@ -246,17 +261,18 @@ def _read(conn: Connection, namespace: str, *, merging: bool) -> _Namespace:
 
 def last_recalls(conn: Connection, namespace: str) -> dict[str, float]:
     """When each memory of ``namespace`` was last selected by a recall, its own or a tenant's that shared it
-    (``retrieve(shared=...)``): one grouped query over the recall log. Memories never selected are absent."""
-    r, ri = recalls.c, recall_items.c
-    own = and_(r.namespace == namespace, or_(ri.shared.is_(None), ri.shared == false()))
-    lent = and_(r.shared == namespace, ri.shared == true())
-    query = (
-        select(ri.item_id, func.max(r.created_at))
-        .select_from(recall_items.join(recalls, r.id == ri.recall_id))
-        .where(ri.rank.is_not(None), or_(own, lent))
-        .group_by(ri.item_id)
-    )
-    return {item_id: float(at) for item_id, at in conn.execute(query)}
+    (``retrieve(shared=...)``), recalls the log's retention expired included (``memory.recall_expiry``).
+    Memories never selected are absent."""
+    r = recalls.c
+    rows = conn.execute(select(r.id, r.created_at, r.namespace, r.candidates).where(
+        or_(r.namespace == namespace, r.shared == namespace)
+    )).all()  # fmt: skip
+    found = candidates_of(conn, [(row[0], row[3]) for row in rows])
+    out = recalled_at(conn, namespace)
+    for recall_id, at, owner, _ in rows:
+        for item_id, _ in found[recall_id].selected_where(owner != namespace):  # a tenant's: the shared ones
+            out[item_id] = max(out.get(item_id, at), float(at))
+    return out
 
 
 def _plan(conn: Connection, ns: _Namespace, config: ForgetConfig, *, now: float, dim: int) -> _Namespace:

@@ -6,40 +6,97 @@ lock and transaction.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Column, Connection, Select, bindparam, func, insert, select
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 
 from connectors.errors import ConfigError, StoreError
 from memory.config import RetrievalConfig
 from memory.mirror.arrays import NamespaceMirror
 from memory.mirror.sync import MirrorSet
+from memory.recall_log import candidates_of, gone_message, pack_plan
 from memory.records import ItemCache, MemoryItem, Recall, item_from_row
-from memory.retrieval import Plan, Planner, log_rows
-from memory.schema import feedback, intents, memory_items, recall_items, recalls
+from memory.retrieval import Plan, Planner
+from memory.schema import feedback, intents, memory_items, recalls
 from memory.statements import chunks, execute_many
 
 SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
 RECALL_INSERT = insert(recalls)
-RECALL_ITEM_INSERT = insert(recall_items)
 ITEM_FIELDS = [c for c in memory_items.c if c.name not in ("embedding", "updated_gen")]
 HISTOGRAM_BINS = 10
+# Constant statements ``by_key`` runs (constants, so each is compiled once per dialect).
+ITEM_SELECT = select(*ITEM_FIELDS)
+ID_SELECT = select(memory_items.c.id, memory_items.c.namespace)
+VALUES_SELECT = select(
+    memory_items.c.id, memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits
+)
+FEEDBACK_SELECT = select(feedback.c.id)
+LOGGED_SELECT = select(recalls.c.id, recalls.c.namespace, recalls.c.candidates)
+HEAD_FIELDS = [c for c in recalls.c if c.name != "candidates"]
+ITEM_NAMES = tuple(c.name for c in ITEM_FIELDS)
+
+
+def by_key(conn: Connection, stmt: Select[Any], key: Column[Any], values: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``stmt`` (a constant SELECT without WHERE) whose ``key`` is one of ``values``, as plain
+    tuples (JSON and booleans as stored: text and 0/1 on SQLite); one query per 5,000 values.
+
+    On SQLite the SQL goes straight to the DB-API cursor: through SQLAlchemy Core a lookup of five rows
+    by primary key costs ten times what SQLite spends on it (the hot reads of ``retrieve`` and ``reinforce``).
+    """
+    out: list[tuple[Any, ...]] = []
+    if not (conn.dialect.name == "sqlite" and conn.dialect.positional):
+        for part in chunks(list(values)):
+            out.extend(tuple(r) for r in conn.execute(stmt.where(key.in_(part))))
+        return out
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        for part in chunks(list(values)):
+            sql = _in_sql(stmt, key, len(part), conn.dialect)
+            out.extend(cursor.execute(sql, tuple(part)))
+    except conn.dialect.loaded_dbapi.Error as e:  # the same exception types as through Core
+        raise DBAPIError.instance(sql, tuple(part), e, conn.dialect.loaded_dbapi.Error) from e
+    finally:
+        cursor.close()
+    return out
+
+
+_IN_SQL: dict[tuple[int, int, int, str], tuple[str, Select[Any], Column[Any]]] = {}
+
+
+def _in_sql(stmt: Select[Any], key: Column[Any], n: int, dialect: Dialect) -> str:
+    """``stmt WHERE key IN (?, …)`` with ``n`` positional parameters, compiled by SQLAlchemy once per shape
+    (no SQL text is assembled here; the statement and column are kept alive with their entry)."""
+    cache_key = (id(stmt), id(key), n, dialect.name)
+    found = _IN_SQL.get(cache_key)
+    if found is None:
+        where = stmt.where(key.in_([bindparam(f"k{i}") for i in range(n)]))
+        found = (str(where.compile(dialect=dialect)), stmt, key)
+        if len(_IN_SQL) < 1024:
+            _IN_SQL[cache_key] = found
+    return found[0]
+
+
+def item_from_tuple(row: tuple[Any, ...]) -> MemoryItem:
+    """A ``MemoryItem`` from an ``ITEM_SELECT`` row read by ``by_key`` (JSON and booleans either way)."""
+    values = dict(zip(ITEM_NAMES, row, strict=True))
+    if isinstance(values["meta"], str):
+        values["meta"] = json.loads(values["meta"])
+    values["success"] = None if values["success"] is None else bool(values["success"])
+    return item_from_row(values)
 
 
 def fetch_items(conn: Connection, ids: Sequence[str], namespace: str | None = None) -> list[MemoryItem]:
     """The memories with these ids (of ``namespace`` when given; others are left out), in the order asked."""
-    found: dict[str, MemoryItem] = {}
-    for part in chunks(list(ids)):
-        query = select(*ITEM_FIELDS).where(memory_items.c.id.in_(part))
-        if namespace is not None:
-            query = query.where(memory_items.c.namespace == namespace)
-        for row in conn.execute(query).mappings():
-            found[row["id"]] = item_from_row(row)
-    return [found[i] for i in ids if i in found]
+    # The namespace is checked here, not in SQL: given both, SQLite (3.40) picks the namespace index and
+    # scans the whole namespace (70 ms at 100k) instead of looking up the few ids by primary key.
+    found = {item.id: item for item in map(item_from_tuple, by_key(conn, ITEM_SELECT, memory_items.c.id, ids))}
+    return [found[i] for i in ids if i in found and (namespace is None or found[i].namespace == namespace)]
 
 
 def all_items(conn: Connection, namespace: str | None, *, valid_only: bool = False) -> list[MemoryItem]:
@@ -53,27 +110,17 @@ def all_items(conn: Connection, namespace: str | None, *, valid_only: bool = Fal
 
 
 def existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
-    out: set[str] = set()
-    for part in chunks(list(ids)):
-        out.update(r[0] for r in conn.execute(select(memory_items.c.id).where(memory_items.c.id.in_(part))))
-    return out
+    return {r[0] for r in by_key(conn, ID_SELECT, memory_items.c.id, ids)}
 
 
 def read_values(conn: Connection, ids: Sequence[str]) -> list[Any]:
     """``(id, seq, namespace, q, visits)`` rows, to refresh the mirror after an update."""
-    out: list[Any] = []
-    cols = (memory_items.c.id, memory_items.c.seq, memory_items.c.namespace, memory_items.c.q, memory_items.c.visits)
-    for part in chunks(list(ids)):
-        out.extend(conn.execute(select(*cols).where(memory_items.c.id.in_(part))).all())
-    return out
+    return by_key(conn, VALUES_SELECT, memory_items.c.id, ids)
 
 
 def feedback_applied(conn: Connection, feedback_ids: Sequence[str]) -> set[str]:
     """Which of these feedback ids were applied before (one query per 5,000 ids)."""
-    out: set[str] = set()
-    for part in chunks(list(dict.fromkeys(feedback_ids))):
-        out.update(r[0] for r in conn.execute(select(feedback.c.id).where(feedback.c.id.in_(part))))
-    return out
+    return {r[0] for r in by_key(conn, FEEDBACK_SELECT, feedback.c.id, list(dict.fromkeys(feedback_ids)))}
 
 
 def recall_targets(
@@ -114,7 +161,8 @@ def recall_targets(
     logged = logged_recall(conn, recall, ns)
     if logged is None:
         raise StoreError(
-            f"unknown recall id {recall!r} in namespace {ns!r}: no recall with this id was logged there "
+            gone_message(conn, recall, ns, "reinforced")
+            or f"unknown recall id {recall!r} in namespace {ns!r}: no recall with this id was logged there "
             "(pass namespace= for another namespace; recalls made with record=False must be passed as Recall objects)"
         )
     return recall, ns, logged[0], logged[1]
@@ -123,24 +171,15 @@ def recall_targets(
 def logged_recall(conn: Connection, recall_id: str, namespace: str) -> tuple[list[str], np.ndarray] | None:
     """The logged selection of a recall of ``namespace`` (ids best first, scores), or None when the
     log has no recall with this id in this namespace."""
-    head = conn.execute(select(recalls.c.id).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
-    if head.first() is None:
+    head = [r for r in by_key(conn, LOGGED_SELECT, recalls.c.id, [recall_id]) if r[1] == namespace]
+    if not head:
         return None
-    rows = conn.execute(
-        select(recall_items.c.item_id, recall_items.c.score)
-        .where(recall_items.c.recall_id == recall_id, recall_items.c.rank.is_not(None))
-        .order_by(recall_items.c.rank)
-    ).all()
-    return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
+    return candidates_of(conn, [(recall_id, head[0][2])])[recall_id].selection()
 
 
 def foreign_ids(conn: Connection, ids: Sequence[str], namespace: str) -> set[str]:
     """Which of these ids belong to memories of another namespace (unknown ids are not foreign)."""
-    out: set[str] = set()
-    for part in chunks(list(dict.fromkeys(ids))):
-        query = select(memory_items.c.id).where(memory_items.c.id.in_(part), memory_items.c.namespace != namespace)
-        out.update(r[0] for r in conn.execute(query))
-    return out
+    return {r[0] for r in by_key(conn, ID_SELECT, memory_items.c.id, list(dict.fromkeys(ids))) if r[1] != namespace}
 
 
 def recall_row(
@@ -155,6 +194,7 @@ def recall_row(
     return {
         "id": recall.id,
         "namespace": recall.namespace,
+        "candidates": pack_plan(plan),
         "query": recall.query,
         "created_at": now,
         "config": config,
@@ -176,45 +216,27 @@ def log_recalls(
     *,
     as_of: float | None = None,
 ) -> None:
-    """Log recalls and every candidate's numbers (what ``explain`` and ``reinforce`` by id read)."""
+    """Log recalls, one row each with every candidate's numbers packed (what ``explain`` and ``reinforce``
+    by id read; ``memory.recall_log``)."""
     now = time.time()
     rows = [recall_row(r, p, cfg, now, generation, as_of) for r, p in zip(out, plans, strict=True)]
     execute_many(conn, RECALL_INSERT, rows)
-    execute_many(conn, RECALL_ITEM_INSERT, [row for r, p in zip(out, plans, strict=True) for row in log_rows(r.id, p)])
 
 
 def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
     """Everything logged about one recall of ``namespace``, candidates in similarity order; each
     candidate's ``source`` is the namespace it came from (``namespace``, or the recall's ``shared`` one)."""
-    head = (
-        conn.execute(select(recalls).where(recalls.c.id == recall_id, recalls.c.namespace == namespace))
-        .mappings()
-        .first()
-    )
-    if head is None:
+    query = select(*HEAD_FIELDS, recalls.c.candidates).where(recalls.c.id == recall_id)
+    head = conn.execute(query).mappings().first()
+    if head is None or head["namespace"] != namespace:
         raise StoreError(
-            f"unknown recall id {recall_id!r} in namespace {namespace!r}: nothing was logged under it there "
+            gone_message(conn, recall_id, namespace, "explained")
+            or f"unknown recall id {recall_id!r} in namespace {namespace!r}: nothing was logged under it there "
             "(was record=False, or was it made in another namespace?)"
         )
-    candidates = [
-        {
-            "id": r["item_id"],
-            "position": r["position"],
-            "sim": r["sim"],
-            "q": r["q"],
-            "z_sim": r["z_sim"],
-            "z_q": r["z_q"],
-            "score": r["score"],
-            "in_pool": r["in_pool"],
-            "filtered": not r["in_pool"],
-            "selected": r["rank"] is not None,
-            "rank": r["rank"],
-            "source": head["shared"] if r["shared"] else namespace,
-        }
-        for r in conn.execute(
-            select(recall_items).where(recall_items.c.recall_id == recall_id).order_by(recall_items.c.position)
-        ).mappings()
-    ]
+    candidates = candidates_of(conn, [(recall_id, head["candidates"])])[recall_id].explain_rows()
+    for c in candidates:
+        c["source"] = head["shared"] if c.pop("shared") else namespace
     applied = [
         {"id": r["id"], "reward": r["reward"], "applied_at": r["applied_at"], "items": r["items"]}
         for r in conn.execute(
@@ -224,7 +246,7 @@ def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:
     replaced = superseded(conn, [c["id"] for c in candidates])
     for c in candidates:
         c["superseded"], c["superseded_by"] = c["id"] in replaced, replaced.get(c["id"])
-    out = dict(head)
+    out = {c.name: head[c.name] for c in HEAD_FIELDS}
     out["selected"] = [c["id"] for c in sorted((c for c in candidates if c["selected"]), key=lambda c: c["rank"])]
     out["candidates"] = candidates
     out["feedback"] = applied
@@ -301,10 +323,13 @@ def selected_items(
             base.update((item.id, item) for item in fetched)
             texts.put(fetched)
     return {
-        item_id: replace(base[item_id], q=q, visits=visits, meta=dict(base[item_id].meta))
-        for item_id, (q, visits, _) in values.items()
-        if item_id in base
+        item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items() if item_id in base
     }
+
+
+def revalued(item: MemoryItem, q: float, visits: int) -> MemoryItem:
+    """``item`` with ``q`` and ``visits`` and a meta of its own (``dataclasses.replace`` at a third of its cost)."""
+    return MemoryItem(**{**item.__dict__, "q": q, "visits": visits, "meta": dict(item.meta)})
 
 
 def select_memories(

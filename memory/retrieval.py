@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -171,35 +170,6 @@ def plan_pool(
             qs[i] = q_over.get(str(item_id), qs[i])
     selection = select(nearest.sims[in_pool], qs[in_pool], cfg, rng)
     return Plan(nearest.ids, nearest.sims, qs, nearest.stored_q, nearest.visits, nearest.shared, in_pool, selection)
-
-
-def log_rows(recall_id: str, plan: Plan) -> list[dict[str, Any]]:
-    """``memory_recall_items`` rows for every candidate: the pool with its scores, and what δ dropped."""
-    sel = plan.selection
-    pool_pos = np.cumsum(plan.in_pool) - 1  # position of each nearest item inside the pool
-    rank_of = {int(p): r for r, p in enumerate(sel.order)}
-    out: list[dict[str, Any]] = []
-    for i, item_id in enumerate(plan.ids):
-        base = {
-            "recall_id": recall_id,
-            "item_id": str(item_id),
-            "position": i,
-            "in_pool": bool(plan.in_pool[i]),
-            "sim": float(plan.sims[i]),
-            "q": float(plan.qs[i]),
-            "rank": None,
-            "z_sim": None,
-            "z_q": None,
-            "score": None,
-            "shared": bool(plan.shared[i]),
-        }
-        if plan.in_pool[i]:
-            p = int(pool_pos[i])
-            base.update(
-                rank=rank_of.get(p), z_sim=float(sel.z_sim[p]), z_q=float(sel.z_q[p]), score=float(sel.scores[p])
-            )
-        out.append(base)
-    return out
 
 
 def to_recall(

@@ -122,11 +122,14 @@ recalls = Table(
     Column("generation", BigInteger, nullable=False),
     Column("context", String(200), nullable=True),  # what the recall was for (a task id), when the caller said
     Column("shared", String(200), nullable=True),  # the shared namespace searched too (a served tenant's run)
+    # Every candidate, packed (``memory.recall_log``); NULL: logged before, in memory_recall_items.
+    Column("candidates", LargeBinary, nullable=True),
     Index("ix_memory_recalls_context", "namespace", "context"),
 )
 
-# Every candidate of a recall: the pool (ranked or not) and the near items phase A dropped (in_pool
-# false). No foreign key to memory_items: the log outlives evicted memories.
+# The older layout of the log (``memory_recalls.candidates`` NULL): every candidate of a recall as a row, the pool
+# (ranked or not) and the near items phase A dropped (in_pool false). Read, no longer written. No foreign
+# key to memory_items: the log outlives evicted memories.
 recall_items = Table(
     "memory_recall_items",
     metadata,
@@ -141,6 +144,20 @@ recall_items = Table(
     Column("z_q", Float, nullable=True),
     Column("score", Float, nullable=True),
     Column("shared", Boolean, nullable=True),  # true: from the recall's shared namespace (NULL: older logs)
+)
+
+# What expired recalls left behind (``memory.recall_expiry``), per namespace: ``kind`` "context" and
+# "overlay" hold the Q a memory had earned in a context or a tenant's overlay (``key``: the context, the
+# shared namespace) from the rewards folded so far; "recalled" when a memory was last selected; "expired"
+# (item "" and key "") the time up to which recalls and their feedback were folded here and removed.
+recall_summary = Table(
+    "memory_recall_summary",
+    metadata,
+    Column("namespace", String(200), primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("key", String(200), primary_key=True),
+    Column("item_id", String(64), primary_key=True),
+    Column("value", Float, nullable=False),
 )
 
 feedback = Table(
@@ -290,6 +307,10 @@ VALIDITY_COLUMNS = {
 no SQL from values). New tables (links, removals) are created by ``create_all``."""
 
 
+ADD_CANDIDATES = "ALTER TABLE memory_recalls ADD COLUMN candidates BLOB"
+ADD_CANDIDATES_POSTGRES = "ALTER TABLE memory_recalls ADD COLUMN candidates BYTEA"
+
+
 def upgrade(conn: Connection) -> None:
     """Bring a store written by an older version to the current layout (inside the caller's transaction).
 
@@ -297,6 +318,8 @@ def upgrade(conn: Connection) -> None:
         dropped (the vector stays in ``memory_intents``), which halves the bytes per item. Stores older
         than recall contexts get the (empty) ``memory_recalls.context`` column and its index; stores older
     than shared recalls get ``memory_recalls.shared`` and ``memory_recall_items.shared`` (empty: own items);
+        stores older than the packed log get ``memory_recalls.candidates`` (empty: candidates stay where they were
+        logged, in ``memory_recall_items``; nothing is rewritten);
         stores older than supersession get ``memory_items.valid_from``, ``valid_to`` and ``superseded_by``
         (empty: every memory valid since it was written; nothing is rewritten), and ``kind`` (empty: episodes);
         every store gets the index of an intent key's items (built once, on the first open after the upgrade).
@@ -312,6 +335,10 @@ def upgrade(conn: Connection) -> None:
         log.info("memory store: adding memory_recalls.shared and memory_recall_items.shared (shared recalls)")
         conn.execute(text("ALTER TABLE memory_recalls ADD COLUMN shared VARCHAR(200)"))
         conn.execute(text("ALTER TABLE memory_recall_items ADD COLUMN shared BOOLEAN"))
+    if "candidates" not in {c["name"] for c in inspect(conn).get_columns("memory_recalls")}:
+        log.info("memory store: adding memory_recalls.candidates (a recall's candidates packed in its row)")
+        postgres = conn.dialect.name == "postgresql"
+        conn.execute(text(ADD_CANDIDATES_POSTGRES if postgres else ADD_CANDIDATES))
     next(i for i in memory_items.indexes if i.name == "ix_memory_items_namespace_intent").create(conn, checkfirst=True)
     have = {c["name"] for c in inspect(conn).get_columns("memory_items")}
     for name, statement in VALIDITY_COLUMNS.items():

@@ -97,7 +97,9 @@ class StoreUpkeep(StoreReading):
         if not isinstance(dry_run, bool):
             raise ConfigError(f"prune: dry_run must be True or False, got {dry_run!r:.80}")
         at = _moment(now, "prune")
-        run = partial(pruning.prune, namespaces=names, config=cfg, now=at, dim=self.dim, dry_run=dry_run)
+        run = partial(
+            pruning.prune, namespaces=names, config=cfg, now=at, dim=self.dim, dry_run=dry_run, alpha=self.config.alpha
+        )
         if dry_run:
             return self._open.read(run)
         with self._open.locked():

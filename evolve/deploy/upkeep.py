@@ -48,6 +48,9 @@ class Upkeep:
             kept = sum(n for p in self.pruned for n in p.kept.values())
             removed = ", ".join(f"{n} {tier}" for tier, n in counts.items()) or "nothing"
             parts.append(f"pruned {removed}; {kept} memories kept")
+            expired = sum(p.recalls_expired for p in self.pruned)
+            if expired:
+                parts.append(f"{expired} recalls past the log's retention expired")
         return "; ".join(parts)
 
 
@@ -68,6 +71,6 @@ def memory_upkeep(
 
 
 def forgets(store: MemoryStore) -> bool:
-    """Whether the store's forgetting config asks for anything (a capacity or merging)."""
+    """Whether the store's forgetting config asks for anything (a capacity, merging, or a recall log retention)."""
     f = store.config.forget
-    return f.capacity is not None or f.merge_similarity is not None
+    return f.capacity is not None or f.merge_similarity is not None or f.recall_retention is not None

@@ -53,13 +53,14 @@ def test_execute_many_writes_what_core_writes(fast: bool, monkeypatch: pytest.Mo
     metadata.create_all(engine)
     row = {"id": "r1", "namespace": "default", "query": "q", "created_at": 1.5, "config": {"k1": 10, "lam": 0.5},
            "pool_size": 3, "filtered": 0, "explored": True, "generation": 7, "context": "badge Quartz — täsk",
-           "shared": "facility codes — trained/solver"}  # fmt: skip
+           "shared": "facility codes — trained/solver", "candidates": b"\x01\x00\x00"}  # fmt: skip
+    other = {**row, "id": "r2", "explored": False, "context": None, "shared": None, "candidates": None}
     with engine.begin() as conn:
-        execute_many(conn, insert(recalls), [row, {**row, "id": "r2", "explored": False, "context": None, "shared": None}])
+        execute_many(conn, insert(recalls), [row, other])
         conn.execute(insert(memory.schema.state).values(id=1, generation=4, next_seq=1))
         assert read_generation(conn) == 4
         got = conn.execute(select(recalls).order_by(recalls.c.id)).mappings().all()
-    assert [dict(r) for r in got] == [row, {**row, "id": "r2", "explored": False, "context": None, "shared": None}]
+    assert [dict(r) for r in got] == [row, other]
 
 
 def test_execute_many_raises_sqlalchemy_errors() -> None:

@@ -34,11 +34,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from connectors import HashEmbedder
 from memory.config import RetrievalConfig
-from memory.schema import feedback, intents, memory_items, recall_items
+from memory.recall_log import candidates_of
+from memory.schema import feedback, intents, memory_items, recalls
 from memory.store import MemoryStore
 from memory.writer import WriteEntry
 
@@ -165,13 +166,11 @@ def integrity_ok(url: str) -> bool:
 
 def visit_mismatches(conn: Any) -> int:
     """Memories whose visits differ from the applied feedback rows whose recall selected them."""
-    applied = (
-        select(recall_items.c.item_id, func.count())
-        .join(feedback, feedback.c.recall_id == recall_items.c.recall_id)
-        .where(recall_items.c.rank.is_not(None))
-        .group_by(recall_items.c.item_id)
-    )
-    expected = dict(conn.execute(applied).all())
+    applied = conn.execute(
+        select(recalls.c.id, recalls.c.candidates).join(feedback, feedback.c.recall_id == recalls.c.id)
+    ).all()
+    found = candidates_of(conn, list({r[0]: r[1] for r in applied}.items()))
+    expected = Counter(item for r in applied for item in found[r[0]].selection()[0])
     visits = dict(conn.execute(select(memory_items.c.id, memory_items.c.visits)).all())
     return sum(1 for item, v in visits.items() if v != expected.get(item, 0))
 
