@@ -74,14 +74,18 @@ def namespaces(store: MemoryStore, only: str | None) -> list[str]:
 
 def forget_config(args: argparse.Namespace) -> ForgetConfig:
     """``evolve memory prune``'s flags as a ``ForgetConfig`` (at least a capacity or a merge threshold)."""
-    if args.capacity is None and args.merge_similarity is None:
-        raise EvolveError("evolve memory prune needs --capacity N and/or --merge-similarity COSINE (what to forget)")
+    if args.capacity is None and args.merge_similarity is None and args.recall_retention_days is None:
+        raise EvolveError(
+            "evolve memory prune needs --capacity N, --merge-similarity COSINE and/or --recall-retention-days D "
+            "(what to forget)"
+        )
     return ForgetConfig(
         capacity=args.capacity,
         min_visits=args.min_visits,
         stale_after=None if args.stale_after_days is None else args.stale_after_days * DAY,
         merge_similarity=args.merge_similarity,
         retention=args.retention_days * DAY,
+        recall_retention=None if args.recall_retention_days is None else args.recall_retention_days * DAY,
     )
 
 
@@ -99,7 +103,8 @@ def cmd_lifecycle(args: argparse.Namespace, llm: ChatModel | None = None) -> Non
         elif args.action == "prune":
             report = store.prune(args.namespace, dry_run=args.dry_run)
             verb = "would remove" if report.dry_run else "removed"
-            print(f"{verb} {len(report.removed)} memories {report.counts}; purged {report.purged} old records")
+            print(f"{verb} {len(report.removed)} memories {report.counts}; purged {report.purged} old records", end="")
+            print(f"; {report.recalls_expired} recalls expired" if report.recalls_expired else "")
             for ns, kept in sorted(report.kept.items()):
                 print(f"  {ns}: keeps {kept}")
         elif args.action == "history":
@@ -137,4 +142,7 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("--min-visits", type=int, default=3, help="prune: rewards before a memory's Q is trusted")
     m.add_argument("--stale-after-days", type=float, default=30.0, help="prune: untrusted and not recalled: stale")
     m.add_argument("--retention-days", type=float, default=30.0, help="prune: how long a removal can be undone")
+    m.add_argument(
+        "--recall-retention-days", type=float, default=None, help="prune: drop logged recalls older than this"
+    )
     m.add_argument("--dry-run", action="store_true", help="prune: say what would go, change nothing")

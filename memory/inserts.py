@@ -348,11 +348,11 @@ def remove_items(
     """
     seqs: list[int] = []
     unique = list(dict.fromkeys(ids))
-    for part in range(0, len(unique), 5000):
-        query = select(memory_items.c.seq).where(
-            memory_items.c.id.in_(unique[part : part + 5000]), memory_items.c.namespace == namespace
+    for part in range(0, len(unique), 5000):  # the namespace is checked here: given both, SQLite scans it
+        query = select(memory_items.c.seq, memory_items.c.namespace).where(
+            memory_items.c.id.in_(unique[part : part + 5000])
         )
-        seqs.extend(int(r[0]) for r in conn.execute(query))
+        seqs.extend(int(r[0]) for r in conn.execute(query) if r[1] == namespace)
     if not seqs:
         return None, {}
     generation, _ = bump(conn)

@@ -142,8 +142,8 @@ def _hand_back(
     c = memory_items.c
     values: dict[str, tuple[float, int]] = {}
     for part in chunks(sorted({rec["merged_into"] for rec in merges})):
-        query = select(c.id, c.q, c.visits).where(c.id.in_(part), c.namespace == namespace)
-        values.update((r[0], (float(r[1]), int(r[2]))) for r in conn.execute(query))
+        query = select(c.id, c.q, c.visits, c.namespace).where(c.id.in_(part))  # by primary key (see reads)
+        values.update((r[0], (float(r[1]), int(r[2]))) for r in conn.execute(query) if r[3] == namespace)
     changed: dict[str, tuple[float, int]] = {}
     for rec in merges:
         k = rec["merged_into"]

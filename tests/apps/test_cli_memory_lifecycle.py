@@ -95,12 +95,14 @@ def test_memory_commands_consolidate_prune_list_and_undo(tmp_path: Path, capsys:
     assert main(["memory", "undo", removal_id, "--db", db, "--namespace", namespace]) == 0
     assert "already restored" in capsys.readouterr().out  # replaying the log changes nothing
     assert len(stored(tmp_path)) == 5
+    assert main(["memory", "prune", "--db", db, "--recall-retention-days", "0"]) == 0
+    assert "recalls expired" in capsys.readouterr().out  # every logged recall is older than 0 days
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["memory", "prune"], "needs --capacity N and/or --merge-similarity"),
+        (["memory", "prune"], "needs --capacity N, --merge-similarity COSINE and/or --recall-retention-days"),
         (["memory", "undo"], "needs the removal ids or memory ids"),
         (["memory", "prune", "--capacity", "0"], "capacity must be an integer >= 1"),
         (["memory", "export", "a.jsonl", "b.jsonl"], "a JSONL path is required (exactly one), got 2"),
