@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -325,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EvolveError as e:
         print(f"evolve: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader (head, less) stopped reading: stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
