@@ -43,7 +43,7 @@ from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from memory import MemoryStore
 
 RESULTS = Path(__file__).parent / "results"
-TARGET_MS = 1.0
+TARGET_MS = 0.5  # issue 25, item 4: the loop with memory costs at most 0.5 ms an episode
 PREFIXES = ["North", "South", "East", "West", "Upper", "Lower", "Old", "New", "Red", "Blue", "Stone", "Iron"]
 ROOTS = ["harbor", "summit", "maple", "granite", "willow", "copper", "ridge", "brook", "field", "haven"]
 REVEALED = re.compile(r"(?:expected answer is: |Answer given: )(\d{4})")

@@ -341,8 +341,8 @@ class Evolver:
             self.log.mark_learned(pending)
 
     def _metrics(self, round_: int, seconds: float) -> RoundMetrics:
-        rows = self.log.round_rows(round_)
-        rewards = np.array([r["reward"] for r in rows], dtype=float)
+        rows = self.log.round_scores(round_)
+        rewards = np.array([r[0] for r in rows], dtype=float)
         size, q_mean, q_std = 0, 0.0, 0.0
         namespaces = {a.memory.namespace for a in self.team.agents.values() if a.memory is not None}
         if self.memory is not None and namespaces:
@@ -352,9 +352,9 @@ class Evolver:
             episodes=len(rows),
             success_rate=float((rewards >= 1.0).mean()) if rows else 0.0,
             mean_reward=float(rewards.mean()) if rows else 0.0,
-            errors=sum(1 for r in rows if r["error"]),
-            tokens=sum(r["tokens"] for r in rows),
-            cost=float(sum(r["cost"] for r in rows)),
+            errors=sum(1 for r in rows if r[1]),
+            tokens=sum(r[2] for r in rows),
+            cost=float(sum(r[3] for r in rows)),
             seconds=round(seconds, 3),
             memory_size=size,
             q_mean=q_mean,
