@@ -47,6 +47,7 @@ WAL_AUTOCHECKPOINT_PAGES = 10_000
 """The run log's SQLite connections checkpoint the write-ahead log at the size the memory store's own
 connection does: left at SQLite's 1,000 pages, the run log's small commits would checkpoint (and fsync)
 the memory writes that share the file, at ~1.5 ms a batch."""
+CHECKPOINT_PRAGMA = "PRAGMA wal_autocheckpoint=10000"  # WAL_AUTOCHECKPOINT_PAGES, written out (no SQL from values)
 
 metadata = MetaData()
 
@@ -131,7 +132,7 @@ class RunLog:
         """One write transaction (on a SQLite file, with the memory store's checkpoint size)."""
         with self.engine.begin() as conn:
             if self._sqlite_file:
-                conn.exec_driver_sql(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+                conn.exec_driver_sql(CHECKPOINT_PRAGMA)
             yield conn
 
     def done_task_ids(self, round_: int) -> set[str]:
