@@ -58,7 +58,7 @@ def test_results_files_and_summary_keys(tmp_path: Path) -> None:
     assert summary["loop_overhead_ms_per_episode"] == pytest.approx(results["loop"]["ms_per_episode"], abs=1e-3)
     assert {"loop_episodes_per_s", "loop_overhead_ms_per_episode_no_memory"} <= set(summary)
     page = (tmp_path / "loop_overhead.md").read_text()
-    assert "<= 1 ms" in page and f"{os.cpu_count()} CPUs" in page  # the target and the machine beside the figure
+    assert "<= 0.5 ms" in page and f"{os.cpu_count()} CPUs" in page  # the target and the machine beside the figure
     assert json.loads((tmp_path / "loop_overhead.json").read_text())["loop"]["episodes"] == 16
 
 
