@@ -98,6 +98,7 @@ def cmd_memory(args: argparse.Namespace) -> None:
     from connectors import load_embedder
     from memory import MemoryStore
 
+    memory_cli.refuse_unused(args)
     if args.action in ("backup", "restore"):
         return memory_backup(args)
     if args.action in memory_cli.ACTIONS:

@@ -89,6 +89,28 @@ def forget_config(args: argparse.Namespace) -> ForgetConfig:
     )
 
 
+LIFECYCLE_FLAGS = {
+    "min_size": 3,
+    "model": None,
+    "capacity": None,
+    "merge_similarity": None,
+    "min_visits": 3,
+    "stale_after_days": 30.0,
+    "retention_days": 30.0,
+    "recall_retention_days": None,
+    "dry_run": False,
+}
+OTHER_FLAGS = {"embedder": "minilm", "force": False, "pg_bin": None}  # export/import, backup/restore only
+
+
+def refuse_unused(args: argparse.Namespace) -> None:
+    """A flag given to an ``evolve memory`` action that does not use it is an error, never silently dropped."""
+    unused = LIFECYCLE_FLAGS if args.action not in ACTIONS else OTHER_FLAGS
+    given = [f"--{k.replace('_', '-')}" for k, default in unused.items() if getattr(args, k, default) != default]
+    if given:
+        raise EvolveError(f"evolve memory {args.action} does not take {', '.join(given)}")
+
+
 def cmd_lifecycle(args: argparse.Namespace, llm: ChatModel | None = None) -> None:
     """Run one of ``ACTIONS`` (``apps.cli`` parses the arguments)."""
     config = MemoryConfig(forget=forget_config(args)) if args.action == "prune" else None

@@ -107,6 +107,8 @@ def test_memory_commands_consolidate_prune_list_and_undo(tmp_path: Path, capsys:
         (["memory", "prune", "--capacity", "0"], "capacity must be an integer >= 1"),
         (["memory", "export", "a.jsonl", "b.jsonl"], "a JSONL path is required (exactly one), got 2"),
         (["memory", "history", "extra"], "takes no path or id, got 1"),
+        (["memory", "consolidate", "--embedder", "hash"], "does not take --embedder"),
+        (["memory", "stats", "--capacity", "5"], "does not take --capacity"),
     ],
 )
 def test_bad_lifecycle_commands_say_what_was_expected(
