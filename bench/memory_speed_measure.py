@@ -88,7 +88,6 @@ class Profile:
     brute_queries: int
     kinds: dict[str, tuple[int, ...]] = field(default_factory=dict)
     ivf_store: tuple[int, ...] = ()
-    ann_store: tuple[int, ...] = (100_000,)
 
     def queries_for(self, n: int) -> int:
         return self.queries if n <= 100_000 else max(50, self.queries // 4)
@@ -136,7 +135,7 @@ def bench_size(n: int, *, profile: Profile, workdir: Path, seed: int) -> dict[st
     texts = [f"query {i}" for i in range(queries)]
     embedder.vectors.update(zip(texts, query_vecs, strict=True))
     url = f"sqlite:///{workdir / 'bench.db'}"
-    cfg = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5))
+    cfg = MemoryConfig(index="flat", retrieval=RetrievalConfig(k1=10, k2=5))  # the exact baseline; "auto" below
     out: dict[str, Any] = {"items": n, "queries": queries}
 
     store = MemoryStore(url, embedder=embedder, config=cfg, seed=seed)
@@ -172,8 +171,9 @@ def bench_size(n: int, *, profile: Profile, workdir: Path, seed: int) -> dict[st
     if n in profile.ivf_store:
         out["ivf_store"] = ivf_store(vecs, texts, targets, embedder, workdir / "ivf.db", seed=seed)
         out["ivf_store"]["speedup_vs_brute_force"] = out["brute_force"]["p50_ms"] / out["ivf_store"]["p50_ms"]
-    if n in profile.ann_store:
-        out["ann_store"] = ann_store(vecs, texts, embedder, workdir / "ann.db", seed=seed)
+    from bench.memory_speed_auto import auto_store  # imports this module: imported here, not at the top
+
+    out["auto_store"] = auto_store(vecs, query_vecs, workdir / "auto.db", seed=seed)
     kinds = ["flat"] + [k for k, sizes in profile.kinds.items() if n in sizes]
     out["index_kinds"] = index_kinds(vecs, query_vecs, kinds, k=cfg.retrieval.k1)
     return out
@@ -206,34 +206,6 @@ def ivf_store(
         "recall_at_1": float(np.mean(hits)),
         "lists": index.trained_lists,
         "grouped_add_items_per_s": grouped["items_per_s"],
-    }
-
-
-def ann_store(vecs: np.ndarray, texts: list[str], embedder: LookupEmbedder, db: Path, *, seed: int) -> dict[str, Any]:
-    """The same items in a store with an approximate index (``index="hnsw"``): the whole recall (Q,
-    z-scores, the recall log committed) next to its own raw index search, and one ``reinforce`` per call."""
-    cfg = MemoryConfig(index="hnsw", retrieval=RetrievalConfig(k1=10, k2=5))
-    store = MemoryStore(f"sqlite:///{db}", embedder=embedder, config=cfg, seed=seed)
-    try:
-        add_throughput(store, vecs, len(vecs))
-        warm = [f"warm-up {i}" for i in range(50)]  # other queries: their memories are not cached for the timed ones
-        embedder.vectors.update(zip(warm, unit(vecs[:50] + np.float32(0.03)), strict=True))
-        for text in warm:
-            store.retrieve(text, record=False)
-        logged: list[Recall] = []
-        t = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve hnsw {len(vecs):,}")
-        index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
-        raw, _ = search_each(index, embedder.embed(texts), cfg.retrieval.k1, f"hnsw search {len(vecs):,}")
-        calls = min(300, len(logged))
-        reinforce = timed(lambda i: store.reinforce(logged[i], 1.0, feedback_id=f"ann-{i}"), calls, "reinforce")
-    finally:
-        store.close()
-    return {
-        **t.summary(),
-        "index_search_p50_ms": raw.summary()["p50_ms"],
-        "ratio_vs_index": t.summary()["p50_ms"] / raw.summary()["p50_ms"],
-        "reinforce_call_p50_ms": reinforce.summary()["p50_ms"],
-        "reinforce_call_p95_ms": reinforce.summary()["p95_ms"],
     }
 
 

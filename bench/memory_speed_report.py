@@ -20,6 +20,15 @@ TARGETS = (
     ("retrieval_speedup_vs_brute_force_100k", ">=", 50, "brute-force Python scan p50 / retrieve p50 at 100k"),
     ("ivf_retrieval_speedup_vs_brute_force_100k", ">=", 50, "the same with an `ivf` store at 100k"),
     ("add_items_per_s", ">=", 20_000, "bulk add_many with precomputed embeddings (largest size)"),
+    ("reopen_s_100k", "<=", 0.2, "reopen + first answer in a fresh process, default index, 100k"),
+    ("reopen_s_1m", "<=", 2, "the same at 1M"),
+    ("grouped_add_items_per_s_1m", ">=", 2000, "add_many with intent grouping, default index, 1M"),
+    ("write_call_p50_ms_1m", "<=", 1, "one write call (grouping on), default index, 1M"),
+    ("ann_recall_at_10_1m", ">=", 0.97, "recall@10 of the whole recall vs exact search, default index, 1M"),
+    ("ann_retrieve_p50_ms_1m", "<=", 5, "recall p50, default index, 1M"),
+    ("ann_retrieval_ratio_vs_index_100k", "<=", 1.5, "recall p50 / its own index's search p50, 100k"),
+    ("reinforce_call_p50_ms", "<=", 0.5, "one reinforce call p50 (default index, 100k)"),
+    ("rss_mb_1m", "<=", 2000, "peak resident memory of a process reopening the 1M store and recalling"),
     ("reinforce_updates_per_s", ">=", 20_000, "reinforce_many Q updates per second on SQLite (largest size)"),
 )
 
@@ -36,18 +45,15 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
         flat[f"retrieval_ratio_vs_faiss_{tag}"] = round(r["ratio_vs_faiss"], 2)
         flat[f"brute_force_p50_ms_{tag}"] = round(r["brute_force"]["p50_ms"], 1)
         flat[f"retrieval_speedup_vs_brute_force_{tag}"] = round(r["speedup_vs_brute_force"], 1)
-        flat[f"grouped_add_items_per_s_{tag}"] = round(r["grouped_add"]["items_per_s"])
-        flat[f"reopen_s_{tag}"] = round(r["reopen_s"], 3)
+        flat[f"flat_grouped_add_items_per_s_{tag}"] = round(r["grouped_add"]["items_per_s"])
+        flat[f"flat_reopen_s_{tag}"] = round(r["reopen_s"], 3)
         flat[f"bytes_per_item_{tag}"] = round(r["bytes_per_item"]["database"] + r["bytes_per_item"]["index"])
         if "ivf_store" in r:
             flat[f"ivf_retrieval_p50_ms_{tag}"] = round(r["ivf_store"]["p50_ms"], 3)
             flat[f"ivf_retrieval_speedup_vs_brute_force_{tag}"] = round(r["ivf_store"]["speedup_vs_brute_force"], 1)
             flat[f"ivf_grouped_add_items_per_s_{tag}"] = round(r["ivf_store"]["grouped_add_items_per_s"])
-        if "ann_store" in r:
-            flat[f"ann_retrieve_p50_ms_{tag}"] = round(r["ann_store"]["p50_ms"], 3)
-            flat[f"ann_retrieve_p95_ms_{tag}"] = round(r["ann_store"]["p95_ms"], 3)
-            flat[f"ann_retrieval_ratio_vs_index_{tag}"] = round(r["ann_store"]["ratio_vs_index"], 2)
-            flat["reinforce_call_p50_ms"] = round(r["ann_store"]["reinforce_call_p50_ms"], 3)
+        if "auto_store" in r:
+            flat.update(auto_keys(r["auto_store"], tag))
         for kind, k in r["index_kinds"].items():
             flat[f"index_{kind}_recall_at_10_{tag}"] = round(k["recall_at_10"], 4)
             flat[f"index_{kind}_search_p50_ms_{tag}"] = round(k["p50_ms"], 3)
@@ -57,6 +63,26 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
     flat["reinforce_single_updates_per_s"] = round(largest["reinforce"]["single_updates_per_s"])
     flat["phase_b_us"] = round(largest["phase_b_us"], 1)
     return flat
+
+
+def auto_keys(a: dict[str, Any], tag: str) -> dict[str, Any]:
+    """The default index's summary keys at one size."""
+    keys = {
+        f"ann_recall_at_10_{tag}": round(a["recall_at_10"], 4),
+        f"ann_retrieve_p50_ms_{tag}": round(a["retrieve"]["p50_ms"], 3),
+        f"ann_retrieve_p95_ms_{tag}": round(a["retrieve"]["p95_ms"], 3),
+        f"ann_index_search_p50_ms_{tag}": round(a["index_search"]["p50_ms"], 3),
+        f"ann_retrieval_ratio_vs_index_{tag}": round(a["ratio_vs_index"], 2),
+        f"write_call_p50_ms_{tag}": round(a["write"]["p50_ms"], 3),
+        f"grouped_add_items_per_s_{tag}": round(a["grouped_add"]["items_per_s"]),
+        f"reopen_s_{tag}": round(a["reopen"]["reopen_s"], 3),
+        f"rss_mb_{tag}": round(a["reopen"]["peak_rss_mb"]),
+        f"auto_settle_s_{tag}": round(a["settle_s"], 1),
+        f"auto_ef_search_{tag}": a["index"].get("ef_search"),
+    }
+    if tag == "100k":
+        keys["reinforce_call_p50_ms"] = round(a["reinforce"]["p50_ms"], 3)
+    return keys
 
 
 def target_rows(flat: dict[str, Any]) -> list[str]:
@@ -92,8 +118,37 @@ def markdown(results: dict[str, Any]) -> str:
         "|---|---|---|---|",
         *target_rows(headline(results)),
     ]
-    lines += retrieval_table(results) + writes_table(results) + ivf_table(results) + kinds_table(results)
+    lines += auto_table(results) + retrieval_table(results) + writes_table(results) + ivf_table(results)
+    lines += kinds_table(results)
     return "\n".join(lines + notes(results))
+
+
+def auto_table(results: dict[str, Any]) -> list[str]:
+    """The default index's rows (``bench.memory_speed_auto``), or nothing when no size measured it."""
+    auto = {n: r["auto_store"] for n, r in results["sizes"].items() if "auto_store" in r}
+    if not auto:
+        return []
+    lines = [
+        "",
+        '## The default index (`index="auto"`)',
+        "",
+        "| items | holds (efSearch, measured recall) | switch + merge s | recall@10 | recall p50 / p95 ms "
+        "| its index p50 ms | ratio | reinforce p50 ms | write p50 / p95 ms | grouped add items/s "
+        "| reopen s (fresh process) | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, a in auto.items():
+        ix, w, ro = a["index"], a["write"], a["reopen"]
+        measured = ix.get("measured_recall_at_10")
+        holds = f"{ix['holds']} ({ix.get('ef_search')}, {measured:.3f})" if measured is not None else ix["holds"]
+        lines.append(
+            f"| {int(n):,} | {holds} | {a['settle_s']:.0f} | {a['recall_at_10']:.3f} "
+            f"| {a['retrieve']['p50_ms']:.2f} / {a['retrieve']['p95_ms']:.2f} | {a['index_search']['p50_ms']:.3f} "
+            f"| {a['ratio_vs_index']:.2f} | {a['reinforce']['p50_ms']:.2f} | {w['p50_ms']:.2f} / {w['p95_ms']:.2f} "
+            f"| {a['grouped_add']['items_per_s']:,.0f} | {ro['reopen_s']:.2f} ({ro['index']}, mirror {ro['mirror']}) "
+            f"| {ro['peak_rss_mb']:,.0f} |"
+        )
+    return lines
 
 
 def retrieval_table(results: dict[str, Any]) -> list[str]:
@@ -190,7 +245,13 @@ def notes(results: dict[str, Any]) -> list[str]:
         "new intent with every key (an `hnsw`/`ivf` store groups through its index instead).",
         "- *reopen* is opening the store and answering one query: the namespace's rows are read from SQL and the saved "
         "index file is loaded.",
-        "- HNSW: M = 32, efConstruction = 80, efSearch = 64; IVF: about √n lists, 16 of them searched per query (a sixteenth beyond 256 lists).",
+        '- *The default index* is `index="auto"`: exact below 20,000 items, then an HNSW graph (M = 32, '
+        "efConstruction = 80) built in the background, its efSearch tuned on sampled queries for recall@10 >= 0.98. "
+        "*switch + merge* is how long `wait_for_index` waited after the bulk load; *recall@10* is the whole recall "
+        "(k1 = k2 = 10, λ = 0) against an exact search of every item; *write* is one `write` call of a new attempt; "
+        "*reopen* runs in a new process and counts from opening the store to its first answer (imports excluded); "
+        "*peak RSS* is that process's after the timed recalls.",
+        "- HNSW kind: M = 32, efConstruction = 80, efSearch = 64; IVF: about √n lists, 16 of them searched per query (a sixteenth beyond 256 lists).",
         "",
     ]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -35,6 +35,7 @@ from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind
 from memory.inserts import BULK_PAUSE
 from memory.mirror.arrays import NamespaceMirror
+from memory.mirror.auto import AutoIndex
 from memory.mirror.sync import MirrorSet
 
 log = logging.getLogger(__name__)
@@ -108,10 +109,10 @@ def engine_for(url: str, *, durability: Durability = "normal") -> Engine:
 
 def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
     """The index kind a store on ``db`` uses: ``"auto"`` is ``"pgvector"`` on PostgreSQL (the database
-    answers phase A, no process builds an index) and ``"flat"`` elsewhere."""
+    answers phase A, no process builds an index) and stays ``"auto"`` elsewhere (``memory.mirror.auto``)."""
     postgres = db.engine.dialect.name == "postgresql"
     if kind == "auto":
-        return "pgvector" if postgres else "flat"
+        return "pgvector" if postgres else "auto"
     if kind in SERVER_INDEX_KINDS and not postgres:
         raise ConfigError(
             f"MemoryConfig.index={kind!r} needs a PostgreSQL database with pgvector (postgresql+psycopg://…), "
@@ -191,6 +192,27 @@ class OpenStore:
                 self.mirrors.get(conn, namespace)
             return (self.mirrors.index_state if of == "index" else self.mirrors.mirror_state)[namespace]
 
+    def index_details(self, namespace: str) -> dict[str, Any]:
+        """What the namespace's index holds now (``MemoryStore.index_details``)."""
+        with self.locked():
+            mirror = self.mirror(namespace)
+            index = mirror.index
+            state = self.mirrors.index_state.get(namespace)
+            if isinstance(index, AutoIndex):
+                return {**index.status(), "obtained": state}
+            return {"kind": index.kind, "holds": "graph" if index.approximate else "exact", "items": len(mirror),
+                    "working": False, "obtained": state}  # fmt: skip
+
+    def wait_for_index(self, timeout: float | None) -> bool:
+        """Wait for every loaded namespace's background index work; false when ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for mirror in self.mirrors.all():
+            if isinstance(mirror.index, AutoIndex):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not mirror.index.wait(left):
+                    return False
+        return True
+
     def resync(self) -> None:
         """Catch the mirrors up after another process wrote between this one's write and its apply."""
         with self.db.transaction(write=False) as conn:
@@ -209,6 +231,9 @@ class OpenStore:
             if self.closed:
                 return
             self.closed = True
+            for mirror in self.mirrors.all():  # background index work stops at its next step
+                if isinstance(mirror.index, AutoIndex):
+                    mirror.index.close()
             try:
                 self.mirrors.save(restamp=True)
             except Exception as e:  # derived data: losing it costs a rebuild, not memories

@@ -212,7 +212,7 @@ def group_items(
     keyed = np.array([t is not None for t in tasks], dtype=bool) if tasks is not None else np.zeros(n, dtype=bool)
     free = np.flatnonzero(~keyed)
     if group and len(free):
-        nearest = nearest_by_index(mirror, vecs[free]) if mirror.index.kind != "flat" and len(mirror) else None
+        nearest = nearest_by_index(mirror, vecs[free]) if mirror.index.approximate and len(mirror) else None
         free_labels, free_new = assign_groups(vecs[free], mirror.keys, threshold, nearest=nearest)
     else:
         free_labels, free_new = n_old + np.arange(len(free), dtype=np.int64), np.arange(len(free), dtype=np.int64)

@@ -404,6 +404,18 @@ class MemoryStore(StoreUpkeep):
         """The same for the namespace's mirror (ids, Q, visits, vectors): ``loaded`` is its mapped snapshot."""
         return self._open.index_status(check_namespace(namespace), of="mirror")
 
+    def index_details(self, namespace: str = "default") -> dict[str, Any]:
+        """What the namespace's index holds now: for ``index="auto"``, ``holds`` (``"exact"`` or ``"graph"``),
+        items in the graph and in the exact part, ``ef_search`` and the recall@10 measured for it
+        (``measured_recall_at_10``), whether background work runs (``working``) and its last ``error``."""
+        return self._open.index_details(check_namespace(namespace))
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until background index work (``index="auto"``: the switch to a graph, merges, tuning) is
+        done; false when ``timeout`` seconds passed first. Recalls never need this: they are answered
+        exactly meanwhile."""
+        return self._open.wait_for_index(timeout)
+
     def save_index(self) -> int:
         """Save changed vector indexes and mirror snapshots beside the database now (``close`` does it too)."""
         with self._open.locked():

@@ -31,9 +31,13 @@ def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path
     assert r["brute_force"]["same_choice"] == 1.0  # the Python scan picks what the store picks
     assert r["index_kinds"]["flat"]["recall_at_10"] == 1.0
     assert r["reopen_same_recall"] and r["reopen_index"] == "loaded"
+    auto = r["auto_store"]  # the default index: exact at this size, reopened in a fresh process
+    assert auto["index"]["holds"] == "exact" and auto["recall_at_10"] == 1.0
+    assert (auto["reopen"]["index"], auto["reopen"]["mirror"]) == ("loaded", "loaded")
     summary = json.loads((tmp_path / "summary.json").read_text())
     for key in ("retrieval_ratio_vs_faiss_2k", "retrieval_speedup_vs_brute_force_2k", "add_items_per_s",
-                "reinforce_updates_per_s", "grouped_add_items_per_s_2k", "index_flat_recall_at_10_2k"):  # fmt: skip
+                "reinforce_updates_per_s", "grouped_add_items_per_s_2k", "index_flat_recall_at_10_2k",
+                "write_call_p50_ms_2k", "reopen_s_2k", "rss_mb_2k", "ann_retrieval_ratio_vs_index_2k"):  # fmt: skip
         assert summary[key] > 0, key
     md = (tmp_path / "memory_speed.md").read_text()
     assert "| two-phase retrieve p50 / raw FAISS p50 at 100k | <= 1.3 | not measured in this run | — |" in md

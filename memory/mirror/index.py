@@ -89,6 +89,9 @@ class SearchIndex(Protocol):
 
     kind: str
 
+    @property
+    def approximate(self) -> bool: ...
+
     def add(self, ids: np.ndarray, vecs: np.ndarray, *, expect: int = 0) -> None: ...
 
     def remove(self, ids: np.ndarray) -> None: ...
@@ -190,6 +193,11 @@ class VectorIndex:
 
     def __len__(self) -> int:
         return int(self.raw.ntotal)
+
+    @property
+    def approximate(self) -> bool:
+        """Whether a search may miss a neighbour (``hnsw``, ``ivf``): intent grouping then goes through the index."""
+        return self.kind != "flat"
 
     def _own(self) -> None:
         """Copy a mapped index (``load``) into memory before its first change: FAISS cannot grow or
@@ -345,8 +353,11 @@ class VectorIndex:
                     leftover.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: Path, *, dim: int, kind: str) -> tuple[VectorIndex, int] | None:
-        """A saved index and the generation it reflects, or None when missing, unreadable or foreign."""
+    def load(
+        cls, path: Path, *, dim: int, kind: str, saved_as: tuple[str, ...] = ()
+    ) -> tuple[VectorIndex, int] | None:
+        """A saved index and the generation it reflects, or None when missing, unreadable or foreign.
+        ``saved_as``: the sidecar kinds accepted (default: ``kind``; ``"auto"`` saves its exact part as flat)."""
         faiss = load_faiss()
         if faiss is None or not path.exists() or not meta_path(path).exists():
             return None
@@ -361,7 +372,7 @@ class VectorIndex:
         # No check of the sidecar's count: a process killed between the two renames of ``save`` leaves
         # a newer index beside an older sidecar; the caller reconciles the ids with SQL anyway (and
         # catches this one up) instead of rebuilding the whole index.
-        if meta.get("dim") != dim or meta.get("kind") != kind or raw.d != dim:
+        if meta.get("dim") != dim or meta.get("kind") not in (saved_as or (kind,)) or raw.d != dim:
             log.warning("memory index %s does not match its sidecar or this store; it will be rebuilt", path)
             return None
         if isinstance(raw, faiss.IndexIVF):

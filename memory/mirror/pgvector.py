@@ -216,6 +216,7 @@ class PgVectorIndex:
     """
 
     kind = "pgvector"
+    approximate = True
 
     def __init__(self, connect: Callable[[], AbstractContextManager[Connection]], namespace: str, *, dim: int) -> None:
         self.connect = connect

@@ -26,6 +26,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from connectors.errors import StoreError
 from memory.mirror import snapshot
 from memory.mirror.arrays import NamespaceMirror, Rows, kind_codes
+from memory.mirror.auto import load_index, new_index
 from memory.mirror.index import SearchIndex, VectorIndex
 from memory.schema import from_blobs, intents, memory_items, tombstones, valid_at
 from memory.statements import chunks, read_generation
@@ -107,8 +108,12 @@ class MirrorSet:
             self._mirrors[namespace] = mirror
         return mirror
 
-    def loaded(self, namespace: str) -> NamespaceMirror | None:
-        return self._mirrors.get(namespace)
+    def loaded(self, namespace: str | None = None) -> NamespaceMirror | None:
+        return self._mirrors.get(namespace) if namespace is not None else None
+
+    def all(self) -> list[NamespaceMirror]:
+        """Every mirror loaded in this process."""
+        return list(self._mirrors.values())
 
     def advance(self, generation: int) -> bool:
         """After a committed write: true when it directly follows what the mirrors reflect, so the
@@ -298,7 +303,7 @@ class MirrorSet:
     def _new_index(self, namespace: str) -> SearchIndex:
         if self._served_index is not None:
             return self._served_index(namespace)
-        return VectorIndex(self.dim, kind=self.kind)
+        return new_index(self.dim, self.kind)
 
     def _attach_index(self, mirror: NamespaceMirror) -> None:
         ns = mirror.namespace
@@ -306,7 +311,7 @@ class MirrorSet:
             self.index_state[ns] = "database"
             return
         path = index_file(self.index_dir, ns) if self.index_dir is not None else None
-        loaded = VectorIndex.load(path, dim=self.dim, kind=self.kind) if path is not None else None
+        loaded = load_index(path, dim=self.dim, kind=self.kind) if path is not None else None
         state = "built" if path is None or not path.exists() else "rebuilt"
         if loaded is not None:
             index, saved_gen = loaded
@@ -316,7 +321,7 @@ class MirrorSet:
                 state = "loaded" if fixed == 0 else "caught_up"
                 log.debug("memory index %s saved at generation %d, store at %d", path, saved_gen, self.generation)
         if state in ("built", "rebuilt"):
-            mirror.index = VectorIndex(self.dim, kind=self.kind)
+            mirror.index = new_index(self.dim, self.kind)
             for lo in range(0, len(mirror), BUILD_CHUNK):  # bounded copies of the key vectors
                 rows = np.arange(lo, min(lo + BUILD_CHUNK, len(mirror)))
                 mirror.index.add(mirror.seqs[rows], mirror.vectors(rows), expect=len(mirror))
@@ -409,7 +414,7 @@ class MirrorSet:
                 mirror.add_keys(np.array([key_id], dtype=object), np.array([seq]), from_blobs([blob], self.dim))
 
 
-def reconcile(mirror: NamespaceMirror, index: VectorIndex, *, spot_checks: int = 8) -> int | None:
+def reconcile(mirror: NamespaceMirror, index: Any, *, spot_checks: int = 8) -> int | None:
     """Bring a loaded index in line with the mirror; the number of ids added or removed, or None
     when the index cannot be trusted (duplicate ids, or vectors that differ from SQL's)."""
     ids, seqs = index.ids(), mirror.seqs  # the mirror's seqs ascend

@@ -18,7 +18,8 @@ from sqlalchemy import delete, update
 
 from connectors import HashEmbedder
 from memory import MemoryStore
-from memory.mirror.index import VectorIndex, meta_path
+from memory.mirror.auto import load_index
+from memory.mirror.index import meta_path
 from memory.mirror.sync import index_file
 from memory.schema import feedback, memory_items
 from tests.reliability.crash import FAILURES, check
@@ -106,7 +107,7 @@ def test_an_index_saved_without_its_sidecar_is_caught_up_not_rebuilt(tmp_path: P
     with MemoryStore(url, embedder=HashEmbedder(32)) as store:
         assert store.index_status() == "loaded"  # the ids agree with SQL: nothing to rebuild
         assert len(store.items()) == 8
-    loaded = VectorIndex.load(path, dim=32, kind="flat")
+    loaded = load_index(path, dim=32, kind="auto")
     assert loaded is not None and len(loaded[0]) == 8
 
 

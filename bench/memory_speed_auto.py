@@ -1,0 +1,135 @@
+"""The default index (``index="auto"``) at one store size: what a user gets without choosing an index.
+
+``auto_store`` loads the items in bulk, waits for the background switch to the HNSW graph (and
+reports how long it took), then measures: recall@10 of the whole recall against an exact search, the
+recall's p50/p95 next to its own index's raw search, one ``reinforce`` call, one normal ``write`` call
+(intent grouping on), a grouped ``add_many``, and reopening it in a fresh process: time to the first
+answer and the process's peak resident memory. ``bench.memory_speed`` calls it for the sizes its
+profile names (``Profile.auto_store``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.memory_speed_measure import DIM, LookupEmbedder, add_throughput, clustered, grouped_add, timed, unit
+from memory.config import MemoryConfig, RetrievalConfig
+from memory.records import Recall
+from memory.retrieval import search_width as width
+from memory.store import MemoryStore
+
+NEAREST = RetrievalConfig(k1=10, k2=10, delta=-1.0, lam=0.0)  # the ten most similar, whatever their Q
+SETTLE_TIMEOUT_S = 3600
+WRITE_CALLS = 300
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def auto_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) -> dict[str, Any]:
+    """Every measurement of the default index on ``vecs`` (the store lives at ``db``)."""
+    n = len(vecs)
+    embedder = LookupEmbedder(DIM)
+    texts = [f"query {i}" for i in range(len(queries))]
+    embedder.vectors.update(zip(texts, queries, strict=True))
+    cfg = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5))
+    out: dict[str, Any] = {"items": n}
+    store = MemoryStore(f"sqlite:///{db}", embedder=embedder, config=cfg, seed=seed)
+    try:
+        out["add"] = add_throughput(store, vecs, n)
+        start = time.perf_counter()
+        out["settled"] = store.wait_for_index(SETTLE_TIMEOUT_S)
+        out["settle_s"] = time.perf_counter() - start
+        out["index"] = store.index_details()
+        out["recall_at_10"] = recall_at_10(store, texts, vecs, queries)
+        for text in texts[:20]:  # warm-up
+            store.retrieve(text, record=False)
+        logged: list[Recall] = []
+        t = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve auto {n:,}")
+        index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
+        raw = timed(lambda i: index.search(queries[i : i + 1], search_width(cfg)), len(texts), "auto index search")
+        out["retrieve"] = t.summary()
+        out["index_search"] = raw.summary()
+        out["ratio_vs_index"] = t.summary()["p50_ms"] / raw.summary()["p50_ms"]
+        calls = min(300, len(logged))
+        out["reinforce"] = timed(
+            lambda i: store.reinforce(logged[i], 1.0, feedback_id=f"auto-{i}"), calls, "reinforce"
+        ).summary()
+        out["write"] = write_calls(store, embedder, np.random.default_rng(seed + 2))
+        out["grouped_add"] = grouped_add(store, np.random.default_rng(seed + 1), n)
+        store.wait_for_index(SETTLE_TIMEOUT_S)
+    finally:
+        start = time.perf_counter()
+        store.close()
+        out["close_s"] = time.perf_counter() - start
+    np.save(db.with_suffix(".queries.npy"), queries)
+    out["reopen"] = reopen_in_fresh_process(db, len(texts))
+    return out
+
+
+def search_width(cfg: MemoryConfig) -> int:
+    """As deep as a recall asks its index (``memory.retrieval.search_width``)."""
+    return width(cfg.retrieval.k1, 10**9)
+
+
+def recall_at_10(store: MemoryStore, texts: list[str], vecs: np.ndarray, queries: np.ndarray) -> float:
+    """Share of each query's exact ten nearest stored items that the store's recall (``NEAREST``) returns."""
+    hits = []
+    for lo in range(0, len(queries), 50):
+        sims = queries[lo : lo + 50] @ vecs.T
+        truth = np.argpartition(-sims, 10, axis=1)[:, :10]
+        for j, row in enumerate(truth):
+            got = {m.intent for m in store.retrieve(texts[lo + j], config=NEAREST, record=False).items}
+            hits.append(len(got & {f"intent {i}" for i in row.tolist()}) / 10)
+    return float(np.mean(hits))
+
+
+def write_calls(store: MemoryStore, embedder: LookupEmbedder, rng: np.random.Generator) -> dict[str, float]:
+    """``WRITE_CALLS`` single ``write`` calls of new attempts (grouping on: each compared with the keys)."""
+    vecs = clustered(WRITE_CALLS, rng)
+    intents = [f"written task {i}" for i in range(WRITE_CALLS)]
+    embedder.vectors.update(zip(intents, unit(vecs), strict=True))
+    return timed(
+        lambda i: store.write(intents[i], trajectory="Answer given: 42", feedback="Correct.", success=True),
+        WRITE_CALLS,
+        "write",
+    ).summary()
+
+
+REOPEN = """
+import json, resource, sys, time
+import numpy as np
+sys.path.insert(0, {root!r})
+start = time.perf_counter()
+from bench.memory_speed_measure import DIM, LookupEmbedder
+from memory.config import MemoryConfig, RetrievalConfig
+from memory.store import MemoryStore
+imported = time.perf_counter() - start
+queries = np.load({queries!r})
+embedder = LookupEmbedder(DIM)
+embedder.vectors.update((f"query {{i}}", q) for i, q in enumerate(queries))
+start = time.perf_counter()
+store = MemoryStore({url!r}, embedder=embedder, config=MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5)))
+store.retrieve("query 0", record=False)
+first = time.perf_counter() - start
+for i in range({calls}):
+    store.retrieve(f"query {{i}}", record=False)
+print(json.dumps({{"reopen_s": first, "import_s": imported, "peak_rss_mb": resource.getrusage(
+    resource.RUSAGE_SELF).ru_maxrss / 1024, "index": store.index_status(), "mirror": store.mirror_status()}}))
+store.close()
+"""
+
+
+def reopen_in_fresh_process(db: Path, calls: int) -> dict[str, Any]:
+    """Open the closed store in a new Python process: seconds to the first answer (imports not counted),
+    then ``calls`` recalls, and the process's peak resident memory."""
+    script = REOPEN.format(
+        root=str(ROOT), queries=str(db.with_suffix(".queries.npy")), url=f"sqlite:///{db}", calls=calls
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
