@@ -27,6 +27,7 @@ def figures(result: dict[str, Any], label: str) -> list[list[Any]]:
         [f"{label}: SIGKILL trials (processes killed)", result["trials"]],
         [f"{label}: kills inside a write or reinforce call", inside],
         [f"{label}: kills inside save_index", landed.get("inside save", 0)],
+        [f"{label}: kills while the index worked in the background", landed.get("index busy", 0)],
         [f"{label}: kills while opening the store", landed.get("inside open", 0) + landed.get("before open", 0)],
         [f"{label}: acknowledged writes checked", t.get("acknowledged_writes", 0)],
         [f"{label}: acknowledged feedback ids checked", t.get("acknowledged_feedback", 0)],
@@ -44,6 +45,9 @@ def run(quick: bool = True, *, pg_url: str | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="evolve-crash-") as tmp:
         folder = Path(tmp)
         rows += figures(run_trials(f"sqlite:///{folder / 'memory.db'}", folder, trials=50 if quick else 200), "SQLite")
+        switching = run_trials(f"sqlite:///{folder / 'auto' / 'memory.db'}", folder / "auto", trials=30 if quick else 120,
+                               seed=2, switch_at=150)  # fmt: skip
+        rows += figures(switching, "SQLite, the default index switching at 150 items")
         if pg_url is not None:
             pg = run_trials(pg_url, folder / "pg", trials=10 if quick else 40, seed=1, delays=(0.2, 2.0))
             rows += figures(pg, "PostgreSQL")

@@ -62,6 +62,17 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_fe
     assert result["totals"]["leftover_temp_files"] <= 1  # the last kill's, at most: the next save sweeps it
 
 
+def test_sigkill_while_the_default_index_switches_and_merges_in_the_background_loses_nothing(tmp_path: Path) -> None:
+    """The same trials with the default index switching to its graph at 150 items and merging every 32
+    new ones (``memory.mirror.auto``): kills land while it builds, merges and saves in the background."""
+    result = trials_in_a_fresh_process(
+        f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=30, seed=21, switch_at=150
+    )
+    assert_nothing_lost(result, trials=30)
+    assert result["landed"].get("index busy", 0) >= 1, result["landed"]
+    assert set(result["index_states"]) <= {"loaded", "caught_up", "rebuilt", "built"}
+
+
 @pytest.mark.postgres
 def test_sigkill_on_postgresql_loses_nothing_acknowledged(pg_url: str, tmp_path: Path) -> None:
     result = trials_in_a_fresh_process(pg_url, tmp_path, trials=10, seed=3, delays=(0.2, 2.0))

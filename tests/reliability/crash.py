@@ -61,12 +61,19 @@ def worker(
     save_every_write: bool,
     started: Any = None,
     after_open: bool = False,
+    switch_at: int | None = None,
 ) -> None:
     """Loop writes, reinforcements and saves on ``url`` until killed, acknowledging each call.
 
     ``started`` (a pipe end) is told when the process is up, or with ``after_open`` once the store is
     open, so start-up costs (and on a loaded machine, opening) do not eat the delay before the kill.
+    ``switch_at`` lowers the default index's thresholds (``memory.mirror.auto``: the switch to a graph at
+    that many items, merges every 32 new ones), so kills land in its background work too.
     """
+    if switch_at is not None:
+        import memory.mirror.auto as auto
+
+        auto.ANN_AT, auto.MERGE_AT, auto.MERGE_CHUNK = switch_at, 32, 8
     if started is not None and not after_open:
         started.send(True)
     rng = random.Random(seed)
@@ -81,7 +88,8 @@ def worker(
         op = rng.choice(INSERT_OPS if save_every_write else WRITE_OPS)  # an insert leaves the index to save
         ns = rng.choice(NAMESPACES)
         _ack(fd, {"begin": op, "trial": trial})
-        _ack(fd, {"done": op, "trial": trial, **_call(store, op, ns, f"t{trial}-{step}", rng, resend)})
+        done = _call(store, op, ns, f"t{trial}-{step}", rng, resend)
+        _ack(fd, {"done": op, "trial": trial, **done, "index_busy": store.index_details(ns)["working"]})
         if save_every_write or rng.random() < 0.1:
             _ack(fd, {"begin": "save", "trial": trial})
             store.save_index()
@@ -219,7 +227,13 @@ def index_agreement(store: MemoryStore, samples: int) -> tuple[dict[str, str], i
 
 # -- the trials ----------------------------------------------------------------------------------
 def run_trials(
-    url: str, folder: Path, *, trials: int, seed: int = 0, delays: tuple[float, float] = (0.02, 0.6)
+    url: str,
+    folder: Path,
+    *,
+    trials: int,
+    seed: int = 0,
+    delays: tuple[float, float] = (0.02, 0.6),
+    switch_at: int | None = None,
 ) -> dict[str, Any]:
     """``trials`` workers on one database, each killed after a seeded random delay and then checked.
 
@@ -232,6 +246,8 @@ def run_trials(
     from the open store, so a slow or busy machine still does calls before the kill (a test asserts a
     floor on them: 50 trials on a machine running three test suites at once acknowledged only 75 writes
     when every delay ran from the start).
+    ``switch_at``: the workers' default index switches to a graph at that many items and merges often
+    (``worker``); ``landed["index busy"]`` counts the kills that came while it worked in the background.
     Returns totals: failures of each kind (all must be 0), where the kills landed, index states seen.
     """
     rng = random.Random(seed)
@@ -244,7 +260,7 @@ def run_trials(
     states: Counter[str] = Counter()
     for trial in range(trials):
         theirs, ours = ctx.Pipe(duplex=False)
-        args = (url, str(ack_path), trial, rng.randrange(2**31), trial % 2 == 1, ours, trial % 4 != 0)
+        args = (url, str(ack_path), trial, rng.randrange(2**31), trial % 2 == 1, ours, trial % 4 != 0, switch_at)
         proc = ctx.Process(target=worker, args=args)
         proc.start()
         if not theirs.poll(60):
@@ -254,7 +270,10 @@ def run_trials(
             os.kill(proc.pid, signal.SIGKILL)
         proc.join()
         totals["worker_errors"] += proc.exitcode != -signal.SIGKILL
-        landed[_landed(read_acks(ack_path), trial)] += 1
+        acks = read_acks(ack_path)
+        landed[_landed(acks, trial)] += 1
+        mine = [a for a in acks if a.get("trial") == trial and "done" in a]
+        landed["index busy"] += bool(mine) and bool(mine[-1].get("index_busy"))
         found = check(url, ack_path, folder / "scratch-index")
         states.update(found.pop("index_states").values())
         totals.update({k: v for k, v in found.items() if not k.startswith("acknowledged")})
