@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, merge_summary
+from bench.memory_speed_auto import auto_store
 from bench.memory_speed_measure import PROFILES, bench_size
 from bench.memory_speed_report import headline, markdown, plot
 from connectors.errors import ConfigError
 
 RESULTS = Path(__file__).parent / "results"
+EXTRAS = {"auto_store": lambda vecs, queries, work, seed: auto_store(vecs, queries, work / "auto.db", seed=seed)}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -46,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for n in profile.sizes:
         workdir = Path(tempfile.mkdtemp(prefix=f"evolve-bench-{n}-"))
         try:
-            results["sizes"][str(n)] = r = bench_size(n, profile=profile, workdir=workdir, seed=args.seed)
+            results["sizes"][str(n)] = r = bench_size(
+                n, profile=profile, workdir=workdir, seed=args.seed, extras=EXTRAS
+            )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         print(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,8 +124,15 @@ def clustered(n: int, rng: np.random.Generator, *, chunk: int = 100_000) -> np.n
     return out
 
 
-def bench_size(n: int, *, profile: Profile, workdir: Path, seed: int) -> dict[str, Any]:
-    """Every measurement for one store size; the store lives in ``workdir``."""
+Extra = Callable[[np.ndarray, np.ndarray, Path, int], dict[str, Any]]
+"""A further measurement on a size's vectors and queries: ``(vectors, query vectors, workdir, seed)``."""
+
+
+def bench_size(
+    n: int, *, profile: Profile, workdir: Path, seed: int, extras: Mapping[str, Extra] | None = None
+) -> dict[str, Any]:
+    """Every measurement for one store size; the store lives in ``workdir``. ``extras`` run on the same
+    vectors and queries and land under their names (``bench.memory_speed`` adds the default index's)."""
     rng = np.random.default_rng(seed)
     vecs = clustered(n, rng)
     queries = profile.queries_for(n)
@@ -171,9 +178,8 @@ def bench_size(n: int, *, profile: Profile, workdir: Path, seed: int) -> dict[st
     if n in profile.ivf_store:
         out["ivf_store"] = ivf_store(vecs, texts, targets, embedder, workdir / "ivf.db", seed=seed)
         out["ivf_store"]["speedup_vs_brute_force"] = out["brute_force"]["p50_ms"] / out["ivf_store"]["p50_ms"]
-    from bench.memory_speed_auto import auto_store  # imports this module: imported here, not at the top
-
-    out["auto_store"] = auto_store(vecs, query_vecs, workdir / "auto.db", seed=seed)
+    for name, extra in (extras or {}).items():
+        out[name] = extra(vecs, query_vecs, workdir, seed)
     kinds = ["flat"] + [k for k, sizes in profile.kinds.items() if n in sizes]
     out["index_kinds"] = index_kinds(vecs, query_vecs, kinds, k=cfg.retrieval.k1)
     return out

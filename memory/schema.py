@@ -32,6 +32,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     and_,
+    bindparam,
     func,
     insert,
     inspect,
@@ -361,16 +362,23 @@ def read_state(conn: Connection) -> StoreState:
     return StoreState(row["generation"], row["next_seq"], row["embedder"], row["dim"])
 
 
+_BUMP = (
+    update(state)
+    .where(state.c.id == 1)
+    .values(generation=state.c.generation + 1, next_seq=state.c.next_seq + bindparam("seqs", type_=Integer))
+    .returning(state.c.generation, state.c.next_seq)
+)  # built once: every write runs it, and building it cost more than running it
+
+
 def bump(conn: Connection, *, seqs: int = 0) -> tuple[int, int]:
     """Advance the generation (and reserve ``seqs`` sequence numbers) inside the caller's transaction.
 
     Returns the new generation and the first reserved sequence number.
     """
-    conn.execute(
-        update(state).where(state.c.id == 1).values(generation=state.c.generation + 1, next_seq=state.c.next_seq + seqs)
-    )
-    s = read_state(conn)
-    return s.generation, s.next_seq - seqs
+    row = conn.execute(_BUMP, {"seqs": seqs}).first()
+    if row is None:
+        raise StoreError("the memory_state row is missing; the database was not created by MemoryStore")
+    return int(row[0]), int(row[1]) - seqs
 
 
 def record_embedder(conn: Connection, name: str, dim: int) -> None:

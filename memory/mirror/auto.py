@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -172,16 +173,18 @@ class AutoIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best ids per query row by inner product: the exact part's and the graph's, merged."""
         queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
-        with self._lock:
-            masked = len(self._masked)
-            sims, ids = self.fresh.search(queries, k + masked)
+        if k == 0:
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        with self._lock, _threads_for(len(queries)):
+            masked, merging = len(self._masked), self._merging > 0
+            sims, ids = self.fresh.raw.search(queries, k + masked)
             if masked:
                 sims = np.where(np.isin(ids, self._masked), np.float32(-np.inf), sims)
                 ids = np.where(np.isinf(sims), -1, ids)
-            if self.graph is None or k == 0:
-                return _best(sims, ids, k) if masked else (sims, ids)
-            gsims, gids = _one_thread(self.graph.search, queries, k)
-        return _best(np.concatenate([sims, gsims], axis=1), np.concatenate([ids, gids], axis=1), k)
+            if self.graph is None:
+                return _best(sims, ids, k, merging) if masked else (sims, ids)
+            gsims, gids = self.graph.search(queries, k)
+        return _best(np.concatenate([sims, gsims], axis=1), np.concatenate([ids, gids], axis=1), k, merging)
 
     # -- background work -----------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
@@ -359,8 +362,15 @@ class AutoIndex:
         return index, int(meta["generation"])
 
 
-def _best(sims: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the k best (sim, id) pairs, each id once (a merge holds an id in both parts for a while)."""
+def _best(sims: np.ndarray, ids: np.ndarray, k: int, dedupe: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k best (sim, id) pairs; ``dedupe``: each id once (a merge holds an id in both parts
+    for a while)."""
+    if not dedupe:
+        if k == 1:
+            best = np.argmax(sims, axis=1)[:, None]
+            return np.take_along_axis(sims, best, axis=1), np.take_along_axis(ids, best, axis=1)
+        order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
     by_id = np.argsort(ids, axis=1, kind="stable")
     sorted_ids = np.take_along_axis(ids, by_id, axis=1)
     repeat = np.zeros_like(sorted_ids, dtype=bool)
@@ -386,16 +396,18 @@ def load_index(path: Path, *, dim: int, kind: str) -> tuple[SearchIndex, int] | 
     return VectorIndex.load(path, dim=dim, kind=kind)
 
 
-def _one_thread(search: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``search`` on one OpenMP thread for a few queries (``memory.mirror.index.VectorIndex.search`` says why)."""
+@contextlib.contextmanager
+def _threads_for(queries: int) -> Iterator[None]:
+    """One OpenMP thread for a few queries (``memory.mirror.index.VectorIndex.search`` says why)."""
     import faiss
 
-    if queries.shape[0] >= PARALLEL_QUERIES:
-        return search(queries, k)  # type: ignore[no-any-return]
+    if queries >= PARALLEL_QUERIES:
+        yield
+        return
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
-        return search(queries, k)  # type: ignore[no-any-return]
+        yield
     finally:
         faiss.omp_set_num_threads(threads)
 
