@@ -41,6 +41,19 @@ def machine() -> dict[str, Any]:
     }
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM``, which starts afresh at ``exec``.
+    (``getrusage``'s ``ru_maxrss`` does not: a child started by a 12 GB parent reported 12 GB.)"""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+    except OSError:  # not Linux: ru_maxrss is bytes on macOS
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text()

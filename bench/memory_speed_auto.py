@@ -102,7 +102,7 @@ def write_calls(store: MemoryStore, embedder: LookupEmbedder, rng: np.random.Gen
 
 
 REOPEN = """
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 sys.path.insert(0, {root!r})
 start = time.perf_counter()
@@ -119,8 +119,9 @@ store.retrieve("query 0", record=False)
 first = time.perf_counter() - start
 for i in range({calls}):
     store.retrieve(f"query {{i}}", record=False)
-print(json.dumps({{"reopen_s": first, "import_s": imported, "peak_rss_mb": resource.getrusage(
-    resource.RUSAGE_SELF).ru_maxrss / 1024, "index": store.index_status(), "mirror": store.mirror_status()}}))
+from bench.common import peak_rss_mb
+print(json.dumps({{"reopen_s": first, "import_s": imported, "peak_rss_mb": peak_rss_mb(), "index": store.index_status(),
+                  "mirror": store.mirror_status()}}))
 store.close()
 """
 

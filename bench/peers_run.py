@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -60,7 +59,10 @@ def disk_bytes(folder: Path) -> int:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+    """``VmHWM`` in MB (``bench.common.peak_rss_mb`` says why not ``ru_maxrss``; that module needs the
+    project's environment, and the peers run in their own)."""
+    line = next(li for li in Path("/proc/self/status").read_text().splitlines() if li.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 
 
 # -- the phases ----------------------------------------------------------------------------------
