@@ -21,6 +21,7 @@ from memory.checks import check_meta, check_namespace, check_owner, check_succes
 from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
 from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
+from memory.mirror.auto import GROUPING_EF, AutoIndex
 from memory.mirror.sync import MirrorSet
 from memory.provenance import record_context
 from memory.pruning import delete_items
@@ -250,7 +251,8 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     """Each vector's best existing key found through the (approximate) index: the key of its
     nearest item, whose vector is that key's. O(rows × log n) instead of O(rows × keys); a key
     the index misses only means a new group where an exact scan might have joined one."""
-    sims, seqs = mirror.index.search(vecs, 1)
+    index = mirror.index
+    sims, seqs = index.search(vecs, 1, ef=GROUPING_EF) if isinstance(index, AutoIndex) else index.search(vecs, 1)
     rows = mirror.rows_of_seqs(seqs[:, 0])
     found = rows >= 0
     best = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)

@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 import memory.mirror.auto as auto
 from connectors import HashEmbedder
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
 from memory.mirror.graph import Graph, recall_at
+from memory.schema import memory_items
 
 TEAM = "Zürich-Nordhafen-Logistik-Team-07 · Halle Süd / Rolltore"
 NEAREST = RetrievalConfig(k1=10, k2=10, delta=-1.0, lam=0.0)  # the ten most similar, whatever their Q
@@ -117,6 +119,20 @@ def test_past_the_threshold_recall_goes_through_a_measured_graph(
         # A write is recalled at once: it is searched exactly until a merge moves it into the graph.
         store.add("query 7", "Der Code ist 4471.", namespace=TEAM)
         assert store.retrieve("query 7", namespace=TEAM, record=False).items[0].experience == "Der Code ist 4471."
+
+
+def test_past_the_threshold_a_repeated_question_joins_its_group_through_the_graph(
+    tmp_path: Path, world: tuple[Any, Any, Lookup]
+) -> None:
+    items, _, emb = world
+    emb.vecs |= {f"again {i}": items[i] for i in range(0, 1000, 50)}  # the same questions, worded alike
+    with open_store(tmp_path, emb) as store:
+        add(store, 0, 1000)
+        assert store.wait_for_index(timeout=60) and store.index_details(TEAM)["holds"] == "graph"
+        store.add_many([(f"again {i}", "noch einmal") for i in range(0, 1000, 50)], namespace=TEAM)  # grouping on
+        with store.engine.connect() as conn:
+            by_intent = dict(conn.execute(select(memory_items.c.intent, memory_items.c.intent_id)).all())
+        assert all(by_intent[f"again {i}"] == by_intent[f"item {i}"] for i in range(0, 1000, 50))
 
 
 def test_recalls_go_on_exactly_while_the_graph_is_built(
