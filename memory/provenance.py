@@ -24,13 +24,19 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from memory.reads import ID_SELECT, by_key
 from memory.recall_log import candidates_of
+from memory.retrieval import RECENT
 from memory.schema import links, memory_items, recalls
 from memory.statements import chunks, execute_many
 
 CONTEXT = "context"
 """The relation of an edge ``child → parent`` whose parent was recalled for the attempt that wrote the child."""
 LINK_INSERT = insert(links)
+# Constant statements for ``reads.by_key`` (straight to SQLite's cursor: these run in every write of the loop).
+RECALL_IDS = select(recalls.c.id)
+RECALL_HEADS = select(recalls.c.id, recalls.c.candidates)
+EDGES = select(links.c.child_id, links.c.parent_id, links.c.relation)
 
 
 def recalls_named(meta: Mapping[str, Any]) -> list[str]:
@@ -75,30 +81,30 @@ def record_context(conn: Connection, namespace: str, ids: Sequence[str], metas: 
 
 def selected_own(conn: Connection, recall_ids: Sequence[str], namespace: str) -> dict[str, list[str]]:
     """Recall id → the memories of ``namespace`` it selected (best first; shared ones left out). A recall
-    the log's retention expired (``memory.recall_expiry``) selected nothing any more."""
-    heads: list[tuple[str, bytes | None]] = []
-    for part in chunks(list(recall_ids)):
-        heads.extend(
-            (r[0], r[1]) for r in conn.execute(select(recalls.c.id, recalls.c.candidates).where(recalls.c.id.in_(part)))
+    the log's retention expired (``memory.recall_expiry``) selected nothing any more.
+
+    A recall this process made recently is taken from ``retrieval.RECENT`` once the log is seen to hold
+    it (a read of ids only); any other is read from the log and unpacked.
+    """
+    memo = {rid: None if (r := RECENT.get(rid)) is None else r.own for rid in recall_ids}
+    remembered = [rid for rid, own in memo.items() if own is not None]
+    logged = {r[0] for r in by_key(conn, RECALL_IDS, recalls.c.id, remembered)} if remembered else set()
+    picked = {rid: list(own) for rid, own in memo.items() if own is not None and rid in logged}
+    unknown = [rid for rid, own in memo.items() if own is None]
+    if unknown:
+        heads = [(r[0], r[1]) for r in by_key(conn, RECALL_HEADS, recalls.c.id, unknown)]
+        picked.update(
+            (rid, [item for item, _ in c.selected_where(False)]) for rid, c in candidates_of(conn, heads).items()
         )
-    picked = {rid: [item for item, _ in c.selected_where(False)] for rid, c in candidates_of(conn, heads).items()}
-    mine: set[str] = set()
-    for part in chunks(sorted({i for ids in picked.values() for i in ids})):
-        # The namespace is compared here: asked in SQL, SQLite scans the namespace's index instead.
-        query = select(memory_items.c.id, memory_items.c.namespace).where(memory_items.c.id.in_(part))
-        mine.update(r[0] for r in conn.execute(query) if r[1] == namespace)
+    wanted = sorted({i for ids in picked.values() for i in ids})
+    # The namespace is compared here: asked in SQL, SQLite scans the namespace's index instead.
+    mine = {r[0] for r in by_key(conn, ID_SELECT, memory_items.c.id, wanted) if r[1] == namespace} if wanted else set()
     return {rid: own for rid, ids in picked.items() if (own := [i for i in ids if i in mine])}
 
 
 def stored_edges(conn: Connection, children: Sequence[str], relation: str) -> set[tuple[str, str]]:
     """The ``(child, parent)`` edges of ``relation`` already stored for these children."""
-    out: set[tuple[str, str]] = set()
-    for part in chunks(list(children)):
-        query = select(links.c.child_id, links.c.parent_id).where(
-            links.c.child_id.in_(part), links.c.relation == relation
-        )
-        out.update((r[0], r[1]) for r in conn.execute(query))
-    return out
+    return {(r[0], r[1]) for r in by_key(conn, EDGES, links.c.child_id, list(children)) if r[2] == relation}
 
 
 def parents_of(conn: Connection, ids: Sequence[str], namespace: str) -> dict[str, list[str]]:

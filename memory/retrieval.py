@@ -8,8 +8,10 @@ tenant over its run's trained memory): their nearest items meet in one phase A a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -75,23 +77,14 @@ class Nearest:
 
     @staticmethod
     def of(
-        mirror: NamespaceMirror,
-        query: np.ndarray,
-        ids: np.ndarray,
-        sims: np.ndarray,
-        k1: int,
-        *,
-        shared: bool,
-        draw_from: str = "both",
+        mirror: NamespaceMirror, rows: np.ndarray, exact: np.ndarray, nearest: np.ndarray, *, shared: bool
     ) -> Nearest:
-        """The k1 nearest of ``mirror`` for ``query`` (``ids``/``sims``: its index's answer) among the kinds
-        ``draw_from`` names."""
-        rows, exact, nearest = mirror.candidates(query, ids, sims, k1, draw_from)  # equal sims keep the older item
+        """The k1 nearest of ``mirror`` from its ``candidates`` for one query (``rows``, their ``exact``
+        similarities, the positions of the ``nearest``)."""
         near = rows[nearest]
         return Nearest(
-            mirror.ids[near], exact[nearest], mirror.q[near].copy(), mirror.visits[near].copy(),
-            np.full(len(near), shared),
-        )  # fmt: skip
+            mirror.ids[near], exact[nearest], mirror.q[near], mirror.visits[near], np.full(len(near), shared)
+        )
 
     def merged(self, other: Nearest, k1: int) -> Nearest:
         """The k1 nearest of both, best first; on equal similarity this one's (the own) items first."""
@@ -114,14 +107,15 @@ def plan_batch(
     """Phase A and B for each query vector, in memory (one index search per namespace for the batch);
     query i ranks the memories of ``q_in_context[i]`` (when given) by those Q-values instead of their
     stored ones. With a ``shared`` mirror, its memories join the same phase A and B (one recall over both)."""
-    found = [(m, *search(m, vecs, cfg.k1, cfg.draw_from)) for m in (mirror, shared) if m is not None]
+    found = []
+    for m in (mirror, shared):
+        if m is not None:
+            sims, ids = search(m, vecs, cfg.k1, cfg.draw_from)
+            found.append((m, m.candidates(vecs, ids, sims, cfg.k1, cfg.draw_from)))  # ties keep the older item
     own = list(q_in_context) or [{}] * len(vecs)
     plans = []
     for i in range(len(vecs)):
-        parts = [
-            Nearest.of(m, vecs[i], ids[i], sims[i], cfg.k1, shared=m is shared, draw_from=cfg.draw_from)
-            for m, sims, ids in found
-        ]
+        parts = [Nearest.of(m, *cands[i], shared=m is shared) for m, cands in found]
         nearest = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], cfg.k1)
         plans.append(plan_pool(nearest, cfg, rng, own[i]))
     return plans
@@ -172,6 +166,55 @@ def plan_pool(
     return Plan(nearest.ids, nearest.sims, qs, nearest.stored_q, nearest.visits, nearest.shared, in_pool, selection)
 
 
+class Remembered(NamedTuple):
+    """What one recall selected, as its log holds it: ids and selection scores best first (``reinforce``
+    credits them), and the ids from its own namespace (provenance links a memory written from it to them)."""
+
+    ids: tuple[str, ...]
+    scores: np.ndarray
+    own: tuple[str, ...]
+
+
+class Selections:
+    """What the last ``size`` recalls planned in this process selected, by recall id: ``memory.provenance``
+    and ``memory.learning`` use it instead of reading the log back and unpacking it.
+
+    Only a memo of what was logged: a caller uses an id only when the log holds it (in the namespace it
+    asks for; a recall made with ``record=False``, rolled back or expired since has no row), and reads from
+    the log the ids it does not know (another process's, or forgotten here). Recall ids are random, so
+    stores sharing the process cannot mix theirs up.
+
+    Example:
+        >>> memo = Selections(size=2)
+        >>> for rid in ("r1", "r2", "r3"):
+        ...     memo.remember(rid, Remembered((f"m-{rid}",), np.array([0.5]), ()))
+        >>> memo.get("r1"), memo.get("r3").ids
+        (None, ('m-r3',))
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._recalls: dict[str, Remembered] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, recall_id: str, selection: Remembered) -> None:
+        with self._lock:
+            self._recalls[recall_id] = selection
+            if len(self._recalls) > self.size:  # dicts keep insertion order: the oldest goes
+                del self._recalls[next(iter(self._recalls))]
+
+    def get(self, recall_id: str) -> Remembered | None:
+        return self._recalls.get(recall_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._recalls.clear()
+
+
+RECENT = Selections()
+"""The process's memo of recent recalls' selections (``to_recall`` fills it)."""
+
+
 def to_recall(
     recall_id: str,
     namespace: str,
@@ -182,17 +225,20 @@ def to_recall(
     shared: str | None = None,
 ) -> Recall:
     """The ``Recall`` of one plan; ``found`` holds the selected memories by id (a missing one was
-    evicted by another process since the search and is left out)."""
+    evicted by another process since the search and is left out). What it selected from its own
+    selection is remembered in ``RECENT`` (``memory.provenance`` and ``memory.learning`` read it back)."""
     sel = plan.selection
+    selected = plan.selected
+    selected_ids = [str(i) for i in plan.ids[selected].tolist()]
+    from_shared = plan.shared[selected].tolist()
+    own = tuple(i for i, s in zip(selected_ids, from_shared, strict=True) if not s)
+    RECENT.remember(recall_id, Remembered(tuple(selected_ids), sel.scores[sel.order].astype(np.float64), own))
+    pool_sims, z_sim, z_q, scores = (a.tolist() for a in (plan.sims[plan.in_pool], sel.z_sim, sel.z_q, sel.scores))
     details: list[ScoredItem] = []
-    for p, item_id in zip(sel.order, plan.selected_ids, strict=True):
+    for p, item_id in zip(sel.order.tolist(), selected_ids, strict=True):
         item = found.get(item_id)
-        if item is None:
-            continue
-        pool_sims = plan.sims[plan.in_pool]
-        details.append(
-            ScoredItem(item, float(pool_sims[p]), float(sel.z_sim[p]), float(sel.z_q[p]), float(sel.scores[p]))
-        )
+        if item is not None:
+            details.append(ScoredItem(item, pool_sims[p], z_sim[p], z_q[p], scores[p]))
     return Recall(
         id=recall_id,
         namespace=namespace,
@@ -200,8 +246,8 @@ def to_recall(
         items=tuple(d.item for d in details),
         scores=tuple(d.score for d in details),
         details=tuple(details),
-        pool_size=int(plan.in_pool.sum()),
-        filtered=plan.filtered,
+        pool_size=len(scores),  # phase B scored every pool item
+        filtered=len(plan.in_pool) - len(scores),
         explored=sel.explored,
         context=context,
         shared=shared,

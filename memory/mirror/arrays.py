@@ -273,54 +273,127 @@ class NamespaceMirror:
         return (self.vectors(rows).astype(np.float64) * np.asarray(query, dtype=np.float64)).sum(axis=1)
 
     def candidates(
-        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str = "both"
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows (strategies first, then ascending) that surely contain the k1 nearest items, their exact similarities, and the
-        positions of the k1 nearest among them (``phase_a`` order: best first; on ties a strategy before
-        an episode — it was distilled from its group's episodes and would otherwise lose every tie to
-        them — then the older item).
+        self, queries: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str = "both"
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """For each query: rows (strategies first, then ascending) that surely contain its k1 nearest items,
+        their exact similarities, and the positions of the k1 nearest among them (``phase_a`` order: best
+        first; on ties a strategy before an episode — it was distilled from its group's episodes and would
+        otherwise lose every tie to them — then the older item).
 
-        ``ids`` and ``sims`` are the index's answer for this query, best first (searched with a margin
-        beyond k1; an index holds each id once, -1 pads). Only ids whose float32 similarity comes
-        within ``SIM_MARGIN`` of the k1-th are re-scored exactly: rounding cannot move the others
-        into the k1 nearest. When the k1-th nearest ties with group members the index did not
-        return, the whole group joins, so "equal similarity → older item" is decided here and not by
-        the index. ``draw_from`` (``RetrievalConfig.draw_from``): ``"strategies"`` scores the
-        strategies exactly (they are few; the index's answer is not needed), ``"episodes"`` leaves them
-        out of the index's answer (searched that much wider: ``retrieval.search``).
+        ``queries`` (n, dim) are searched together: ``ids`` and ``sims`` (n, width) are the index's answer,
+        each row best first (searched with a margin beyond k1; an index holds each id once, -1 pads). Only
+        ids whose float32 similarity comes within ``SIM_MARGIN`` of the k1-th are re-scored exactly:
+        rounding cannot move the others into the k1 nearest. When the k1-th nearest ties with group
+        members the index did not return, the whole group joins, so "equal similarity → older item" is
+        decided here and not by the index. ``draw_from`` (``RetrievalConfig.draw_from``): ``"strategies"``
+        scores the strategies exactly (they are few; the index's answer is not needed), ``"episodes"``
+        leaves them out of the index's answer (searched that much wider: ``retrieval.search``).
         """
         if draw_from == "strategies":
             rows = np.flatnonzero(self.kinds == STRATEGY)
-            exact = self.exact_sims(rows, query)
-            return rows, exact, phase_a(exact, k1, -np.inf)
-        return self._nearest(query, ids, sims, k1, draw_from)
+            exact = [self.exact_sims(rows, query) for query in queries]
+            return [(rows, e, phase_a(e, k1, -np.inf)) for e in exact]
+        out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for lo in range(0, len(queries), 64):  # a bounded product: 64 queries' candidate vectors at a time
+            out.extend(self._nearest(queries[lo : lo + 64], ids[lo : lo + 64], sims[lo : lo + 64], k1, draw_from))
+        return out
 
     def _nearest(
-        self, query: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows = self.rows_of_seqs(ids)
+        self, queries: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``candidates`` for a few queries, vectorised across them: every number is the one the query
+        alone would get (``_scored``)."""
+        n = len(queries)
+        if not n or not len(self):
+            return [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.intp))] * n
+        rows = self.rows_of_seqs(np.asarray(ids).ravel()).reshape(n, -1)
         keep = rows >= 0
         if draw_from == "episodes":
             keep &= self.kinds[np.maximum(rows, 0)] != STRATEGY
-        rows, sims = rows[keep], sims[keep]
-        if len(rows) > k1:
-            rows = rows[sims >= sims[k1 - 1] - SIM_MARGIN]
-        rows = self._tie_order(rows)
-        exact = self.exact_sims(rows, query)
-        nearest = phase_a(exact, k1, -np.inf)
-        if len(rows) < len(self) and len(nearest) == k1:
-            tied = self.intent_codes[rows[exact == exact[nearest[-1]]]]
-            sizes = self.group_sizes[tied]
-            if sizes.max() > 1:  # the tie may reach into a group; are all its members here?
-                groups, present = np.unique(tied, return_counts=True)
-                if np.any(self.group_sizes[groups] > present):
-                    members = np.isin(self.intent_codes, groups)
-                    if draw_from == "episodes":
-                        members &= self.kinds != STRATEGY
-                    rows = self._tie_order(np.union1d(rows, np.flatnonzero(members)))
-                    exact = self.exact_sims(rows, query)
-                    nearest = phase_a(exact, k1, -np.inf)
-        return rows, exact, nearest
+        wide = keep.sum(axis=1) > k1
+        if wide.any():  # the k1-th kept similarity of each query, less the margin, is its floor
+            kth = np.argmax(np.cumsum(keep, axis=1) >= k1, axis=1)
+            floor = sims[np.arange(n), kth] - SIM_MARGIN
+            keep &= ~wide[:, None] | (sims >= floor[:, None])
+        every = np.arange(n)
+        rows, exact, order, counts, known = self._scored(queries, every, rows, keep)
+        out = [(rows[i, :c], exact[i, :c], order[i, : min(k1, c)]) for i, c in enumerate(counts.tolist())]
+        short, pairs = self._tied_groups(rows, exact, order, counts, k1)
+        if len(short):  # the k1-th nearest ties with group members not all here: the whole groups join
+            joined = self._with_groups(short, rows[short], counts[short], pairs, draw_from)
+            rows, exact, order, counts, _ = self._scored(queries, short, *joined, known=known)
+            for j, (i, c) in enumerate(zip(short.tolist(), counts.tolist(), strict=True)):
+                out[i] = (rows[j, :c], exact[j, :c], order[j, : min(k1, c)])
+        return out
+
+    def _scored(
+        self,
+        queries: np.ndarray,
+        which: np.ndarray,
+        rows: np.ndarray,
+        keep: np.ndarray,
+        known: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """For the queries ``which`` (one per row of ``rows``): their kept rows in tie order (``_tie_order``),
+        exact similarities and the order ``phase_a`` ranks them in (best first, ties by position), padded
+        to one width (-inf past each one's count); the counts; and the similarities by ``query * groups +
+        intent code`` (an item's vector is its key's, so each is computed once; ``known``: taken from there).
+        """
+        n, size, groups = len(which), len(self), len(self.group_sizes)
+        counts = keep.sum(axis=1)
+        width = int(counts.max())
+        episode = self.kinds[np.maximum(rows, 0)] != STRATEGY
+        key = np.sort(np.where(keep, rows + size * episode, 2 * size), axis=1)[:, :width]  # left out: last
+        rows = np.where(key >= size, key - size, key)
+        valid = np.arange(width) < counts[:, None]
+        pair = which[np.nonzero(valid)[0]] * groups + self.intent_codes[rows[valid]]
+        if known is None:
+            uniq, inverse = np.unique(pair, return_inverse=True)
+            known = (uniq, pair_sims(self.keys, uniq % groups, queries, uniq // groups))
+        else:
+            inverse = np.searchsorted(known[0], pair)
+        exact = np.full((n, width), -np.inf)
+        exact[valid] = known[1][inverse]
+        return rows, exact, np.argsort(-exact, axis=1, kind="stable"), counts, known
+
+    def _tied_groups(
+        self, rows: np.ndarray, exact: np.ndarray, order: np.ndarray, counts: np.ndarray, k1: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The queries whose k1-th nearest ties with members of a group not all among their candidates, and
+        every group tied there, as ``query * groups + intent code`` (sorted)."""
+        n, width = rows.shape
+        if not width:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        kth = exact[np.arange(n), order[:, min(k1, width) - 1]]
+        checked = (counts < len(self)) & (counts >= k1)
+        tq, tp = np.nonzero((exact == kth[:, None]) & checked[:, None])
+        sizes = self.group_sizes
+        pairs, present = np.unique(tq * len(sizes) + self.intent_codes[rows[tq, tp]], return_counts=True)
+        short = np.unique(pairs[sizes[pairs % len(sizes)] > present] // len(sizes))
+        return short, pairs[np.isin(pairs // len(sizes), short)]
+
+    def _with_groups(
+        self, short: np.ndarray, rows: np.ndarray, counts: np.ndarray, pairs: np.ndarray, draw_from: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``short`` queries' candidates (``rows``, ``counts``) joined by every member of their tied
+        groups (``pairs``), as ``_scored`` takes them: one O(n) pass over the mirror for the batch."""
+        groups, size = len(self.group_sizes), len(self)
+        which, codes = np.searchsorted(short, pairs // groups), pairs % groups
+        members = np.flatnonzero(np.isin(self.intent_codes, codes))
+        if draw_from == "episodes":
+            members = members[self.kinds[members] != STRATEGY]
+        members = members[np.argsort(self.intent_codes[members], kind="stable")]
+        lo, hi = (np.searchsorted(self.intent_codes[members], codes, side) for side in ("left", "right"))
+        per = hi - lo  # each (query, group) pair gets its group's members lo..hi
+        at = np.arange(per.sum()) - np.repeat(np.cumsum(per) - per, per) + np.repeat(lo, per)
+        had = np.arange(rows.shape[1]) < counts[:, None]
+        old, new = np.nonzero(had)[0] * size + rows[had], np.repeat(which, per) * size + members[at]
+        joined = np.unique(np.concatenate([old, new]))
+        count = np.bincount(joined // size, minlength=len(short))
+        pos = np.arange(len(joined)) - np.repeat(np.cumsum(count) - count, count)
+        out = np.zeros((len(short), int(count.max())), dtype=np.int64)
+        out[joined // size, pos] = joined % size
+        return out, np.arange(out.shape[1]) < count[:, None]
 
     def _tie_order(self, rows: np.ndarray) -> np.ndarray:
         """Rows in the order ``phase_a`` breaks ties by: strategies first, then ascending (older first)."""
@@ -333,6 +406,27 @@ class NamespaceMirror:
         if self._group_sizes is None:
             self._group_sizes = np.bincount(self.intent_codes, minlength=self._key_ids.n)
         return self._group_sizes
+
+
+def pair_sims(keys: np.ndarray, codes: np.ndarray, queries: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The cosine of ``queries[at[i]]`` with ``keys[codes[i]]`` for each i, bit for bit what
+    ``NamespaceMirror.exact_sims`` gives: float64 products (exact for float32 inputs) summed per row, a
+    few rows at a time (large temporaries cost more in page faults than the arithmetic).
+
+    Example:
+        >>> keys = np.eye(3, dtype=np.float32)
+        >>> pair_sims(keys, np.array([0, 2]), np.array([[0.6, 0.0, 0.8]], dtype=np.float32), np.array([0, 0]))
+        array([0.60000002, 0.80000001])
+    """
+    out = np.empty(len(codes))
+    block = max(4, 8192 // max(1, keys.shape[1]))  # 64 KiB of float64 per buffer
+    a, b = np.empty((block, keys.shape[1])), np.empty((block, keys.shape[1]))
+    for lo in range(0, len(codes), block):
+        k = min(block, len(codes) - lo)
+        a[:k], b[:k] = keys[codes[lo : lo + k]], queries[at[lo : lo + k]]
+        np.multiply(a[:k], b[:k], out=a[:k])
+        out[lo : lo + k] = a[:k].sum(axis=1)
+    return out
 
 
 @dataclass(frozen=True)
