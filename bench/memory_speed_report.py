@@ -246,7 +246,7 @@ def notes(results: dict[str, Any]) -> list[str]:
         "- *reopen* is opening the store and answering one query: the namespace's rows are read from SQL and the saved "
         "index file is loaded.",
         '- *The default index* is `index="auto"`: exact below 20,000 items, then an HNSW graph (M = 32, '
-        "efConstruction = 80) built in the background, its efSearch tuned on sampled queries for recall@10 >= 0.98. "
+        "efConstruction = 80) built in the background, its efSearch tuned on sampled queries for recall@10 >= 0.99. "
         "*switch + merge* is how long `wait_for_index` waited after the bulk load; *recall@10* is the whole recall "
         "(k1 = k2 = 10, λ = 0) against an exact search of every item; *write* is one `write` call of a new attempt; "
         "*reopen* runs in a new process and counts from opening the store to its first answer (imports excluded); "

@@ -7,7 +7,7 @@ flat add costs microseconds) and the graph only ever trails. One background thre
 the slow work, never under the store's lock:
 
 - **switch**: at ``ANN_AT`` items it builds the graph from a copy of ``fresh``, tunes ``efSearch`` for
-  recall@10 >= 0.98 on sampled queries, then swaps it in; searches stay exact meanwhile.
+  recall@10 >= 0.99 on sampled queries, then swaps it in; searches stay exact meanwhile.
 - **merge**: when ``fresh`` holds ``MERGE_AT`` vectors it moves them into the graph, ``MERGE_CHUNK`` at
   a time under the index's own lock (a search waits for at most one chunk).
 - **retune**: when the graph has doubled since it was last measured, its recall is measured again
