@@ -353,9 +353,7 @@ class VectorIndex:
                     leftover.unlink(missing_ok=True)
 
     @classmethod
-    def load(
-        cls, path: Path, *, dim: int, kind: str, saved_as: tuple[str, ...] = ()
-    ) -> tuple[VectorIndex, int] | None:
+    def load(cls, path: Path, *, dim: int, kind: str, saved_as: tuple[str, ...] = ()) -> tuple[VectorIndex, int] | None:
         """A saved index and the generation it reflects, or None when missing, unreadable or foreign.
         ``saved_as``: the sidecar kinds accepted (default: ``kind``; ``"auto"`` saves its exact part as flat)."""
         faiss = load_faiss()
