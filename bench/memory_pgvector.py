@@ -40,13 +40,12 @@ import psutil
 from sqlalchemy import text
 
 from bench.common import machine, merge_summary
-from bench.memory_speed_auto import REOPEN, ROOT, recall_at_10, search_width, write_calls
-from bench.memory_speed_measure import DIM, LookupEmbedder, add_throughput, clustered, grouped_add, timed, unit
+from bench.memory_speed_auto import REOPEN, ROOT, recall_at_10, serving
+from bench.memory_speed_measure import DIM, LookupEmbedder, add_throughput, clustered, unit
 from bench.memory_speed_report import size_tag
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.mirror.pgvector import HNSW_INDEX
-from memory.records import Recall
 from memory.store import MemoryStore
 from tests.support.postgres import admin_engine, create_database, drop_database, start_postgres, stop_postgres
 
@@ -235,21 +234,7 @@ def pg_store(vecs: np.ndarray, queries: np.ndarray, url: str, workdir: Path, *, 
         ]
         out["bytes_after_add"] = database_bytes(url)
         out["recall_at_10"] = recall_at_10(store, texts, vecs, queries)
-        for t in texts[:20]:  # warm-up
-            store.retrieve(t, record=False)
-        logged: list[Recall] = []
-        rec = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve pgvector {n:,}")
-        index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
-        width = search_width(cfg)
-        raw = timed(lambda i: index.search(queries[i : i + 1], width), len(texts), "pgvector search")
-        out["retrieve"], out["index_search"] = rec.summary(), raw.summary()
-        out["ratio_vs_index"] = rec.summary()["p50_ms"] / raw.summary()["p50_ms"]
-        calls = min(300, len(logged))
-        out["reinforce"] = timed(
-            lambda i: store.reinforce(logged[i], 1.0, feedback_id=f"pg-{i}"), calls, "reinforce"
-        ).summary()
-        out["write"] = write_calls(store, embedder, np.random.default_rng(seed + 2))
-        out["grouped_add"] = grouped_add(store, np.random.default_rng(seed + 1), n)
+        out.update(serving(store, embedder, queries, items=n, seed=seed, label="pgvector"))
     finally:
         start = time.perf_counter()
         store.close()

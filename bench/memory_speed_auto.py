@@ -47,21 +47,7 @@ def auto_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) ->
         out["settle_s"] = time.perf_counter() - start
         out["index"] = store.index_details()
         out["recall_at_10"] = recall_at_10(store, texts, vecs, queries)
-        for text in texts[:20]:  # warm-up
-            store.retrieve(text, record=False)
-        logged: list[Recall] = []
-        t = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve auto {n:,}")
-        index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
-        raw = timed(lambda i: index.search(queries[i : i + 1], search_width(cfg)), len(texts), "auto index search")
-        out["retrieve"] = t.summary()
-        out["index_search"] = raw.summary()
-        out["ratio_vs_index"] = t.summary()["p50_ms"] / raw.summary()["p50_ms"]
-        calls = min(300, len(logged))
-        out["reinforce"] = timed(
-            lambda i: store.reinforce(logged[i], 1.0, feedback_id=f"auto-{i}"), calls, "reinforce"
-        ).summary()
-        out["write"] = write_calls(store, embedder, np.random.default_rng(seed + 2))
-        out["grouped_add"] = grouped_add(store, np.random.default_rng(seed + 1), n)
+        out.update(serving(store, embedder, queries, items=n, seed=seed, label="auto"))
         store.wait_for_index(SETTLE_TIMEOUT_S)
     finally:
         start = time.perf_counter()
@@ -70,6 +56,32 @@ def auto_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) ->
     np.save(db.with_suffix(".queries.npy"), queries)
     out["reopen"] = reopen_in_fresh_process(db, len(texts))
     return out
+
+
+def serving(
+    store: MemoryStore, embedder: LookupEmbedder, queries: np.ndarray, *, items: int, seed: int, label: str
+) -> dict[str, Any]:
+    """What a store costs in use, whatever its database and index: one recall (the whole call, and its
+    index's own search), one ``reinforce``, one ``write`` and a grouped ``add_many``. The queries are
+    ``"query {i}"`` in ``embedder``."""
+    texts = [f"query {i}" for i in range(len(queries))]
+    for text in texts[:20]:  # warm-up
+        store.retrieve(text, record=False)
+    logged: list[Recall] = []
+    width = search_width(store.config)
+    rec = timed(lambda i: logged.append(store.retrieve(texts[i])), len(texts), f"retrieve {label}")
+    index = store._mirrors.loaded("default").index  # type: ignore[union-attr]
+    raw = timed(lambda i: index.search(queries[i : i + 1], width), len(texts), f"{label} index search")
+    calls = min(300, len(logged))
+    reinforce = timed(lambda i: store.reinforce(logged[i], 1.0, feedback_id=f"{label}-{i}"), calls, "reinforce")
+    return {
+        "retrieve": rec.summary(),
+        "index_search": raw.summary(),
+        "ratio_vs_index": rec.summary()["p50_ms"] / raw.summary()["p50_ms"],
+        "reinforce": reinforce.summary(),
+        "write": write_calls(store, embedder, np.random.default_rng(seed + 2)),
+        "grouped_add": grouped_add(store, np.random.default_rng(seed + 1), items),
+    }
 
 
 def search_width(cfg: MemoryConfig) -> int:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,20 +30,11 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """One PostgreSQL + pgvector server for the whole session (``tests/support/postgres.py``); its admin URL.
+    A server that cannot start fails every test that asked for it, with the reason: never a skip."""
+    from tests.support.postgres import throwaway_server
 
-    Its data folder is a fresh ``/tmp/evolve-pg-*``, not under pytest's temporary root: every pytest
-    session started on the machine resets that root to mode 0700, which locks out the server's own
-    user (the server runs as ``pgserver`` when the tests run as root). A server that cannot start
-    fails every test that asked for it, with the reason: never a skip.
-    """
-    from tests.support.postgres import start_postgres, stop_postgres
-
-    data_dir = Path(tempfile.mkdtemp(prefix="evolve-pg-")) / "data"
-    try:
-        yield start_postgres(data_dir)
-    finally:
-        stop_postgres(data_dir)
-        shutil.rmtree(data_dir.parent, ignore_errors=True)
+    with throwaway_server() as url:
+        yield url
 
 
 _pg_databases = itertools.count(1)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,7 @@ from sqlalchemy.pool import NullPool
 
 from bench import memory_pgvector as mp
 from connectors.errors import ConfigError
-from tests.support.postgres import start_postgres, stop_postgres
+from tests.support.postgres import throwaway_server
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +20,8 @@ def pg_server() -> Iterator[str]:
     """A PostgreSQL + pgvector test server for this module, started as ``tests/conftest.py`` starts the
     suite's (bench may not import that conftest): in a fresh ``/tmp/evolve-pg-*``, not under pytest's
     root, which pytest resets to mode 0700 and so locks out the server's own user."""
-    data_dir = Path(tempfile.mkdtemp(prefix="evolve-pg-")) / "data"
-    try:
-        yield start_postgres(data_dir)
-    finally:
-        stop_postgres(data_dir)
-        shutil.rmtree(data_dir.parent, ignore_errors=True)
+    with throwaway_server() as url:
+        yield url
 
 
 @pytest.mark.postgres

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +161,21 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)
         stop_postgres(data_dir)
     return 0
+
+
+@contextmanager
+def throwaway_server() -> Iterator[str]:
+    """A server in a fresh ``/tmp/evolve-pg-*`` for the length of a ``with`` block; its admin URL.
+
+    Not under pytest's temporary root: every pytest session started on the machine resets that root to
+    mode 0700, which locks out the server's own user (it runs as ``pgserver`` when the tests run as root).
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix="evolve-pg-")) / "data"
+    try:
+        yield start_postgres(data_dir)
+    finally:
+        stop_postgres(data_dir)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
