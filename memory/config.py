@@ -197,7 +197,8 @@ class MemoryConfig:
             through an HNSW index on the intents' ``vector`` column; no index in the process) or
             ``"auto"`` (the default): ``"pgvector"`` on PostgreSQL; elsewhere exact while a namespace
             holds fewer than 20,000 items, then an HNSW graph whose ``efSearch`` is tuned for recall@10
-            >= 0.99 on sampled queries, built, merged and re-measured in the background while recalls
+            >= 0.99 on sampled queries (or where more stops paying: ``memory.mirror.graph.tuned_ef``), built,
+            merged and re-measured in the background while recalls
             go on (``memory.mirror.auto``; ``MemoryStore.index_details`` shows its state). Approximate
             kinds also group intents through the index instead of comparing each new intent with every key.
         capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.

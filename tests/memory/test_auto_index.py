@@ -23,7 +23,7 @@ from sqlalchemy import select
 import memory.mirror.auto as auto
 from connectors import HashEmbedder
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
-from memory.mirror.graph import Graph, recall_at
+from memory.mirror.graph import Graph, recall_at, tuned_ef
 from memory.schema import memory_items
 
 TEAM = "Zürich-Nordhafen-Logistik-Team-07 · Halle Süd / Rolltore"
@@ -283,3 +283,11 @@ def test_a_process_killed_during_the_switch_loses_nothing(tmp_path: Path) -> Non
 
 def test_recall_at_counts_shared_ids() -> None:
     assert recall_at(np.array([[1, 2, 3]]), np.array([[3, 4, 5]])) == pytest.approx(1 / 3)
+
+
+def test_tuning_stops_where_recall_levels_off_and_never_below_the_floor() -> None:
+    measured_at_1m = {32: 0.6, 48: 0.7, 64: 0.887, 96: 0.93, 128: 0.969, 192: 0.981, 256: 0.985, 384: 0.986}
+    assert tuned_ef(lambda ef: measured_at_1m.get(ef, 0.989)) == (256, 0.985)  # 384 adds 0.001: not worth it
+    assert tuned_ef(lambda ef: 0.995 if ef >= 64 else 0.9) == (64, 0.995)  # the target reached: stop there
+    flat_but_low = {32: 0.90, 48: 0.901}  # levels off below 0.97: keep climbing
+    assert tuned_ef(lambda ef: flat_but_low.get(ef, 0.95)) == (1024, 0.95)
