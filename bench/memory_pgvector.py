@@ -273,7 +273,7 @@ def reopen_in_fresh_process(url: str, queries: np.ndarray, workdir: Path, calls:
     (imports not counted), then ``calls`` recalls, and the client process's peak resident memory."""
     path = workdir / "queries.npy"
     np.save(path, queries)
-    script = REOPEN.format(root=str(ROOT), queries=str(path), url=url, calls=calls)
+    script = REOPEN.format(root=str(ROOT), queries=str(path), url=url, calls=calls, index="auto")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 

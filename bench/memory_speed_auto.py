@@ -1,4 +1,4 @@
-"""The default index (``index="auto"``) at one store size: what a user gets without choosing an index.
+"""The adaptive index (``index="adaptive"``) at one store size: exact while small, an HNSW graph past 20,000 items.
 
 ``auto_store`` loads the items in bulk, waits for the background switch to the HNSW graph (and
 reports how long it took), then measures: recall@10 of the whole recall against an exact search, the
@@ -37,7 +37,7 @@ def auto_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) ->
     embedder = LookupEmbedder(DIM)
     texts = [f"query {i}" for i in range(len(queries))]
     embedder.vectors.update(zip(texts, queries, strict=True))
-    cfg = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5))
+    cfg = MemoryConfig(index="adaptive", retrieval=RetrievalConfig(k1=10, k2=5))
     out: dict[str, Any] = {"items": n}
     store = MemoryStore(f"sqlite:///{db}", embedder=embedder, config=cfg, seed=seed)
     try:
@@ -126,7 +126,7 @@ queries = np.load({queries!r})
 embedder = LookupEmbedder(DIM)
 embedder.vectors.update((f"query {{i}}", q) for i, q in enumerate(queries))
 start = time.perf_counter()
-store = MemoryStore({url!r}, embedder=embedder, config=MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5)))
+store = MemoryStore({url!r}, embedder=embedder, config=MemoryConfig(index={index!r}, retrieval=RetrievalConfig(k1=10, k2=5)))
 store.retrieve("query 0", record=False)
 first = time.perf_counter() - start
 for i in range({calls}):
@@ -142,7 +142,11 @@ def reopen_in_fresh_process(db: Path, calls: int) -> dict[str, Any]:
     """Open the closed store in a new Python process: seconds to the first answer (imports not counted),
     then ``calls`` recalls, and the process's peak resident memory."""
     script = REOPEN.format(
-        root=str(ROOT), queries=str(db.with_suffix(".queries.npy")), url=f"sqlite:///{db}", calls=calls
+        root=str(ROOT),
+        queries=str(db.with_suffix(".queries.npy")),
+        url=f"sqlite:///{db}",
+        calls=calls,
+        index="adaptive",
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

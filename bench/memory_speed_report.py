@@ -20,14 +20,14 @@ TARGETS = (
     ("retrieval_speedup_vs_brute_force_100k", ">=", 50, "brute-force Python scan p50 / retrieve p50 at 100k"),
     ("ivf_retrieval_speedup_vs_brute_force_100k", ">=", 50, "the same with an `ivf` store at 100k"),
     ("add_items_per_s", ">=", 20_000, "bulk add_many with precomputed embeddings (largest size)"),
-    ("reopen_s_100k", "<=", 0.2, "reopen + first answer in a fresh process, default index, 100k"),
+    ("reopen_s_100k", "<=", 0.2, "reopen + first answer in a fresh process, adaptive index, 100k"),
     ("reopen_s_1m", "<=", 2, "the same at 1M"),
-    ("grouped_add_items_per_s_1m", ">=", 2000, "add_many with intent grouping, default index, 1M"),
-    ("write_call_p50_ms_1m", "<=", 1, "one write call (grouping on), default index, 1M"),
-    ("ann_recall_at_10_1m", ">=", 0.97, "recall@10 of the whole recall vs exact search, default index, 1M"),
-    ("ann_retrieve_p50_ms_1m", "<=", 5, "recall p50, default index, 1M"),
+    ("grouped_add_items_per_s_1m", ">=", 2000, "add_many with intent grouping, adaptive index, 1M"),
+    ("write_call_p50_ms_1m", "<=", 1, "one write call (grouping on), adaptive index, 1M"),
+    ("ann_recall_at_10_1m", ">=", 0.97, "recall@10 of the whole recall vs exact search, adaptive index, 1M"),
+    ("ann_retrieve_p50_ms_1m", "<=", 5, "recall p50, adaptive index, 1M"),
     ("ann_retrieval_ratio_vs_index_100k", "<=", 1.5, "recall p50 / its own index's search p50, 100k"),
-    ("reinforce_call_p50_ms", "<=", 0.5, "one reinforce call p50 (default index, 100k)"),
+    ("reinforce_call_p50_ms", "<=", 0.5, "one reinforce call p50 (adaptive index, 100k)"),
     ("rss_mb_1m", "<=", 2000, "peak resident memory of a process reopening the 1M store and recalling"),
     ("reinforce_updates_per_s", ">=", 20_000, "reinforce_many Q updates per second on SQLite (largest size)"),
 )
@@ -66,7 +66,7 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def auto_keys(a: dict[str, Any], tag: str) -> dict[str, Any]:
-    """The default index's summary keys at one size."""
+    """The adaptive index's summary keys at one size."""
     keys = {
         f"ann_recall_at_10_{tag}": round(a["recall_at_10"], 4),
         f"ann_retrieve_p50_ms_{tag}": round(a["retrieve"]["p50_ms"], 3),
@@ -124,13 +124,13 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def auto_table(results: dict[str, Any]) -> list[str]:
-    """The default index's rows (``bench.memory_speed_auto``), or nothing when no size measured it."""
+    """The adaptive index's rows (``bench.memory_speed_auto``), or nothing when no size measured it."""
     auto = {n: r["auto_store"] for n, r in results["sizes"].items() if "auto_store" in r}
     if not auto:
         return []
     lines = [
         "",
-        '## The default index (`index="auto"`)',
+        '## The adaptive index (`index="adaptive"`)',
         "",
         "| items | holds (efSearch, measured recall) | switch + merge s | recall@10 | recall p50 / p95 ms "
         "| its index p50 ms | ratio | reinforce p50 ms | write p50 / p95 ms | grouped add items/s "
@@ -245,7 +245,7 @@ def notes(results: dict[str, Any]) -> list[str]:
         "new intent with every key (an `hnsw`/`ivf` store groups through its index instead).",
         "- *reopen* is opening the store and answering one query: the namespace's rows are read from SQL and the saved "
         "index file is loaded.",
-        '- *The default index* is `index="auto"`: exact below 20,000 items, then an HNSW graph (M = 32, '
+        '- *The adaptive index* is `index="adaptive"`: exact below 20,000 items, then an HNSW graph (M = 16, '
         "efConstruction = 80) built in the background, its efSearch tuned on sampled queries for recall@10 >= 0.99. "
         "*switch + merge* is how long `wait_for_index` waited after the bulk load; *recall@10* is the whole recall "
         "(k1 = k2 = 10, λ = 0) against an exact search of every item; *write* is one `write` call of a new attempt; "

@@ -19,7 +19,7 @@ import numpy as np
 DIM = 384
 K = 10
 UPDATE_ITEMS = 5  # a feedback event moves the k2 = 5 items Evolve's recall selects; peers update as many
-EVOLVE_MODES = {"evolve-flat": "flat", "evolve-hnsw": "hnsw", "evolve-auto": "auto"}
+EVOLVE_MODES = {"evolve-flat": "flat", "evolve-hnsw": "hnsw", "evolve-auto": "adaptive"}
 FAISS_HNSW = {"m": 32, "ef_construction": 80, "ef_search": 64}  # Evolve's HNSW settings (memory.mirror.index)
 
 

@@ -1,4 +1,4 @@
-"""``index="auto"``: exact while small, an HNSW graph tuned for recall once large, switched in the background.
+"""``index="adaptive"``: exact while small, an HNSW graph tuned for recall once large, switched in the background.
 
 An ``AutoIndex`` has two parts. ``fresh`` is an exact flat index of the newest vectors; ``graph``
 (``memory.mirror.graph``) an HNSW graph of the rest, absent until the namespace holds ``ANN_AT``
@@ -77,10 +77,10 @@ class AutoIndex:
 
     Example:
         >>> AutoIndex(dim=4).kind
-        'auto'
+        'adaptive'
     """
 
-    kind = "auto"
+    kind = "adaptive"
     backend = "faiss"
 
     def __init__(self, dim: int, *, background: bool = True) -> None:
@@ -141,7 +141,7 @@ class AutoIndex:
             g = self.graph
             busy = self._worker is not None and self._worker.is_alive()
             return {
-                "kind": "auto", "holds": self.holds, "items": len(self), "fresh": len(self.fresh),
+                "kind": "adaptive", "holds": self.holds, "items": len(self), "fresh": len(self.fresh),
                 "graph": len(g) if g else 0, "removed_in_graph": len(g.dead) if g else 0,
                 "ef_search": g.tuning.ef if g else None, "measured_recall_at_10": g.tuning.recall if g else None,
                 "measured_at_items": g.tuning.at if g else None, "working": busy, "error": self.error,
@@ -328,7 +328,7 @@ class AutoIndex:
         _atomic(path, partial(_write_raw, self.fresh.raw))
         t = g.tuning if g is not None else Tuning()
         meta = {
-            "generation": generation, "kind": "auto", "dim": self.dim, "count": len(self),
+            "generation": generation, "kind": "adaptive", "dim": self.dim, "count": len(self),
             "graph": g is not None, "dead": g.dead.tolist() if g is not None else [],
             "ef_search": t.ef, "recall": t.recall, "tuned_at": t.at, "tune_queries": t.queries,
         }  # fmt: skip
@@ -342,9 +342,9 @@ class AutoIndex:
             return None
         try:
             meta = json.loads(meta_path(path).read_text(encoding="utf-8"))
-            if meta.get("dim") != dim or meta.get("kind") not in ("auto", "flat"):
+            if meta.get("dim") != dim or meta.get("kind") not in ("adaptive", "flat"):
                 return None
-            flat = VectorIndex.load(path, dim=dim, kind="flat", saved_as=("auto", "flat"))
+            flat = VectorIndex.load(path, dim=dim, kind="flat", saved_as=("adaptive", "flat"))
             if flat is None:
                 return None
             index = cls(dim)
@@ -387,15 +387,15 @@ def _best(sims: np.ndarray, ids: np.ndarray, k: int, dedupe: bool) -> tuple[np.n
 
 
 def new_index(dim: int, kind: str) -> SearchIndex:
-    """An empty in-process index of ``kind``; ``"auto"`` without faiss is NumPy's exact search."""
-    if kind == "auto":
+    """An empty in-process index of ``kind``; ``"adaptive"`` without faiss is NumPy's exact search."""
+    if kind == "adaptive":
         return AutoIndex(dim) if vector_index.load_faiss() is not None else VectorIndex(dim, kind="flat")
     return VectorIndex(dim, kind=kind)
 
 
 def load_index(path: Path, *, dim: int, kind: str) -> tuple[SearchIndex, int] | None:
     """``kind``'s saved index at ``path`` and the generation it reflects, or None (then it is rebuilt)."""
-    if kind == "auto":
+    if kind == "adaptive":
         return AutoIndex.load(path, dim=dim) if vector_index.load_faiss() is not None else None
     return VectorIndex.load(path, dim=dim, kind=kind)
 

@@ -1,4 +1,4 @@
-"""The HNSW graph behind ``index="auto"``: build, search past removed ids, measure and tune its recall.
+"""The HNSW graph behind ``index="adaptive"``: build, search past removed ids, measure and tune its recall.
 
 A graph is FAISS's ``IndexHNSWFlat`` (inner product, float vectors, so its own vectors give the exact
 answer it is measured against) under an ``IndexIDMap2`` that maps its positions to the items' seqs.
@@ -58,7 +58,7 @@ class Graph:
     """
 
     def __init__(self, raw: Any, *, tuning: Tuning | None = None, dead: np.ndarray | None = None) -> None:
-        self._faiss = require_faiss('index="auto"')
+        self._faiss = require_faiss('index="adaptive"')
         self.raw = raw
         self.tuning = tuning or Tuning()
         self.mapped: Path | None = None  # the file the vectors are mapped from (``read``)
@@ -67,7 +67,7 @@ class Graph:
 
     @classmethod
     def empty(cls, dim: int) -> Graph:
-        faiss = require_faiss('index="auto"')
+        faiss = require_faiss('index="adaptive"')
         inner = faiss.IndexHNSWFlat(dim, GRAPH_M, faiss.METRIC_INNER_PRODUCT)
         inner.hnsw.efConstruction = GRAPH_EF_CONSTRUCTION
         return cls(faiss.IndexIDMap2(inner))
@@ -178,7 +178,7 @@ class Graph:
     @classmethod
     def read(cls, path: Path, *, tuning: Tuning, dead: np.ndarray) -> Graph:
         """A saved graph with its vectors mapped from the file (read in no time, copied on first change)."""
-        faiss = require_faiss('index="auto"')
+        faiss = require_faiss('index="adaptive"')
         flag = int(getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
         graph = cls(faiss.read_index(str(path), flag), tuning=tuning, dead=dead)
         graph.mapped = path if flag != 0 else None

@@ -1,4 +1,4 @@
-"""``index="auto"`` (``memory.mirror.auto``): exact while small, an HNSW graph with measured recall once
+"""``index="adaptive"`` (``memory.mirror.auto``): exact while small, an HNSW graph with measured recall once
 large, switched and merged in the background while recalls go on, saved and mapped on reopen.
 
 The thresholds are lowered (a switch at 400 items, merges at 64) so a real SQLite store crosses them in
@@ -58,7 +58,7 @@ class Lookup(HashEmbedder):
 
 
 def open_store(folder: Path, embedder: Lookup, **config: Any) -> MemoryStore:
-    cfg = MemoryConfig(retrieval=NEAREST, **config)
+    cfg = MemoryConfig(retrieval=NEAREST, **{"index": "adaptive", **config})
     return MemoryStore(f"sqlite:///{folder / 'memory.db'}", embedder=embedder, config=cfg, seed=3)
 
 
@@ -97,7 +97,7 @@ def test_a_small_namespace_is_searched_exactly(tmp_path: Path, world: tuple[Any,
     with open_store(tmp_path, emb) as store:
         add(store, 0, 300)
         details = store.index_details(TEAM)
-        assert (details["kind"], details["holds"], details["items"]) == ("auto", "exact", 300)
+        assert (details["kind"], details["holds"], details["items"]) == ("adaptive", "exact", 300)
         assert recalled(store, 60) == exact_top(items, queries, np.arange(300))
 
 
@@ -231,7 +231,7 @@ def test_a_store_saved_with_the_flat_index_opens_without_a_rebuild(
         before = recalled(store, 60)
     with open_store(tmp_path, emb) as again:
         assert again.index_status(TEAM) == "loaded"
-        assert again.index_details(TEAM)["kind"] == "auto"
+        assert again.index_details(TEAM)["kind"] == "adaptive"
         assert recalled(again, 60) == before
 
 

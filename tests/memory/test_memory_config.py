@@ -43,7 +43,10 @@ def test_retrieval_config_errors_name_field_range_and_value(kwargs: dict[str, ob
         ({"q_init": float("inf")}, r"MemoryConfig.q_init must be a number in \[-1000000000000.0, 1000000000000.0\]"),
         ({"group_threshold": 0.0}, r"group_threshold must be a number in \(0, 1\], got 0.0"),
         ({"credit": "shapley"}, r"credit must be one of \('uniform', 'score'\), got 'shapley'"),
-        ({"index": "annoy"}, r"index must be one of \('auto', 'flat', 'hnsw', 'ivf', 'pgvector'\), got 'annoy'"),
+        (
+            {"index": "annoy"},
+            r"index must be one of \('auto', 'adaptive', 'flat', 'hnsw', 'ivf', 'pgvector'\), got 'annoy'",
+        ),
         ({"capacity": 0}, r"capacity must be an integer >= 1, got 0"),
         ({"failure_keeps": "answer"}, r"failure_keeps must be one of \('feedback', 'attempt', 'both'\), got 'answer'"),
         ({"retrieval": {"k1": 3}}, r"retrieval must be a RetrievalConfig, got dict"),

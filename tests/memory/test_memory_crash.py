@@ -63,7 +63,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_fe
 
 
 def test_sigkill_while_the_default_index_switches_and_merges_in_the_background_loses_nothing(tmp_path: Path) -> None:
-    """The same trials with the default index switching to its graph at 150 items and merging every 32
+    """The same trials with ``index="adaptive"`` switching to its graph at 150 items and merging every 32
     new ones (``memory.mirror.auto``): kills land while it builds, merges and saves in the background."""
     result = trials_in_a_fresh_process(
         f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=30, seed=21, switch_at=150
@@ -118,7 +118,7 @@ def test_an_index_saved_without_its_sidecar_is_caught_up_not_rebuilt(tmp_path: P
     with MemoryStore(url, embedder=HashEmbedder(32)) as store:
         assert store.index_status() == "loaded"  # the ids agree with SQL: nothing to rebuild
         assert len(store.items()) == 8
-    loaded = load_index(path, dim=32, kind="auto")
+    loaded = load_index(path, dim=32, kind="flat")
     assert loaded is not None and len(loaded[0]) == 8
 
 

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import select
 
 from connectors import HashEmbedder
-from memory.config import RetrievalConfig
+from memory.config import MemoryConfig, RetrievalConfig
 from memory.recall_log import candidates_of
 from memory.schema import feedback, intents, memory_items, recalls
 from memory.store import MemoryStore
@@ -67,8 +67,9 @@ def worker(
 
     ``started`` (a pipe end) is told when the process is up, or with ``after_open`` once the store is
     open, so start-up costs (and on a loaded machine, opening) do not eat the delay before the kill.
-    ``switch_at`` lowers the default index's thresholds (``memory.mirror.auto``: the switch to a graph at
-    that many items, merges every 32 new ones), so kills land in its background work too.
+    ``switch_at`` opens the store with ``index="adaptive"`` and lowers its thresholds (``memory.mirror.auto``:
+    the switch to a graph at that many items, merges every 32 new ones), so kills land in its background
+    work too.
     """
     if switch_at is not None:
         import memory.mirror.auto as auto
@@ -80,7 +81,8 @@ def worker(
     resend = _acked_feedback(Path(ack_path))
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     _ack(fd, {"begin": "open", "trial": trial})
-    store = MemoryStore(url, embedder=HashEmbedder(DIM), seed=seed)
+    config = MemoryConfig(index="adaptive" if switch_at is not None else "auto")
+    store = MemoryStore(url, embedder=HashEmbedder(DIM), seed=seed, config=config)
     _ack(fd, {"done": "open", "trial": trial})
     if started is not None and after_open:
         started.send(True)
@@ -143,7 +145,7 @@ def _acked_feedback(path: Path) -> list[tuple[str, float, str, str]]:
 
 
 # -- the checks: run in the parent after each kill -----------------------------------------------
-def check(url: str, ack_path: Path, scratch: Path, *, samples: int = 40) -> dict[str, Any]:
+def check(url: str, ack_path: Path, scratch: Path, *, samples: int = 40, index: str = "auto") -> dict[str, Any]:
     """What the killed workers left, against what they acknowledged; counts of each kind of failure."""
     acks = read_acks(ack_path)
     out: dict[str, Any] = {"integrity_failures": 0 if integrity_ok(url) else 1}
@@ -152,7 +154,7 @@ def check(url: str, ack_path: Path, scratch: Path, *, samples: int = 40) -> dict
     out["acknowledged_writes"], out["acknowledged_feedback"] = len(acked_ids), len(acked_fids)
     out["feedback_applied_twice"] = sum(rec.get("resent_updated", 0) for rec in acks)
     out["resent_feedback"] = sum(rec.get("resent", 0) for rec in acks)
-    with _reopen(url, ack_path.parent, scratch) as store:
+    with _reopen(url, ack_path.parent, scratch, index) as store:
         with store.engine.connect() as conn:
             stored_ids = set(conn.execute(select(memory_items.c.id)).scalars())
             stored_fids = set(conn.execute(select(feedback.c.id)).scalars())
@@ -186,13 +188,16 @@ def visit_mismatches(conn: Any) -> int:
 class _reopen:
     """A store reopened on a copy of the saved index files, so checking leaves the crash's files alone."""
 
-    def __init__(self, url: str, folder: Path, scratch: Path) -> None:
+    def __init__(self, url: str, folder: Path, scratch: Path, index: str = "auto") -> None:
         shutil.rmtree(scratch, ignore_errors=True)
         index_dir = folder / "memory.db.faiss"
         if index_dir.exists():
             shutil.copytree(index_dir, scratch)
         self.store = MemoryStore(
-            url, embedder=HashEmbedder(DIM), index_path=scratch if url.startswith("sqlite") else None
+            url,
+            embedder=HashEmbedder(DIM),
+            index_path=scratch if url.startswith("sqlite") else None,
+            config=MemoryConfig(index=index),  # type: ignore[arg-type]
         )
 
     def __enter__(self) -> MemoryStore:
@@ -274,7 +279,7 @@ def run_trials(
         landed[_landed(acks, trial)] += 1
         mine = [a for a in acks if a.get("trial") == trial and "done" in a]
         landed["index busy"] += bool(mine) and bool(mine[-1].get("index_busy"))
-        found = check(url, ack_path, folder / "scratch-index")
+        found = check(url, ack_path, folder / "scratch-index", index="adaptive" if switch_at is not None else "auto")
         states.update(found.pop("index_states").values())
         totals.update({k: v for k, v in found.items() if not k.startswith("acknowledged")})
         totals.update({k: v for k, v in found.items() if k.startswith("acknowledged")} if trial == trials - 1 else {})
