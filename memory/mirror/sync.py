@@ -108,8 +108,8 @@ class MirrorSet:
             self._mirrors[namespace] = mirror
         return mirror
 
-    def loaded(self, namespace: str | None = None) -> NamespaceMirror | None:
-        return self._mirrors.get(namespace) if namespace is not None else None
+    def loaded(self, namespace: str) -> NamespaceMirror | None:
+        return self._mirrors.get(namespace)
 
     def all(self) -> list[NamespaceMirror]:
         """Every mirror loaded in this process."""
