@@ -7,12 +7,12 @@ uses that server (the URL of any database there; the user must be allowed to cre
 size gets a fresh database and a ``MemoryStore`` with the default config, so ``index="pgvector"``: the
 HNSW index lives in the database and is created with the schema, before the first row, so the bulk
 load inserts every row into the graph as it goes (pgvector's per-row insert, in the load's
-transactions). The measurements are ``bench.memory_speed_auto``'s, on the same clustered vectors and
+transactions). The measurements are ``bench.memory_speed_adaptive``'s, on the same clustered vectors and
 noisy-copy queries: bulk add, recall@10 of the whole recall against an exact search, recall p50/p95
 next to the index's own search in the database, one ``reinforce``, one ``write`` (grouping on), a
 grouped ``add_many``, reopen + first answer in a fresh process (imports excluded) with that process's
 peak RSS, database bytes per item, and the server's memory (its processes' RSS and PSS, sampled each
-second; readable when the server runs on this machine). ``--sqlite`` runs ``auto_store`` on the same
+second; readable when the server runs on this machine). ``--sqlite`` runs ``adaptive_store`` on the same
 vectors in a SQLite file beside it (the in-process index), for a same-run comparison.
 
 Results: ``bench/results/memory_pgvector.{json,md}``; ``pgvector_*_{100k,1m}`` keys are merged into
@@ -40,7 +40,7 @@ import psutil
 from sqlalchemy import text
 
 from bench.common import machine, merge_summary
-from bench.memory_speed_auto import REOPEN, ROOT, recall_at_10, serving
+from bench.memory_speed_adaptive import REOPEN, ROOT, recall_at_10, serving
 from bench.memory_speed_measure import DIM, LookupEmbedder, add_throughput, clustered, unit
 from bench.memory_speed_report import size_tag
 from connectors.errors import ConfigError
@@ -209,14 +209,14 @@ def bench_size(n: int, admin_url: str, *, queries: int, workdir: Path, seed: int
         drop_database(admin_url, name)
     out["load_average"] = {"start": [round(x, 2) for x in load], "end": [round(x, 2) for x in os.getloadavg()]}
     if sqlite:
-        from bench.memory_speed_auto import auto_store
+        from bench.memory_speed_adaptive import adaptive_store
 
-        out["sqlite"] = auto_store(vecs, query_vecs, workdir / "auto.db", seed=seed)
+        out["sqlite"] = adaptive_store(vecs, query_vecs, workdir / "auto.db", seed=seed)
     return out
 
 
 def pg_store(vecs: np.ndarray, queries: np.ndarray, url: str, workdir: Path, *, seed: int) -> dict[str, Any]:
-    """``auto_store``'s measurements on PostgreSQL (default config, so ``index="pgvector"``)."""
+    """``adaptive_store``'s measurements on PostgreSQL (default config, so ``index="pgvector"``)."""
     n = len(vecs)
     embedder = LookupEmbedder(DIM)
     texts = [f"query {i}" for i in range(len(queries))]
@@ -269,7 +269,7 @@ def database_bytes(url: str) -> dict[str, Any]:
 
 
 def reopen_in_fresh_process(url: str, queries: np.ndarray, workdir: Path, calls: int) -> dict[str, Any]:
-    """``bench.memory_speed_auto``'s reopen script against the database: seconds to the first answer
+    """``bench.memory_speed_adaptive``'s reopen script against the database: seconds to the first answer
     (imports not counted), then ``calls`` recalls, and the client process's peak resident memory."""
     path = workdir / "queries.npy"
     np.save(path, queries)

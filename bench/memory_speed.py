@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, merge_summary
-from bench.memory_speed_auto import auto_store
+from bench.memory_speed_adaptive import adaptive_store
 from bench.memory_speed_measure import PROFILES, bench_size
 from bench.memory_speed_report import headline, markdown, plot
 from connectors.errors import ConfigError
 
 RESULTS = Path(__file__).parent / "results"
-EXTRAS = {"auto_store": lambda vecs, queries, work, seed: auto_store(vecs, queries, work / "auto.db", seed=seed)}
+EXTRAS = {
+    "adaptive_store": lambda vecs, queries, work, seed: adaptive_store(vecs, queries, work / "auto.db", seed=seed)
+}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

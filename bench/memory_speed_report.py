@@ -52,8 +52,8 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             flat[f"ivf_retrieval_p50_ms_{tag}"] = round(r["ivf_store"]["p50_ms"], 3)
             flat[f"ivf_retrieval_speedup_vs_brute_force_{tag}"] = round(r["ivf_store"]["speedup_vs_brute_force"], 1)
             flat[f"ivf_grouped_add_items_per_s_{tag}"] = round(r["ivf_store"]["grouped_add_items_per_s"])
-        if "auto_store" in r:
-            flat.update(auto_keys(r["auto_store"], tag))
+        if "adaptive_store" in r:
+            flat.update(auto_keys(r["adaptive_store"], tag))
         for kind, k in r["index_kinds"].items():
             flat[f"index_{kind}_recall_at_10_{tag}"] = round(k["recall_at_10"], 4)
             flat[f"index_{kind}_search_p50_ms_{tag}"] = round(k["p50_ms"], 3)
@@ -77,8 +77,8 @@ def auto_keys(a: dict[str, Any], tag: str) -> dict[str, Any]:
         f"grouped_add_items_per_s_{tag}": round(a["grouped_add"]["items_per_s"]),
         f"reopen_s_{tag}": round(a["reopen"]["reopen_s"], 3),
         f"rss_mb_{tag}": round(a["reopen"]["peak_rss_mb"]),
-        f"auto_settle_s_{tag}": round(a["settle_s"], 1),
-        f"auto_ef_search_{tag}": a["index"].get("ef_search"),
+        f"adaptive_settle_s_{tag}": round(a["settle_s"], 1),
+        f"adaptive_ef_search_{tag}": a["index"].get("ef_search"),
     }
     if tag == "100k":
         keys["reinforce_call_p50_ms"] = round(a["reinforce"]["p50_ms"], 3)
@@ -124,8 +124,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def auto_table(results: dict[str, Any]) -> list[str]:
-    """The adaptive index's rows (``bench.memory_speed_auto``), or nothing when no size measured it."""
-    auto = {n: r["auto_store"] for n, r in results["sizes"].items() if "auto_store" in r}
+    """The adaptive index's rows (``bench.memory_speed_adaptive``), or nothing when no size measured it."""
+    auto = {n: r["adaptive_store"] for n, r in results["sizes"].items() if "adaptive_store" in r}
     if not auto:
         return []
     lines = [

@@ -9,7 +9,7 @@ fresh processes of its own (``bench.peers_run``): ``build`` (insert, bytes on di
 and first query, one query at a time, recall@10, score updates, peak RSS), so every RSS is that system's
 own. Evolve runs in this interpreter's environment, the peers in ``.venv-peers`` (``--peer-python``).
 Results go to ``bench/results/peers.{json,md}``, with Evolve's advantage over each system (``--reference``,
-default ``evolve-auto``, the default index) and ``peers_*`` keys merged into ``bench/results/summary.json``.
+default ``evolve-adaptive``, the default index) and ``peers_*`` keys merged into ``bench/results/summary.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from connectors.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PEER_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
-DEFAULT_PEERS = ("evolve-auto", "evolve-flat", "faiss-flat", "faiss-hnsw", "usearch", "chroma", "lancedb",
+DEFAULT_PEERS = ("evolve-adaptive", "evolve-flat", "faiss-flat", "faiss-hnsw", "usearch", "chroma", "lancedb",
                  "sqlite-vec", "qdrant")  # fmt: skip
 LIMITS = {  # system: the largest size it runs at unless --no-limits, and why
     "qdrant": (100_000, "local mode commits one SQLite transaction per point (about 100 inserts/s here): "
@@ -143,7 +143,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, help="queries per size (default 1000; --quick: 200)")
     parser.add_argument("--updates", type=int, help="score-update calls timed per system (default 200)")
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop timing queries after this (>= 100 run)")
-    parser.add_argument("--reference", choices=SYSTEMS, default="evolve-auto", help="the Evolve run ratios use")
+    parser.add_argument("--reference", choices=SYSTEMS, default="evolve-adaptive", help="the Evolve run ratios use")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="dataset cache (default $EVOLVE_BENCH_CACHE or ~/.cache/...)")
     parser.add_argument("--workdir", type=Path, help="where each system's folder is made (default: the temp dir)")

@@ -1,7 +1,7 @@
 """The systems ``bench.peers`` compares, each behind one small interface (``System``).
 
 Raw FAISS (flat and HNSW), usearch, Qdrant local mode, LanceDB, Chroma, sqlite-vec, and Evolve's full
-recall (``MemoryStore.retrieve`` with Q and the recall log) with its flat, HNSW or auto index. Each stores
+recall (``MemoryStore.retrieve`` with Q and the recall log) with its flat, HNSW or adaptive index. Each stores
 the same items (ids ``0..n-1``; where the system keeps a payload, a score ``q`` and a text), answers one
 query at a time with its top ``K`` and their payload, and, where its API offers it, updates the score of
 the top ``UPDATE_ITEMS`` of a result in one call, as one Evolve ``reinforce`` does for a recall. Every
@@ -19,7 +19,7 @@ import numpy as np
 DIM = 384
 K = 10
 UPDATE_ITEMS = 5  # a feedback event moves the k2 = 5 items Evolve's recall selects; peers update as many
-EVOLVE_MODES = {"evolve-flat": "flat", "evolve-hnsw": "hnsw", "evolve-auto": "adaptive"}
+EVOLVE_MODES = {"evolve-flat": "flat", "evolve-hnsw": "hnsw", "evolve-adaptive": "adaptive"}
 FAISS_HNSW = {"m": 32, "ef_construction": 80, "ef_search": 64}  # Evolve's HNSW settings (memory.mirror.index)
 
 

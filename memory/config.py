@@ -199,7 +199,7 @@ class MemoryConfig:
             exact while a namespace holds fewer than 20,000 items, then an HNSW graph whose ``efSearch`` is
             tuned for recall@10 >= 0.99 on sampled queries (or where more stops paying:
             ``memory.mirror.graph.tuned_ef``), built, merged and re-measured in the background while recalls
-            go on (``memory.mirror.auto``; ``MemoryStore.index_details`` shows its state). Not the default
+            go on (``memory.mirror.adaptive``; ``MemoryStore.index_details`` shows its state). Not the default
             yet: the graph holds one vector per memory, and the memories of one intent group share their
             key's vector exactly; a namespace made mostly of such copies leaves HNSW unable to walk between
             them (recall@10 0.10 measured on 25,000 near-identical hashed intents). Approximate

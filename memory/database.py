@@ -34,8 +34,8 @@ from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind
 from memory.inserts import BULK_PAUSE
+from memory.mirror.adaptive import AdaptiveIndex
 from memory.mirror.arrays import NamespaceMirror
-from memory.mirror.auto import AutoIndex
 from memory.mirror.sync import MirrorSet
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class OpenStore:
             mirror = self.mirror(namespace)
             index = mirror.index
             state = self.mirrors.index_state.get(namespace)
-            if isinstance(index, AutoIndex):
+            if isinstance(index, AdaptiveIndex):
                 return {**index.status(), "obtained": state}
             return {"kind": index.kind, "holds": "graph" if index.approximate else "exact", "items": len(mirror),
                     "working": False, "obtained": state}  # fmt: skip
@@ -207,7 +207,7 @@ class OpenStore:
         """Wait for every loaded namespace's background index work; false when ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for mirror in self.mirrors.all():
-            if isinstance(mirror.index, AutoIndex):
+            if isinstance(mirror.index, AdaptiveIndex):
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not mirror.index.wait(left):
                     return False
@@ -232,7 +232,7 @@ class OpenStore:
                 return
             self.closed = True
             for mirror in self.mirrors.all():  # background index work stops at its next step
-                if isinstance(mirror.index, AutoIndex):
+                if isinstance(mirror.index, AdaptiveIndex):
                     mirror.index.close()
             try:
                 self.mirrors.save(restamp=True)

@@ -20,8 +20,8 @@ from connectors.errors import ConfigError
 from memory.checks import check_meta, check_namespace, check_owner, check_success, new_ids
 from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
+from memory.mirror.adaptive import GROUPING_EF, AdaptiveIndex
 from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
-from memory.mirror.auto import GROUPING_EF, AutoIndex
 from memory.mirror.sync import MirrorSet
 from memory.provenance import record_context
 from memory.pruning import delete_items
@@ -252,7 +252,7 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     nearest item, whose vector is that key's. O(rows × log n) instead of O(rows × keys); a key
     the index misses only means a new group where an exact scan might have joined one."""
     index = mirror.index
-    sims, seqs = index.search(vecs, 1, ef=GROUPING_EF) if isinstance(index, AutoIndex) else index.search(vecs, 1)
+    sims, seqs = index.search(vecs, 1, ef=GROUPING_EF) if isinstance(index, AdaptiveIndex) else index.search(vecs, 1)
     rows = mirror.rows_of_seqs(seqs[:, 0])
     found = rows >= 0
     best = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)

@@ -31,7 +31,7 @@ def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path
     assert r["brute_force"]["same_choice"] == 1.0  # the Python scan picks what the store picks
     assert r["index_kinds"]["flat"]["recall_at_10"] == 1.0
     assert r["reopen_same_recall"] and r["reopen_index"] == "loaded"
-    auto = r["auto_store"]  # the default index: exact at this size, reopened in a fresh process
+    auto = r["adaptive_store"]  # the default index: exact at this size, reopened in a fresh process
     assert auto["index"]["holds"] == "exact" and auto["recall_at_10"] == 1.0
     assert (auto["reopen"]["index"], auto["reopen"]["mirror"]) == ("loaded", "loaded")
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -55,10 +55,10 @@ def test_a_small_run_measures_each_system_and_reports_what_it_could_not(
 ) -> None:
     monkeypatch.setitem(peers.LIMITS, "qdrant", (1000, "its local mode is too slow for this test"))
     where = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--peer-python", sys.executable]
-    results = peers.main([*where, "--sizes", "2000", "--queries", "40", "--updates", "12", "--peers", "evolve-auto",
+    results = peers.main([*where, "--sizes", "2000", "--queries", "40", "--updates", "12", "--peers", "evolve-adaptive",
                           "evolve-flat", "faiss-flat", "faiss-hnsw", "usearch", "qdrant"])  # fmt: skip
     systems = results["sizes"]["2000"]["systems"]
-    evolve, flat = systems["evolve-auto"], systems["faiss-flat"]  # the default index: exact at this size
+    evolve, flat = systems["evolve-adaptive"], systems["faiss-flat"]  # the default index: exact at this size
     assert flat["recall_at_10"] == 1.0 and systems["evolve-flat"]["recall_at_10"] == 1.0
     assert evolve["recall_at_10"] >= 0.95 and evolve["queries"] == 40
     assert evolve["update_items_per_s"] == pytest.approx(5 * evolve["update_calls_per_s"])  # reinforce: k2 = 5
@@ -75,14 +75,14 @@ def test_a_small_run_measures_each_system_and_reports_what_it_could_not(
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["peers_faiss_flat_p50_advantage_2k"] == round(adv["p50_ms"], 3)
     assert summary["peers_p50_closest_2k"] in {"faiss-flat", "faiss-hnsw"}  # Evolve variants are not peers
-    assert summary["peers_evolve_auto_recall_at_10_2k"] == round(evolve["recall_at_10"], 4)
+    assert summary["peers_evolve_adaptive_recall_at_10_2k"] == round(evolve["recall_at_10"], 4)
     md = (tmp_path / "out" / "peers.md").read_text()
     assert "## 2,000 items" in md and "| faiss-hnsw |" in md and "Not measured" in md
     assert "- **qdrant**: not run above 1,000 items" in md and "without the recall log" in md
 
     peers.main([*where, "--sizes", "1000", "--queries", "20", "--peers", "faiss-flat"])  # another size, later
     kept = json.loads((tmp_path / "out" / "peers.json").read_text())["sizes"]
-    assert list(kept) == ["1000", "2000"] and kept["2000"]["systems"]["evolve-auto"] == evolve
+    assert list(kept) == ["1000", "2000"] and kept["2000"]["systems"]["evolve-adaptive"] == evolve
     assert "## 1,000 items" in (tmp_path / "out" / "peers.md").read_text()
 
 

@@ -25,8 +25,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from connectors.errors import StoreError
 from memory.mirror import snapshot
+from memory.mirror.adaptive import load_index, new_index
 from memory.mirror.arrays import NamespaceMirror, Rows, kind_codes
-from memory.mirror.auto import load_index, new_index
 from memory.mirror.index import SearchIndex, VectorIndex
 from memory.schema import from_blobs, intents, memory_items, tombstones, valid_at
 from memory.statements import chunks, read_generation

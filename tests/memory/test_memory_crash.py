@@ -18,7 +18,7 @@ from sqlalchemy import delete, update
 
 from connectors import HashEmbedder
 from memory import MemoryStore
-from memory.mirror.auto import load_index
+from memory.mirror.adaptive import load_index
 from memory.mirror.index import meta_path
 from memory.mirror.sync import index_file
 from memory.schema import feedback, memory_items
@@ -64,7 +64,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_fe
 
 def test_sigkill_while_the_default_index_switches_and_merges_in_the_background_loses_nothing(tmp_path: Path) -> None:
     """The same trials with ``index="adaptive"`` switching to its graph at 150 items and merging every 32
-    new ones (``memory.mirror.auto``): kills land while it builds, merges and saves in the background."""
+    new ones (``memory.mirror.adaptive``): kills land while it builds, merges and saves in the background."""
     result = trials_in_a_fresh_process(
         f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=30, seed=21, switch_at=150
     )

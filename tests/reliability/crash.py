@@ -67,14 +67,14 @@ def worker(
 
     ``started`` (a pipe end) is told when the process is up, or with ``after_open`` once the store is
     open, so start-up costs (and on a loaded machine, opening) do not eat the delay before the kill.
-    ``switch_at`` opens the store with ``index="adaptive"`` and lowers its thresholds (``memory.mirror.auto``:
+    ``switch_at`` opens the store with ``index="adaptive"`` and lowers its thresholds (``memory.mirror.adaptive``:
     the switch to a graph at that many items, merges every 32 new ones), so kills land in its background
     work too.
     """
     if switch_at is not None:
-        import memory.mirror.auto as auto
+        import memory.mirror.adaptive as adaptive
 
-        auto.ANN_AT, auto.MERGE_AT, auto.MERGE_CHUNK = switch_at, 32, 8
+        adaptive.ANN_AT, adaptive.MERGE_AT, adaptive.MERGE_CHUNK = switch_at, 32, 8
     if started is not None and not after_open:
         started.send(True)
     rng = random.Random(seed)

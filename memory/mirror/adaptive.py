@@ -1,6 +1,6 @@
 """``index="adaptive"``: exact while small, an HNSW graph tuned for recall once large, switched in the background.
 
-An ``AutoIndex`` has two parts. ``fresh`` is an exact flat index of the newest vectors; ``graph``
+An ``AdaptiveIndex`` has two parts. ``fresh`` is an exact flat index of the newest vectors; ``graph``
 (``memory.mirror.graph``) an HNSW graph of the rest, absent until the namespace holds ``ANN_AT``
 items. A search asks both and keeps the best k, so a write is searchable the moment it is added (a
 flat add costs microseconds) and the graph only ever trails. One background thread per index does
@@ -21,7 +21,7 @@ files the store reconciles with SQL on open, as for every kind.
 
 Example:
     >>> import numpy as np
-    >>> ix = AutoIndex(dim=2)
+    >>> ix = AdaptiveIndex(dim=2)
     >>> ix.add(np.array([7, 9]), np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32))
     >>> int(ix.search(np.array([[0.9, 0.1]], dtype=np.float32), 1)[1][0, 0]), ix.holds
     (7, 'exact')
@@ -67,7 +67,7 @@ GROUPING_EF = 32  # intent grouping asks for the one nearest key, which joins on
 # items) cost 1 ms a write. A near key missed starts a new group, as ``memory.inserts`` says.
 
 
-class AutoIndex:
+class AdaptiveIndex:
     """Exact flat search while a namespace is small, a tuned HNSW graph plus a small exact part after.
 
     Args:
@@ -76,7 +76,7 @@ class AutoIndex:
             in the call that crosses the threshold (deterministic; tests and one-off scripts).
 
     Example:
-        >>> AutoIndex(dim=4).kind
+        >>> AdaptiveIndex(dim=4).kind
         'adaptive'
     """
 
@@ -222,7 +222,7 @@ class AutoIndex:
             if self._closed or self.error is not None or self._worker is not None or self._due() is None:
                 return
             if self.background:
-                self._worker = threading.Thread(target=self._work, name="evolve-auto-index", daemon=True)
+                self._worker = threading.Thread(target=self._work, name="evolve-adaptive-index", daemon=True)
                 self._worker.start()
                 return
         self._work()
@@ -241,7 +241,7 @@ class AutoIndex:
         except Exception as e:  # derived data: the index keeps answering from what it has
             with self._lock:
                 self.error, self._worker, self._copying = f"{type(e).__name__}: {e}", None, False
-            log.warning("memory index (auto): background work failed (%s); searches go on as before", e)
+            log.warning("memory index (adaptive): background work failed (%s); searches go on as before", e)
 
     def _switch(self) -> None:
         with self._lock:
@@ -250,7 +250,7 @@ class AutoIndex:
         graph = Graph.build(ids, vecs)
         recall = graph.tune(self._rng, exact=(ids, vecs))
         self._install(graph, moved=ids)
-        log.info("memory index (auto): switched to a graph of %d items, efSearch %d, recall@10 %.3f",
+        log.info("memory index (adaptive): switched to a graph of %d items, efSearch %d, recall@10 %.3f",
                  len(ids), graph.tuning.ef, recall)  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -335,9 +335,9 @@ class AutoIndex:
         _atomic(meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta), encoding="utf-8"))
 
     @classmethod
-    def load(cls, path: Path, *, dim: int) -> tuple[AutoIndex, int] | None:
+    def load(cls, path: Path, *, dim: int) -> tuple[AdaptiveIndex, int] | None:
         """A saved index and the generation it reflects; None when missing, unreadable or foreign. A file
-        saved by the ``flat`` kind (stores from before ``auto``) is taken as the exact part."""
+        saved by the ``flat`` kind (stores from before ``adaptive``) is taken as the exact part."""
         if not path.exists() or not meta_path(path).exists():
             return None
         try:
@@ -389,14 +389,14 @@ def _best(sims: np.ndarray, ids: np.ndarray, k: int, dedupe: bool) -> tuple[np.n
 def new_index(dim: int, kind: str) -> SearchIndex:
     """An empty in-process index of ``kind``; ``"adaptive"`` without faiss is NumPy's exact search."""
     if kind == "adaptive":
-        return AutoIndex(dim) if vector_index.load_faiss() is not None else VectorIndex(dim, kind="flat")
+        return AdaptiveIndex(dim) if vector_index.load_faiss() is not None else VectorIndex(dim, kind="flat")
     return VectorIndex(dim, kind=kind)
 
 
 def load_index(path: Path, *, dim: int, kind: str) -> tuple[SearchIndex, int] | None:
     """``kind``'s saved index at ``path`` and the generation it reflects, or None (then it is rebuilt)."""
     if kind == "adaptive":
-        return AutoIndex.load(path, dim=dim) if vector_index.load_faiss() is not None else None
+        return AdaptiveIndex.load(path, dim=dim) if vector_index.load_faiss() is not None else None
     return VectorIndex.load(path, dim=dim, kind=kind)
 
 

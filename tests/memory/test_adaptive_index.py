@@ -1,4 +1,4 @@
-"""``index="adaptive"`` (``memory.mirror.auto``): exact while small, an HNSW graph with measured recall once
+"""``index="adaptive"`` (``memory.mirror.adaptive``): exact while small, an HNSW graph with measured recall once
 large, switched and merged in the background while recalls go on, saved and mapped on reopen.
 
 The thresholds are lowered (a switch at 400 items, merges at 64) so a real SQLite store crosses them in
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-import memory.mirror.auto as auto
+import memory.mirror.adaptive as adaptive
 from connectors import HashEmbedder
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
 from memory.mirror.graph import Graph, recall_at, tuned_ef
@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auto, "ANN_AT", 400)
-    monkeypatch.setattr(auto, "MERGE_AT", 64)
-    monkeypatch.setattr(auto, "MERGE_CHUNK", 16)
+    monkeypatch.setattr(adaptive, "ANN_AT", 400)
+    monkeypatch.setattr(adaptive, "MERGE_AT", 64)
+    monkeypatch.setattr(adaptive, "MERGE_CHUNK", 16)
 
 
 def vectors(n: int, seed: int = 0, dim: int = 64) -> np.ndarray:
@@ -239,10 +239,10 @@ KILLED = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-import memory.mirror.auto as auto
+import memory.mirror.adaptive as adaptive
 from memory.mirror.graph import Graph
-from tests.memory.test_auto_index import Lookup, add, open_store, world_table
-auto.ANN_AT, auto.MERGE_AT, auto.MERGE_CHUNK = 400, 64, 16
+from tests.memory.test_adaptive_index import Lookup, add, open_store, world_table
+adaptive.ANN_AT, adaptive.MERGE_AT, adaptive.MERGE_CHUNK = 400, 64, 16
 store = open_store(Path({folder!r}), Lookup(world_table()))
 add(store, 0, 380)
 store.save_index()

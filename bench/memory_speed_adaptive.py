@@ -1,11 +1,11 @@
 """The adaptive index (``index="adaptive"``) at one store size: exact while small, an HNSW graph past 20,000 items.
 
-``auto_store`` loads the items in bulk, waits for the background switch to the HNSW graph (and
+``adaptive_store`` loads the items in bulk, waits for the background switch to the HNSW graph (and
 reports how long it took), then measures: recall@10 of the whole recall against an exact search, the
 recall's p50/p95 next to its own index's raw search, one ``reinforce`` call, one normal ``write`` call
 (intent grouping on), a grouped ``add_many``, and reopening it in a fresh process: time to the first
 answer and the process's peak resident memory. ``bench.memory_speed`` calls it for the sizes its
-profile names (``Profile.auto_store``).
+profile names (``Profile.adaptive_store``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ WRITE_CALLS = 300
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def auto_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) -> dict[str, Any]:
+def adaptive_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) -> dict[str, Any]:
     """Every measurement of the default index on ``vecs`` (the store lives at ``db``)."""
     n = len(vecs)
     embedder = LookupEmbedder(DIM)
@@ -47,7 +47,7 @@ def auto_store(vecs: np.ndarray, queries: np.ndarray, db: Path, *, seed: int) ->
         out["settle_s"] = time.perf_counter() - start
         out["index"] = store.index_details()
         out["recall_at_10"] = recall_at_10(store, texts, vecs, queries)
-        out.update(serving(store, embedder, queries, items=n, seed=seed, label="auto"))
+        out.update(serving(store, embedder, queries, items=n, seed=seed, label="adaptive"))
         store.wait_for_index(SETTLE_TIMEOUT_S)
     finally:
         start = time.perf_counter()
