@@ -29,12 +29,9 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import threading
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,16 +40,20 @@ import numpy as np
 
 from connectors.errors import StoreError
 from memory.mirror import index as vector_index
-from memory.mirror.graph import Graph, Tuning
-from memory.mirror.index import (
-    _SAVING,
-    PARALLEL_QUERIES,
-    SearchIndex,
-    VectorIndex,
+from memory.mirror.files import (
+    SAVING,
+    atomic,
     file_fault,
+    graph_path,
     meta_path,
     remove_stale_temps,
+    twins_path,
+    write_array,
+    write_raw,
 )
+from memory.mirror.graph import Graph, Tuning
+from memory.mirror.index import SearchIndex, VectorIndex, best_per_row, threads_for
+from memory.mirror.twins import Twins
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +89,18 @@ class AdaptiveIndex:
         self.background = background
         self.fresh = VectorIndex(dim, kind="flat", backend="faiss")
         self.graph: Graph | None = None
+        self.twins = Twins()  # the graph's items that share a node's vector (``memory.mirror.twins``)
         self._lock = threading.RLock()  # searches, adds and every swap of a part
         self._worker: threading.Thread | None = None
         self._closed = False
-        self._left_out: list[np.ndarray] = []  # ids removed while a switch or rebuild copied the vectors
+        self._left_out: list[np.ndarray] = []  # while a switch copies the vectors: the ids removed; while a
+        # rebuild does: the nodes killed
         self._copying = False
         self._merging = 0  # while a merge runs: how many of fresh's first vectors it moves (they stay in
         # fresh, at fixed positions, until the merge ends; a removal meanwhile is masked, not compacted)
         self._masked = np.zeros(0, np.int64)
         self._graph_changed = False  # the graph differs from its file
+        self._twins_changed = False
         self._rng = np.random.default_rng(TUNE_SEED)
         self.error: str | None = None  # the last background failure (the index stays exact or as it was)
 
@@ -115,7 +119,11 @@ class AdaptiveIndex:
         with self._lock:
             if self._merging:
                 return len(self.ids())
-            return len(self.fresh) + (len(self.graph) if self.graph is not None else 0)
+            return len(self.fresh) + self._graph_items()
+
+    def _graph_items(self) -> int:
+        g = self.graph
+        return 0 if g is None else len(g) - len(self.twins.hollow) + len(self.twins)
 
     def ids(self) -> np.ndarray:
         with self._lock:
@@ -123,7 +131,7 @@ class AdaptiveIndex:
             if self._merging:  # moved ones are in the graph already; masked ones are gone
                 fresh = fresh[self._merging :]
                 fresh = fresh[~np.isin(fresh, self._masked)]
-            parts = [self.graph.ids()] if self.graph is not None else []
+            parts = [self.twins.items(self.graph.ids())] if self.graph is not None else []
             return np.concatenate([*parts, fresh])
 
     def reconstruct(self, item_id: int) -> np.ndarray:
@@ -133,7 +141,7 @@ class AdaptiveIndex:
             except RuntimeError:
                 if self.graph is None:
                     raise
-                return self.graph.reconstruct(item_id)
+                return self.graph.reconstruct(self.twins.node_of(item_id))
 
     def status(self) -> dict[str, Any]:
         """What the index holds now and what its graph's recall was measured at (``MemoryStore.index_details``)."""
@@ -142,7 +150,8 @@ class AdaptiveIndex:
             busy = self._worker is not None and self._worker.is_alive()
             return {
                 "kind": "adaptive", "holds": self.holds, "items": len(self), "fresh": len(self.fresh),
-                "graph": len(g) if g else 0, "removed_in_graph": len(g.dead) if g else 0,
+                "graph": self._graph_items(), "distinct_vectors": len(g) if g else 0,
+                "removed_in_graph": len(g.dead) if g else 0,
                 "ef_search": g.tuning.ef if g else None, "measured_recall_at_10": g.tuning.recall if g else None,
                 "measured_at_items": g.tuning.at if g else None, "working": busy, "error": self.error,
             }  # fmt: skip
@@ -157,19 +166,25 @@ class AdaptiveIndex:
         self._kick()
 
     def remove(self, ids: np.ndarray) -> None:
-        """Drop ids: from the exact part at once; in the graph as tombstones until a rebuild."""
+        """Drop ids: from the exact part at once; in the graph as tombstones (nodes no item uses any more)
+        until a rebuild."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if not len(ids):
             return
         with self._lock:
-            if self._merging:
+            if self._merging:  # some may be in the graph already: all are offered to it
                 self._masked = np.union1d(self._masked, ids)
+                in_graph = ids
             else:
+                in_graph = ids[~np.isin(ids, self.fresh.ids())]
                 self.fresh.remove(ids)
-            if self.graph is not None:
-                self.graph.kill(ids)  # the sidecar lists them: the graph's file stays as it is
+            kill = np.zeros(0, np.int64)
+            if self.graph is not None and len(in_graph):
+                kill = self.twins.remove(in_graph)
+                self.graph.kill(kill)  # the sidecar lists them: the graph's file stays as it is
+                self._twins_changed = True
             if self._copying:
-                self._left_out.append(ids)
+                self._left_out.append(ids if self.graph is None else kill)
         self._kick()
 
     # -- search --------------------------------------------------------------------------------
@@ -179,16 +194,16 @@ class AdaptiveIndex:
         queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
         if k == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-        with self._lock, _threads_for(len(queries)):
+        with self._lock, threads_for(len(queries)):
             masked, merging = len(self._masked), self._merging > 0
             sims, ids = self.fresh.raw.search(queries, k + masked)
             if masked:
                 sims = np.where(np.isin(ids, self._masked), np.float32(-np.inf), sims)
                 ids = np.where(np.isinf(sims), -1, ids)
             if self.graph is None:
-                return _best(sims, ids, k, merging) if masked else (sims, ids)
-            gsims, gids = self.graph.search(queries, k, ef=ef)
-        return _best(np.concatenate([sims, gsims], axis=1), np.concatenate([ids, gids], axis=1), k, merging)
+                return best_per_row(sims, ids, k, merging) if masked else (sims, ids)
+            gsims, gids = self.twins.expand(*self.graph.search(queries, k, ef=ef), k)
+        return best_per_row(np.concatenate([sims, gsims], axis=1), np.concatenate([ids, gids], axis=1), k, merging)
 
     # -- background work -----------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
@@ -247,11 +262,13 @@ class AdaptiveIndex:
         with self._lock:
             ids, vecs = self.fresh.ids(), self.fresh.vectors()
             self._copying, self._left_out = True, []
-        graph = Graph.build(ids, vecs)
-        recall = graph.tune(self._rng, exact=(ids, vecs))
-        self._install(graph, moved=ids)
-        log.info("memory index (adaptive): switched to a graph of %d items, efSearch %d, recall@10 %.3f",
-                 len(ids), graph.tuning.ef, recall)  # fmt: skip
+        twins = Twins()
+        nodes, node_vecs = twins.split(ids, vecs, stored=None)  # copies of one vector: one node
+        graph = Graph.build(nodes, node_vecs)
+        recall = graph.tune(self._rng, exact=(nodes, node_vecs))
+        self._install(graph, twins, moved=ids)
+        log.info("memory index (adaptive): switched to a graph of %d items (%d distinct vectors), efSearch %d, "
+                 "recall@10 %.3f", len(ids), len(nodes), graph.tuning.ef, recall)  # fmt: skip
 
     def _rebuild(self) -> None:
         assert self.graph is not None
@@ -260,9 +277,9 @@ class AdaptiveIndex:
             ids, vecs = self.graph.live()
         graph = Graph.build(ids, vecs)
         graph.tune(self._rng, exact=(ids, vecs))
-        self._install(graph, moved=np.zeros(0, np.int64))
+        self._install(graph, self.twins, moved=np.zeros(0, np.int64))
 
-    def _install(self, graph: Graph, *, moved: np.ndarray) -> None:
+    def _install(self, graph: Graph, twins: Twins, *, moved: np.ndarray) -> None:
         """Swap a graph built outside the lock in: ``moved`` ids leave the exact part; ids removed while it
         was built stay removed."""
         with self._lock:
@@ -271,8 +288,10 @@ class AdaptiveIndex:
                 return
             self.fresh.remove(moved)
             if self._left_out:
-                graph.kill(np.concatenate(self._left_out))
-            self.graph, self._left_out, self._graph_changed = graph, [], True
+                left_out = np.concatenate(self._left_out)
+                graph.kill(twins.remove(left_out) if len(moved) else left_out)
+            self.graph, self.twins, self._left_out = graph, twins, []
+            self._graph_changed = self._twins_changed = True
 
     def _merge(self) -> None:
         assert self.graph is not None
@@ -281,6 +300,8 @@ class AdaptiveIndex:
             with self._lock:
                 owned.kill(self.graph.dead)
                 self.graph = owned
+        if not self.twins.has_table:  # after a reopen: hash the nodes' vectors once, outside the lock
+            self._hash_nodes()
         with self._lock:
             self.fresh._own()  # positions are read below: a mapped file cannot move
             self._merging = moving = len(self.fresh)
@@ -292,12 +313,27 @@ class AdaptiveIndex:
                     return
                 hi = min(lo + MERGE_CHUNK, moving)
                 with self._lock:  # positions below ``moving`` stay put: nothing is compacted meanwhile
-                    self.graph.add(all_ids[lo:hi], flat.reconstruct_n(lo, hi - lo))
-                    self._graph_changed = True
+                    ids, vecs = all_ids[lo:hi], flat.reconstruct_n(lo, hi - lo)
+                    kept = ~np.isin(ids, self._masked)  # removed before they reached the graph
+                    graph = self.graph
+                    nodes, node_vecs = self.twins.split(ids[kept], vecs[kept], stored=graph.reconstruct)
+                    graph.add(nodes, node_vecs)
+                    self._graph_changed = self._twins_changed = True
         finally:
             with self._lock:
                 self.fresh.remove(np.union1d(all_ids[:moving], self._masked))
                 self._merging, self._masked = 0, np.zeros(0, np.int64)
+
+    def _hash_nodes(self) -> None:
+        """Build the twins' table of node hashes from the graph (nodes killed meanwhile are left out)."""
+        assert self.graph is not None
+        graph = self.graph
+        nodes, read = graph.nodes()
+        table = Twins()
+        table.build_table(nodes, read)
+        with self._lock:
+            if self.graph is graph:
+                self.twins.adopt_table(table, graph.dead)
 
     def _retune(self) -> None:
         assert self.graph is not None
@@ -306,13 +342,15 @@ class AdaptiveIndex:
 
     # -- files ---------------------------------------------------------------------------------
     def save(self, path: Path, generation: int) -> bool:
-        """Write the exact part, the graph (when it changed) and the sidecar, each atomically."""
+        """Write the graph and its twins (each when it changed), the exact part and the sidecar, each
+        atomically; the sidecar, last, names the graph's size and the twins' count it goes with."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with _SAVING, self._lock:
+            with SAVING, self._lock:
                 self._write(path, generation)
             remove_stale_temps(path)
             remove_stale_temps(graph_path(path))
+            remove_stale_temps(twins_path(path))
         except (OSError, RuntimeError) as e:
             raise StoreError(
                 f"{file_fault(e)}: cannot save the vector index {str(path)!r} ({e}). The memories are safe in "
@@ -323,16 +361,21 @@ class AdaptiveIndex:
     def _write(self, path: Path, generation: int) -> None:
         g = self.graph
         if g is not None and (self._graph_changed or not graph_path(path).exists()):
-            _atomic(graph_path(path), g.write)
+            atomic(graph_path(path), g.write)
             self._graph_changed = False
-        _atomic(path, partial(_write_raw, self.fresh.raw))
+        twins = self.twins.rows()
+        if g is not None and (self._twins_changed or not twins_path(path).exists()):
+            atomic(twins_path(path), partial(write_array, twins))
+            self._twins_changed = False
+        atomic(path, partial(write_raw, self.fresh.raw))
         t = g.tuning if g is not None else Tuning()
         meta = {
             "generation": generation, "kind": "adaptive", "dim": self.dim, "count": len(self),
-            "graph": g is not None, "dead": g.dead.tolist() if g is not None else [],
+            "graph": g is not None, "graph_held": g.held if g is not None else 0, "twins": len(twins),
+            "dead": g.dead.tolist() if g is not None else [],
             "ef_search": t.ef, "recall": t.recall, "tuned_at": t.at, "tune_queries": t.queries,
         }  # fmt: skip
-        _atomic(meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta), encoding="utf-8"))
+        atomic(meta_path(path), lambda tmp: tmp.write_text(json.dumps(meta), encoding="utf-8"))
 
     @classmethod
     def load(cls, path: Path, *, dim: int) -> tuple[AdaptiveIndex, int] | None:
@@ -354,36 +397,17 @@ class AdaptiveIndex:
                     int(meta["ef_search"]), meta.get("recall"), int(meta["tuned_at"]), int(meta["tune_queries"])
                 )
                 graph = Graph.read(graph_path(path), tuning=tuning, dead=np.array(meta["dead"], np.int64))
-                if graph.raw.d != dim:
+                twins = np.load(twins_path(path)) if meta.get("twins") else np.zeros((0, 2), np.int64)
+                if graph.raw.d != dim or graph.held != meta.get("graph_held") or len(twins) != meta["twins"]:
+                    log.warning("memory index %s: its graph or twins do not match the sidecar (a save was cut "
+                                "short); it will be rebuilt", path)  # fmt: skip
                     return None
-                index.graph = graph
-                twice = np.isin(index.fresh.ids(), graph.ids())  # killed between the two files' renames
-                index.fresh.remove(index.fresh.ids()[twice])
+                index.graph, index.twins = graph, Twins.from_rows(twins)
         except Exception as e:  # a torn or foreign file of any kind: the caller rebuilds
             log.warning("memory index %s is unreadable (%s); it will be rebuilt", path, e)
             return None
         index._kick()  # work a killed process left undone (a switch, a merge) starts again
         return index, int(meta["generation"])
-
-
-def _best(sims: np.ndarray, ids: np.ndarray, k: int, dedupe: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the k best (sim, id) pairs; ``dedupe``: each id once (a merge holds an id in both parts
-    for a while)."""
-    if not dedupe:
-        if k == 1:
-            best = np.argmax(sims, axis=1)[:, None]
-            return np.take_along_axis(sims, best, axis=1), np.take_along_axis(ids, best, axis=1)
-        order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-        return np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
-    by_id = np.argsort(ids, axis=1, kind="stable")
-    sorted_ids = np.take_along_axis(ids, by_id, axis=1)
-    repeat = np.zeros_like(sorted_ids, dtype=bool)
-    repeat[:, 1:] = (sorted_ids[:, 1:] == sorted_ids[:, :-1]) & (sorted_ids[:, 1:] >= 0)
-    sims = sims.copy()
-    np.put_along_axis(sims, by_id, np.where(repeat, -np.inf, np.take_along_axis(sims, by_id, axis=1)), axis=1)
-    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-    best_sims, best_ids = np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
-    return best_sims, np.where(np.isinf(best_sims), -1, best_ids)
 
 
 def new_index(dim: int, kind: str) -> SearchIndex:
@@ -398,41 +422,3 @@ def load_index(path: Path, *, dim: int, kind: str) -> tuple[SearchIndex, int] | 
     if kind == "adaptive":
         return AdaptiveIndex.load(path, dim=dim) if vector_index.load_faiss() is not None else None
     return VectorIndex.load(path, dim=dim, kind=kind)
-
-
-@contextlib.contextmanager
-def _threads_for(queries: int) -> Iterator[None]:
-    """One OpenMP thread for a few queries (``memory.mirror.index.VectorIndex.search`` says why)."""
-    import faiss
-
-    if queries >= PARALLEL_QUERIES:
-        yield
-        return
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(threads)
-
-
-def graph_path(path: Path) -> Path:
-    """Where the graph of the index saved at ``path`` lives."""
-    return path.with_name(path.name + ".graph")
-
-
-def _write_raw(raw: Any, tmp: Path) -> None:
-    import faiss
-
-    faiss.write_index(raw, str(tmp))
-
-
-def _atomic(path: Path, write: Any) -> None:
-    """``write(tmp)`` then rename over ``path``; the temporary file is removed when the write fails."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)

@@ -113,6 +113,13 @@ class Graph:
         keep = ~np.isin(ids, self._dead)
         return ids[keep], vecs[keep]
 
+    def nodes(self) -> tuple[np.ndarray, Any]:
+        """Every id the graph holds (removed ones included), and ``read(lo, hi)``: the vectors of ids
+        ``lo..hi`` in that order (copies, a part at a time)."""
+        ids = self._faiss.vector_to_array(self.raw.id_map).astype(np.int64)
+        storage = self._faiss.downcast_index(self.raw.index).storage
+        return ids, lambda lo, hi: storage.reconstruct_n(lo, hi - lo)
+
     def reconstruct(self, item_id: int) -> np.ndarray:
         return np.asarray(self.raw.reconstruct(int(item_id)), dtype=np.float32)
 

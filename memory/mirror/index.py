@@ -20,12 +20,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import errno
-import glob
 import json
 import logging
 import os
-import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol
@@ -34,6 +32,7 @@ import numpy as np
 
 from connectors.errors import ConfigError, StoreError
 from memory.config import INDEX_KINDS
+from memory.mirror.files import SAVING, file_fault, meta_path, remove_stale_temps
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +47,6 @@ IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at lea
 IVF_SEED = 1234
 PARALLEL_QUERIES = 20  # batches at least this large use FAISS's BLAS path and all OpenMP threads
 _warned_missing = False
-FILE_FAULTS = {  # errno -> what a failed index write tells the caller
-    errno.ENOSPC: "disk full",
-    errno.EDQUOT: "disk full",
-    errno.EROFS: "read-only",
-    errno.EACCES: "read-only",
-    errno.EPERM: "read-only",
-    errno.EIO: "I/O error",
-}
-
-
-# Held while an index is written: without it two stores of one process saving the same namespace at
-# once shared one temporary file, and one rename failed (FileNotFoundError) or published a torn file.
-_SAVING = threading.Lock()
 
 
 def load_faiss() -> ModuleType | None:
@@ -286,17 +272,8 @@ class VectorIndex:
             return self.raw.search(queries, k)  # type: ignore[no-any-return]
         if self.kind == "hnsw":
             self._faiss.downcast_index(self.raw.index).hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k)
-        if queries.shape[0] >= PARALLEL_QUERIES:
+        with threads_for(queries.shape[0]):
             return self.raw.search(queries, k)  # type: ignore[no-any-return]
-        # A few queries gain nothing from OpenMP, and on a busy machine its thread barriers cost
-        # 100x (0.24 ms -> 36 ms measured for 10k x 384 on 2 loaded cores). The setting is per
-        # calling thread in OpenMP, so other threads' searches are unaffected.
-        threads = self._faiss.omp_get_max_threads()
-        self._faiss.omp_set_num_threads(1)
-        try:
-            return self.raw.search(queries, k)  # type: ignore[no-any-return]
-        finally:
-            self._faiss.omp_set_num_threads(threads)
 
     def reconstruct(self, item_id: int) -> np.ndarray:
         """The stored vector of one id (used to check a loaded index against SQL)."""
@@ -325,7 +302,7 @@ class VectorIndex:
             return False
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with _SAVING:  # the temporary names are per process: two stores of one process take turns
+            with SAVING:  # the temporary names are per process: two stores of one process take turns
                 self._write(path, generation)
             remove_stale_temps(path)
         except (OSError, RuntimeError) as e:
@@ -404,40 +381,34 @@ def _ivf_list(ivf: Any, lst: int) -> tuple[np.ndarray, np.ndarray]:
     return ids.astype(np.int64), codes.view(np.float32).reshape(size, ivf.d)
 
 
-def file_fault(error: BaseException) -> str:
-    """What a failed file write reports: ``"disk full"``, ``"read-only"``, ``"I/O error"`` or ``"write
-    error"``; from an ``OSError``'s errno, or the system's text that faiss quotes in its ``RuntimeError``."""
-    if isinstance(error, OSError) and error.errno in FILE_FAULTS:
-        return FILE_FAULTS[error.errno]
-    text = str(error)
-    return next((cause for code, cause in FILE_FAULTS.items() if os.strerror(code) in text), "write error")
+def best_per_row(sims: np.ndarray, ids: np.ndarray, k: int, dedupe: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k best (sim, id) pairs, the older (smaller) id first among equal similarities;
+    ``dedupe``: each id once (a merge holds an id in both parts for a while)."""
+    if dedupe:
+        by_id = np.argsort(ids, axis=1, kind="stable")
+        sorted_ids = np.take_along_axis(ids, by_id, axis=1)
+        repeat = np.zeros_like(sorted_ids, dtype=bool)
+        repeat[:, 1:] = (sorted_ids[:, 1:] == sorted_ids[:, :-1]) & (sorted_ids[:, 1:] >= 0)
+        sims = sims.copy()
+        np.put_along_axis(sims, by_id, np.where(repeat, -np.inf, np.take_along_axis(sims, by_id, axis=1)), axis=1)
+    order = np.lexsort((np.where(ids < 0, np.iinfo(np.int64).max, ids), -sims), axis=-1)[:, :k]
+    best_sims, best_ids = np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
+    return best_sims, np.where(np.isinf(best_sims), -1, best_ids)
 
 
-def remove_stale_temps(path: Path) -> int:
-    """Delete the temporary files of ``path`` (and its sidecar) left by processes killed mid-save.
+@contextlib.contextmanager
+def threads_for(queries: int) -> Iterator[None]:
+    """One OpenMP thread while searching a few queries: they gain nothing from OpenMP, and on a busy machine
+    its thread barriers cost 100x (0.24 ms -> 36 ms measured for 10k x 384 on 2 loaded cores). The setting
+    is per calling thread in OpenMP, so other threads' searches are unaffected."""
+    import faiss
 
-    A temporary file carries its writer's pid; one whose process is gone is litter (a live writer's
-    is left alone). Returns how many were removed.
-    """
-    removed = 0
-    for name in (path.name, meta_path(path).name):
-        for tmp in path.parent.glob(f"{glob.escape(name)}.*.tmp"):
-            pid = tmp.name[len(name) + 1 : -len(".tmp")]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                tmp.unlink(missing_ok=True)
-                removed += 1
-    return removed
-
-
-def _alive(pid: int) -> bool:
+    if queries >= PARALLEL_QUERIES:
+        yield
+        return
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def meta_path(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)

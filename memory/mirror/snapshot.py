@@ -54,7 +54,7 @@ from sqlalchemy import Connection, select
 
 from connectors.errors import StoreError
 from memory.mirror.arrays import EPISODE, KEY_COLUMNS, ROW_COLUMNS, STRATEGY, NamespaceMirror
-from memory.mirror.index import file_fault, meta_path, remove_stale_temps
+from memory.mirror.files import file_fault, meta_path, remove_stale_temps
 from memory.schema import from_blobs, intents, memory_items, tombstones
 
 log = logging.getLogger(__name__)

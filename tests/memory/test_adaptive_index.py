@@ -291,3 +291,45 @@ def test_tuning_stops_where_recall_levels_off_and_never_below_the_floor() -> Non
     assert tuned_ef(lambda ef: 0.995 if ef >= 64 else 0.9) == (64, 0.995)  # the target reached: stop there
     flat_but_low = {32: 0.90, 48: 0.901}  # levels off below 0.97: keep climbing
     assert tuned_ef(lambda ef: flat_but_low.get(ef, 0.95)) == (1024, 0.95)
+
+
+def test_a_namespace_of_copies_recalls_what_exact_search_recalls(
+    tmp_path: Path, world: tuple[Any, Any, Lookup]
+) -> None:
+    """One question asked again and again, without grouping: 1,800 memories over 30 distinct vectors. A
+    graph holding every copy cannot walk between them (recall@10 0.24 measured); it holds each vector once
+    and recalls, through writes, removals, a reopen and merges after it, what the exact index recalls."""
+    items, _, emb = world
+    emb.vecs |= {f"copy {i}": items[i % 30] for i in range(1800)}
+
+    def recalls(store: MemoryStore) -> list[list[str]]:
+        hits = (store.retrieve(f"query {j}", namespace=TEAM, record=False).items for j in range(60))
+        return [[m.experience for m in found] for found in hits]
+
+    def write(store: MemoryStore, lo: int, hi: int) -> None:
+        store.add_many([(f"copy {i}", f"Antwort {i}") for i in range(lo, hi)], namespace=TEAM, group=False)
+        assert store.wait_for_index(timeout=60)
+
+    def remove(store: MemoryStore, which: set[str]) -> None:
+        store.remove([m.id for m in store.items(TEAM) if m.experience in which], namespace=TEAM)
+        assert store.wait_for_index(timeout=60)
+
+    first_copies = {f"Antwort {i}" for i in range(0, 300, 30)}  # vector 0's ten oldest: its node among them
+    every_copy = {f"Antwort {i}" for i in range(1, 1500, 30)}  # vector 1 gone altogether
+    for kind in ("flat", "adaptive"):
+        (tmp_path / kind).mkdir()
+        with open_store(tmp_path / kind, emb, index=kind) as store:
+            write(store, 0, 1500)
+            remove(store, first_copies | every_copy)
+            before, removed = recalls(store), store.index_details(TEAM)
+        with open_store(tmp_path / kind, emb, index=kind) as again:
+            assert again.index_status(TEAM) == "loaded"
+            assert recalls(again) == before
+            write(again, 1500, 1800)  # merged into the reopened graph: copies of its nodes
+            after, details = recalls(again), again.index_details(TEAM)
+        if kind == "flat":
+            want_before, want_after = before, after
+    assert before == want_before and after == want_after
+    assert (removed["holds"], removed["distinct_vectors"], removed["removed_in_graph"]) == ("graph", 29, 1)
+    assert details["distinct_vectors"] == 30  # vector 1 came back: a new node beside its dead one
+    assert details["items"] == 1800 - len(first_copies) - len(every_copy)

@@ -19,7 +19,7 @@ from sqlalchemy import delete, update
 from connectors import HashEmbedder
 from memory import MemoryStore
 from memory.mirror.adaptive import load_index
-from memory.mirror.index import meta_path
+from memory.mirror.files import meta_path
 from memory.mirror.sync import index_file
 from memory.schema import feedback, memory_items
 from tests.reliability.crash import FAILURES, check

@@ -23,7 +23,7 @@ import pytest
 
 from connectors import HashEmbedder
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, WriteEntry
-from memory.mirror.index import meta_path
+from memory.mirror.files import meta_path
 from memory.mirror.snapshot import load, mirror_file
 from memory.mirror.sync import index_file
 

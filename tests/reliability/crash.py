@@ -68,13 +68,21 @@ def worker(
     ``started`` (a pipe end) is told when the process is up, or with ``after_open`` once the store is
     open, so start-up costs (and on a loaded machine, opening) do not eat the delay before the kill.
     ``switch_at`` opens the store with ``index="adaptive"`` and lowers its thresholds (``memory.mirror.adaptive``:
-    the switch to a graph at that many items, merges every 32 new ones), so kills land in its background
-    work too.
+    the switch to a graph at that many items, merges every 32 new ones, each step into the graph 20 ms
+    longer), so kills land in its background work too.
     """
     if switch_at is not None:
         import memory.mirror.adaptive as adaptive
+        from memory.mirror.graph import Graph
 
         adaptive.ANN_AT, adaptive.MERGE_AT, adaptive.MERGE_CHUNK = switch_at, 32, 8
+        add = Graph.add
+
+        def slow_add(graph: Graph, ids: Any, vecs: Any) -> None:  # a graph this small is built in no time: the
+            time.sleep(0.02)  # kills must still land while the worker builds and merges, as at a million items
+            add(graph, ids, vecs)
+
+        Graph.add = slow_add  # type: ignore[method-assign]
     if started is not None and not after_open:
         started.send(True)
     rng = random.Random(seed)
