@@ -195,14 +195,13 @@ class MemoryConfig:
         index: ``"flat"`` (exact inner product), ``"hnsw"`` or ``"ivf"`` (approximate, need faiss;
             ``"ivf"`` stays exact below 20,000 items), ``"pgvector"`` (PostgreSQL answers phase A
             through an HNSW index on the intents' ``vector`` column; no index in the process) or
-            ``"auto"`` (the default): ``"pgvector"`` on PostgreSQL, ``"flat"`` elsewhere; or ``"adaptive"``:
-            exact while a namespace holds fewer than 20,000 items, then an HNSW graph whose ``efSearch`` is
+            ``"auto"`` (the default): ``"pgvector"`` on PostgreSQL, ``"adaptive"`` elsewhere. ``"adaptive"``
+            is exact while a namespace holds fewer than 20,000 items, then an HNSW graph whose ``efSearch`` is
             tuned for recall@10 >= 0.99 on sampled queries (or where more stops paying:
             ``memory.mirror.graph.tuned_ef``), built, merged and re-measured in the background while recalls
-            go on (``memory.mirror.adaptive``; ``MemoryStore.index_details`` shows its state). Not the default
-            yet: the graph holds one vector per memory, and the memories of one intent group share their
-            key's vector exactly; a namespace made mostly of such copies leaves HNSW unable to walk between
-            them (recall@10 0.10 measured on 25,000 near-identical hashed intents). Approximate
+            go on (``memory.mirror.adaptive``; ``MemoryStore.index_details`` shows its state). The graph
+            holds each distinct vector once, so the copies an intent group or a repeated text makes cost
+            it nothing (``memory.mirror.twins``); without faiss it is NumPy's exact search. Approximate
             kinds also group intents through the index instead of comparing each new intent with every key.
         capacity: the most items a namespace keeps; beyond it the lowest-utility, oldest items go.
         item_cache: how many recalled memories' texts a process keeps in memory (least recently

@@ -109,10 +109,10 @@ def engine_for(url: str, *, durability: Durability = "normal") -> Engine:
 
 def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
     """The index kind a store on ``db`` uses: ``"auto"`` is ``"pgvector"`` on PostgreSQL (the database
-    answers phase A, no process builds an index) and ``"flat"`` elsewhere."""
+    answers phase A, no process builds an index) and ``"adaptive"`` elsewhere (exact while small)."""
     postgres = db.engine.dialect.name == "postgresql"
     if kind == "auto":
-        return "pgvector" if postgres else "flat"
+        return "pgvector" if postgres else "adaptive"
     if kind in SERVER_INDEX_KINDS and not postgres:
         raise ConfigError(
             f"MemoryConfig.index={kind!r} needs a PostgreSQL database with pgvector (postgresql+psycopg://…), "

@@ -406,7 +406,7 @@ class MemoryStore(StoreUpkeep):
 
     def index_details(self, namespace: str = "default") -> dict[str, Any]:
         """What the namespace's index holds now: for ``index="auto"``, ``holds`` (``"exact"`` or ``"graph"``),
-        items in the graph and in the exact part, ``ef_search`` and the recall@10 measured for it
+        items in the graph (``distinct_vectors``: the vectors it holds) and in the exact part, ``ef_search`` and the recall@10 measured for it
         (``measured_recall_at_10``), whether background work runs (``working``) and its last ``error``."""
         return self._open.index_details(check_namespace(namespace))
 
