@@ -30,7 +30,7 @@ from connectors.errors import ConfigError
 
 RESULTS = Path(__file__).parent / "results"
 EXTRAS = {
-    "adaptive_store": lambda vecs, queries, work, seed: adaptive_store(vecs, queries, work / "auto.db", seed=seed)
+    "adaptive_store": lambda vecs, queries, work, seed: adaptive_store(vecs, queries, work / "adaptive.db", seed=seed)
 }
 
 

@@ -142,7 +142,7 @@ def bench_size(
     texts = [f"query {i}" for i in range(queries)]
     embedder.vectors.update(zip(texts, query_vecs, strict=True))
     url = f"sqlite:///{workdir / 'bench.db'}"
-    cfg = MemoryConfig(index="flat", retrieval=RetrievalConfig(k1=10, k2=5))  # the exact baseline; "auto" below
+    cfg = MemoryConfig(index="flat", retrieval=RetrievalConfig(k1=10, k2=5))  # the exact baseline; "adaptive" below
     out: dict[str, Any] = {"items": n, "queries": queries}
 
     store = MemoryStore(url, embedder=embedder, config=cfg, seed=seed)

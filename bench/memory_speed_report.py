@@ -53,7 +53,7 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             flat[f"ivf_retrieval_speedup_vs_brute_force_{tag}"] = round(r["ivf_store"]["speedup_vs_brute_force"], 1)
             flat[f"ivf_grouped_add_items_per_s_{tag}"] = round(r["ivf_store"]["grouped_add_items_per_s"])
         if "adaptive_store" in r:
-            flat.update(auto_keys(r["adaptive_store"], tag))
+            flat.update(adaptive_keys(r["adaptive_store"], tag))
         for kind, k in r["index_kinds"].items():
             flat[f"index_{kind}_recall_at_10_{tag}"] = round(k["recall_at_10"], 4)
             flat[f"index_{kind}_search_p50_ms_{tag}"] = round(k["p50_ms"], 3)
@@ -65,7 +65,7 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def auto_keys(a: dict[str, Any], tag: str) -> dict[str, Any]:
+def adaptive_keys(a: dict[str, Any], tag: str) -> dict[str, Any]:
     """The adaptive index's summary keys at one size."""
     keys = {
         f"ann_recall_at_10_{tag}": round(a["recall_at_10"], 4),
@@ -118,15 +118,15 @@ def markdown(results: dict[str, Any]) -> str:
         "|---|---|---|---|",
         *target_rows(headline(results)),
     ]
-    lines += auto_table(results) + retrieval_table(results) + writes_table(results) + ivf_table(results)
+    lines += adaptive_table(results) + retrieval_table(results) + writes_table(results) + ivf_table(results)
     lines += kinds_table(results)
     return "\n".join(lines + notes(results))
 
 
-def auto_table(results: dict[str, Any]) -> list[str]:
+def adaptive_table(results: dict[str, Any]) -> list[str]:
     """The adaptive index's rows (``bench.memory_speed_adaptive``), or nothing when no size measured it."""
-    auto = {n: r["adaptive_store"] for n, r in results["sizes"].items() if "adaptive_store" in r}
-    if not auto:
+    adaptive = {n: r["adaptive_store"] for n, r in results["sizes"].items() if "adaptive_store" in r}
+    if not adaptive:
         return []
     lines = [
         "",
@@ -137,7 +137,7 @@ def auto_table(results: dict[str, Any]) -> list[str]:
         "| reopen s (fresh process) | peak RSS MB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for n, a in auto.items():
+    for n, a in adaptive.items():
         ix, w, ro = a["index"], a["write"], a["reopen"]
         measured = ix.get("measured_recall_at_10")
         holds = f"{ix['holds']} ({ix.get('ef_search')}, {measured:.3f})" if measured is not None else ix["holds"]

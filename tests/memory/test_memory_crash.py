@@ -118,7 +118,7 @@ def test_an_index_saved_without_its_sidecar_is_caught_up_not_rebuilt(tmp_path: P
     with MemoryStore(url, embedder=HashEmbedder(32)) as store:
         assert store.index_status() == "loaded"  # the ids agree with SQL: nothing to rebuild
         assert len(store.items()) == 8
-    loaded = load_index(path, dim=32, kind="flat")
+    loaded = load_index(path, dim=32, kind="adaptive")
     assert loaded is not None and len(loaded[0]) == 8
 
 
