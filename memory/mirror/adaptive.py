@@ -203,6 +203,8 @@ class AdaptiveIndex:
             if self.graph is None:
                 return best_per_row(sims, ids, k, merging) if masked else (sims, ids)
             gsims, gids = self.twins.expand(*self.graph.search(queries, k, ef=ef), k)
+            if not len(self.fresh):  # just merged: nothing to add (a merge keeps its vectors there until done)
+                return gsims, gids
         return best_per_row(np.concatenate([sims, gsims], axis=1), np.concatenate([ids, gids], axis=1), k, merging)
 
     # -- background work -----------------------------------------------------------------------
