@@ -21,7 +21,7 @@ from memory.checks import check_meta, check_namespace, check_owner, check_succes
 from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
 from memory.mirror.adaptive import GROUPING_EF, AdaptiveIndex
-from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
+from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes, pair_sims
 from memory.mirror.sync import MirrorSet
 from memory.provenance import record_context
 from memory.pruning import delete_items
@@ -31,6 +31,7 @@ from memory.schema import bump, intents, memory_items
 from memory.scoring import assign_groups
 from memory.statements import execute_many
 
+GROUPING_CANDIDATES = 4  # keys an approximate index proposes for each new intent, scored exactly
 BULK_CHUNK = 10_000  # rows of a bulk load's first transaction; later ones are sized to take BULK_SECONDS
 BULK_SECONDS = 0.8  # how long one chunk of a bulk load may hold the write lock
 BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
@@ -250,13 +251,23 @@ def task_intent_id(namespace: str, task: str) -> str:
 def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each vector's best existing key found through the (approximate) index: the key of its
     nearest item, whose vector is that key's. O(rows × log n) instead of O(rows × keys); a key
-    the index misses only means a new group where an exact scan might have joined one."""
+    the index misses only means a new group where an exact scan might have joined one. An index whose
+    similarities are approximate (the adaptive graph's 8-bit codes) is asked for a few, scored exactly."""
     index = mirror.index
-    sims, seqs = index.search(vecs, 1, ef=GROUPING_EF) if isinstance(index, AdaptiveIndex) else index.search(vecs, 1)
-    rows = mirror.rows_of_seqs(seqs[:, 0])
+    few = 1 if getattr(index, "exact_scores", True) else GROUPING_CANDIDATES
+    sims, seqs = (
+        index.search(vecs, few, ef=GROUPING_EF) if isinstance(index, AdaptiveIndex) else index.search(vecs, few)
+    )
+    rows = mirror.rows_of_seqs(seqs.ravel()).reshape(seqs.shape)
     found = rows >= 0
-    best = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
-    return best, np.where(found, sims[:, 0], -np.inf).astype(np.float32)
+    codes = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
+    if few > 1:
+        at = np.repeat(np.arange(len(vecs)), few)
+        exact = pair_sims(mirror.keys, np.maximum(codes.ravel(), 0), vecs, at).reshape(codes.shape)
+        sims = np.where(found, exact, -np.inf)
+        pick = np.argmax(sims, axis=1)[:, None]
+        sims, codes, found = (np.take_along_axis(a, pick, axis=1) for a in (sims, codes, found))
+    return codes[:, 0], np.where(found[:, 0], sims[:, 0], -np.inf).astype(np.float32)
 
 
 def insert_items(

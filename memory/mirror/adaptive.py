@@ -51,7 +51,7 @@ from memory.mirror.files import (
     write_array,
     write_raw,
 )
-from memory.mirror.graph import Graph, Tuning
+from memory.mirror.graph import CODE_TOLERANCE, Graph, Tuning
 from memory.mirror.index import SearchIndex, VectorIndex, best_per_row, threads_for
 from memory.mirror.twins import Twins
 
@@ -83,6 +83,8 @@ class AdaptiveIndex:
 
     kind = "adaptive"
     backend = "faiss"
+    exact_scores = False  # the graph's similarities come from 8-bit codes: a recall scores every candidate
+    stored_tolerance = CODE_TOLERANCE  # how far ``reconstruct`` may be from the vector stored, per coordinate
 
     def __init__(self, dim: int, *, background: bool = True) -> None:
         self.dim = dim
@@ -265,12 +267,12 @@ class AdaptiveIndex:
             ids, vecs = self.fresh.ids(), self.fresh.vectors()
             self._copying, self._left_out = True, []
         twins = Twins()
-        nodes, node_vecs = twins.split(ids, vecs, stored=None)  # copies of one vector: one node
-        graph = Graph.build(nodes, node_vecs)
-        recall = graph.tune(self._rng, exact=(nodes, node_vecs))
+        new = twins.split(ids, vecs)  # copies of one vector (equal bits): one node
+        graph = Graph.build(ids[new], vecs[new])
+        recall = graph.tune(self._rng, exact=(ids[new], vecs[new]))
         self._install(graph, twins, moved=ids)
         log.info("memory index (adaptive): switched to a graph of %d items (%d distinct vectors), efSearch %d, "
-                 "recall@10 %.3f", len(ids), len(nodes), graph.tuning.ef, recall)  # fmt: skip
+                 "recall@10 %.3f", len(ids), int(new.sum()), graph.tuning.ef, recall)  # fmt: skip
 
     def _rebuild(self) -> None:
         assert self.graph is not None
@@ -292,6 +294,7 @@ class AdaptiveIndex:
             if self._left_out:
                 left_out = np.concatenate(self._left_out)
                 graph.kill(twins.remove(left_out) if len(moved) else left_out)
+            twins.drop_table()  # codes of a graph trained anew: hashed again on first need
             self.graph, self.twins, self._left_out = graph, twins, []
             self._graph_changed = self._twins_changed = True
 
@@ -302,7 +305,7 @@ class AdaptiveIndex:
             with self._lock:
                 owned.kill(self.graph.dead)
                 self.graph = owned
-        if not self.twins.has_table:  # after a reopen: hash the nodes' vectors once, outside the lock
+        if not self.twins.has_table:  # after a reopen or a rebuild: hash the nodes' codes, outside the lock
             self._hash_nodes()
         with self._lock:
             self.fresh._own()  # positions are read below: a mapped file cannot move
@@ -318,8 +321,10 @@ class AdaptiveIndex:
                     ids, vecs = all_ids[lo:hi], flat.reconstruct_n(lo, hi - lo)
                     kept = ~np.isin(ids, self._masked)  # removed before they reached the graph
                     graph = self.graph
-                    nodes, node_vecs = self.twins.split(ids[kept], vecs[kept], stored=graph.reconstruct)
-                    graph.add(nodes, node_vecs)
+                    ids, vecs = ids[kept], vecs[kept]
+                    graph.trained_on(vecs)  # a graph rebuilt from nothing learns its codes here
+                    new = self.twins.split(ids, graph.encode(vecs), stored=graph.codes_of)
+                    graph.add(ids[new], vecs[new])
                     self._graph_changed = self._twins_changed = True
         finally:
             with self._lock:

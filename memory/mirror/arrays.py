@@ -283,7 +283,8 @@ class NamespaceMirror:
         ``queries`` (n, dim) are searched together: ``ids`` and ``sims`` (n, width) are the index's answer,
         each row best first (searched with a margin beyond k1; an index holds each id once, -1 pads). Only
         ids whose float32 similarity comes within ``SIM_MARGIN`` of the k1-th are re-scored exactly:
-        rounding cannot move the others into the k1 nearest. When the k1-th nearest ties with group
+        rounding cannot move the others into the k1 nearest (an index whose ``exact_scores`` is false, the
+        adaptive graph's 8-bit codes, has all of them re-scored). When the k1-th nearest ties with group
         members the index did not return, the whole group joins, so "equal similarity → older item" is
         decided here and not by the index. ``draw_from`` (``RetrievalConfig.draw_from``): ``"strategies"``
         scores the strategies exactly (they are few; the index's answer is not needed), ``"episodes"``
@@ -311,6 +312,8 @@ class NamespaceMirror:
         if draw_from == "episodes":
             keep &= self.kinds[np.maximum(rows, 0)] != STRATEGY
         wide = keep.sum(axis=1) > k1
+        if not getattr(self.index, "exact_scores", True):  # approximate similarities: every candidate is scored
+            wide[:] = False
         if wide.any():  # the k1-th kept similarity of each query, less the margin, is its floor
             kth = np.argmax(np.cumsum(keep, axis=1) >= k1, axis=1)
             floor = sims[np.arange(n), kth] - SIM_MARGIN

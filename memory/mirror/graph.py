@@ -1,10 +1,13 @@
 """The HNSW graph behind ``index="adaptive"``: build, search past removed ids, measure and tune its recall.
 
-A graph is FAISS's ``IndexHNSWFlat`` (inner product, float vectors, so its own vectors give the exact
-answer it is measured against) under an ``IndexIDMap2`` that maps its positions to the items' seqs.
+A graph is FAISS's ``IndexHNSWSQ`` (inner product over 8-bit codes, trained per dimension on the vectors
+it is built from) under an ``IndexIDMap2`` that maps its positions to the items' seqs. The graph only
+finds candidates: a recall scores the ``CANDIDATES`` it returns exactly from the mirror's float vectors,
+so the one float copy of each vector is the mirror's and the graph holds a quarter of it (366 MB instead
+of 1.5 GB at a million 384-d vectors; the recall within the candidates is the float graph's, measured).
 HNSW cannot delete, so a removed id is a tombstone: searches skip it through an ID selector until the
 graph is rebuilt without it. Its recall is measured, not assumed: ``tune`` searches sampled queries
-with rising ``efSearch`` and keeps the first that finds ``TUNE_RECALL`` of the exact ten nearest.
+with rising ``efSearch`` and keeps the first whose candidates hold ``TUNE_RECALL`` of the exact ten nearest.
 
 Example:
     >>> import numpy as np
@@ -36,6 +39,9 @@ FLOOR = 0.97  # the promise: tuned for 0.98 on 256 queries, a 1M graph gave 0.95
 TUNE_QUERIES = 512
 TUNE_K = 10
 EF_STEPS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+CANDIDATES = 36  # what a recall of k1 = 10 asks the index for and scores exactly (``memory.retrieval.search_width``)
+TRAIN_SAMPLE = 65_536  # vectors the 8-bit codes' ranges are trained on
+CODE_TOLERANCE = 0.02  # a vector read back from its codes is within this of the vector stored, per coordinate
 QUERY_NOISE = 0.6  # norm of the noise added to a sampled vector: cosine about 0.85 to it, like a paraphrase
 
 
@@ -67,8 +73,9 @@ class Graph:
 
     @classmethod
     def empty(cls, dim: int) -> Graph:
+        """A graph holding nothing; its codes are trained on the first vectors added."""
         faiss = require_faiss('index="adaptive"')
-        inner = faiss.IndexHNSWFlat(dim, GRAPH_M, faiss.METRIC_INNER_PRODUCT)
+        inner = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, GRAPH_M, faiss.METRIC_INNER_PRODUCT)
         inner.hnsw.efConstruction = GRAPH_EF_CONSTRUCTION
         return cls(faiss.IndexIDMap2(inner))
 
@@ -94,7 +101,17 @@ class Graph:
         return self.held - len(self._dead)
 
     def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
-        self.raw.add_with_ids(np.ascontiguousarray(vecs, np.float32), np.ascontiguousarray(ids, np.int64))
+        vecs = np.ascontiguousarray(vecs, np.float32)
+        if not len(vecs):
+            return
+        self.trained_on(vecs)
+        self.raw.add_with_ids(vecs, np.ascontiguousarray(ids, np.int64))
+
+    def trained_on(self, vecs: np.ndarray) -> None:
+        """Train the codes (each coordinate's range) on a sample of ``vecs`` unless they are trained."""
+        if not self.raw.is_trained and len(vecs):
+            pick = np.linspace(0, len(vecs) - 1, min(len(vecs), TRAIN_SAMPLE)).astype(np.int64)
+            self.raw.train(np.ascontiguousarray(vecs[pick], np.float32))
 
     def kill(self, ids: np.ndarray) -> None:
         """Mark ``ids`` removed (ids the graph does not hold are harmless: nothing matches them)."""
@@ -107,20 +124,30 @@ class Graph:
         return ids[~np.isin(ids, self._dead)] if len(self._dead) else ids
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
-        """The live ids and their vectors (copies): what a rebuild starts from."""
+        """The live ids and their vectors as read back from their codes: what a rebuild starts from."""
         ids = self._faiss.vector_to_array(self.raw.id_map).astype(np.int64)
         vecs = self._faiss.downcast_index(self.raw.index).storage.reconstruct_n(0, len(ids))
         keep = ~np.isin(ids, self._dead)
         return ids[keep], vecs[keep]
 
     def nodes(self) -> tuple[np.ndarray, Any]:
-        """Every id the graph holds (removed ones included), and ``read(lo, hi)``: the vectors of ids
+        """Every id the graph holds (removed ones included), and ``read(lo, hi)``: the 8-bit codes of ids
         ``lo..hi`` in that order (copies, a part at a time)."""
         ids = self._faiss.vector_to_array(self.raw.id_map).astype(np.int64)
         storage = self._faiss.downcast_index(self.raw.index).storage
-        return ids, lambda lo, hi: storage.reconstruct_n(lo, hi - lo)
+        return ids, lambda lo, hi: self.encode(storage.reconstruct_n(lo, hi - lo))
+
+    def encode(self, vecs: np.ndarray) -> np.ndarray:
+        """The 8-bit codes the graph gives these vectors (equal vectors, equal codes; it must be trained)."""
+        storage = self._faiss.downcast_index(self.raw.index).storage
+        return np.asarray(storage.sa_encode(np.ascontiguousarray(vecs, np.float32)))
+
+    def codes_of(self, item_id: int) -> np.ndarray:
+        """One id's codes as stored (read back and encoded again: the round trip gives the same codes)."""
+        return self.encode(self.reconstruct(item_id)[None])[0]
 
     def reconstruct(self, item_id: int) -> np.ndarray:
+        """An id's vector read back from its codes (within ``CODE_TOLERANCE`` of the stored one)."""
         return np.asarray(self.raw.reconstruct(int(item_id)), dtype=np.float32)
 
     def owned(self) -> Graph:
@@ -151,13 +178,15 @@ class Graph:
         step reaching ``TUNE_RECALL`` (the largest step when none does); returns the recall reached.
 
         Queries are live vectors plus noise of norm ``QUERY_NOISE``; the exact answer is a brute-force
-        search of the graph's own live vectors (``exact``: those vectors, when the caller has them).
+        search of the vectors (``exact``: the float vectors, when the caller has them; else the graph's own,
+        read back from their codes). A neighbour counts as found when it is among the ``CANDIDATES`` a
+        recall scores exactly.
         """
         if len(self) <= TUNE_K:
             self.tuning = Tuning(EF_STEPS[0], 1.0, len(self), 0)
             return 1.0
         queries, truth = self._exact(rng) if exact is None else _exact_of(self._faiss, *exact, rng)
-        ef, recall = tuned_ef(lambda step: recall_at(self.search(queries, TUNE_K, ef=step)[1], truth))
+        ef, recall = tuned_ef(lambda step: recall_at(self.search(queries, CANDIDATES, ef=step)[1], truth))
         self.tuning = Tuning(ef, recall, len(self), len(queries))
         return recall
 

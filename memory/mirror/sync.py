@@ -429,7 +429,8 @@ def reconcile(mirror: NamespaceMirror, index: Any, *, spot_checks: int = 8) -> i
     if len(present):
         sample = present[np.linspace(0, len(present) - 1, min(spot_checks, len(present))).astype(np.int64)]
         stored = np.stack([index.reconstruct(int(s)) for s in sample])
-        if not np.allclose(stored, mirror.vectors(mirror.rows_of_seqs(sample)), atol=1e-6):
+        tolerance = getattr(index, "stored_tolerance", 1e-6)  # an index of 8-bit codes reads vectors back near
+        if not np.allclose(stored, mirror.vectors(mirror.rows_of_seqs(sample)), rtol=0.0, atol=tolerance):
             return None
     index.remove(extra)
     index.add(missing, mirror.vectors(mirror.rows_of_seqs(missing)))

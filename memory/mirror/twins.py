@@ -8,7 +8,7 @@ as a *node* named by the id of the first item that brought it, and ``Twins`` kee
 
 - ``pairs``: ``(node, item)`` for every other item with that node's vector, sorted by node, then item;
 - ``hollow``: nodes whose own item was removed while twins of it remain (the vector stays in the graph);
-- a hash of each node's vector, to find the node of an incoming vector (built on first need).
+- a hash of each node's 8-bit codes, to find the node of an incoming vector (built on first need).
 
 A search of the graph returns nodes; ``expand`` turns them into items (a node's live items share its
 similarity, so they are listed oldest first, as ties are broken).
@@ -17,9 +17,8 @@ Example:
     >>> import numpy as np
     >>> t = Twins()
     >>> v = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
-    >>> nodes, _ = t.split(np.array([5, 8, 9]), v, stored=None)  # no nodes yet: the first graph
-    >>> nodes.tolist(), t.pairs.tolist()
-    ([5, 9], [[5, 8]])
+    >>> t.split(np.array([5, 8, 9]), v).tolist(), t.pairs.tolist()  # the first graph: copies in the batch
+    ([True, False, True], [[5, 8]])
     >>> t.expand(np.array([[0.9, 0.1]], np.float32), np.array([[5, 9]]), 3)[1].tolist()
     [[5, 8, 9]]
 """
@@ -62,36 +61,37 @@ class Twins:
 
     # -- changes -------------------------------------------------------------------------------
     def split(
-        self, ids: np.ndarray, vecs: np.ndarray, *, stored: Callable[[int], np.ndarray] | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Sort incoming items into new nodes and twins: a vector equal, bit for bit, to a live node's
-        (``stored(node)`` reads it; None: there are no nodes yet) or to an earlier incoming one becomes a
-        twin of that node. Returns the ids and vectors of the new nodes; the twins are recorded."""
-        ids, vecs = np.asarray(ids, np.int64), np.ascontiguousarray(vecs, np.float32)
+        self, ids: np.ndarray, keys: np.ndarray, *, stored: Callable[[int], np.ndarray] | None = None
+    ) -> np.ndarray:
+        """Sort incoming items into new nodes and twins by their ``keys`` (one row of bytes each: a vector's
+        bits, or its 8-bit codes): a row equal to a live node's (``stored(node)`` reads it; None: no nodes
+        yet, or none to compare with) or to an earlier incoming row makes the item a twin of that node.
+        Returns which items are new nodes; the twins are recorded. Rows are found by their hash and then
+        compared whole. Items with equal codes but different vectors are twins too: the graph only
+        proposes candidates, and a recall scores each one exactly."""
+        ids, keys = np.asarray(ids, np.int64), np.ascontiguousarray(keys).view(np.uint8).reshape(len(ids), -1)
         if not len(ids):
-            return ids, vecs
-        hashes = vector_hashes(vecs)
+            return np.zeros(0, bool)
+        hashes = row_hashes(keys)
         node = np.full(len(ids), -1, np.int64)
-        if stored is not None:
-            if self._hashes is None:
-                raise RuntimeError("Twins.build_table must run before a split against stored nodes")
+        if stored is not None and self._hashes is not None:
             table, nodes = self._hashes
             at = np.minimum(np.searchsorted(table, hashes), max(len(table) - 1, 0))
             hit = (table[at] == hashes) if len(table) else np.zeros(len(ids), bool)
-            for i in np.flatnonzero(hit).tolist():  # a hash match is checked against the stored vector
+            for i in np.flatnonzero(hit).tolist():
                 found = int(nodes[at[i]])
-                if np.array_equal(stored(found), vecs[i]):
+                if np.array_equal(stored(found), keys[i]):
                     node[i] = found
         first: dict[int, int] = {}
         for i in np.flatnonzero(node < 0).tolist():  # copies within the batch
             j = first.setdefault(int(hashes[i]), i)
-            if j != i and np.array_equal(vecs[j], vecs[i]):
+            if j != i and np.array_equal(keys[j], keys[i]):
                 node[i] = ids[j]
         new = node < 0
         self._add_pairs(np.stack([node[~new], ids[~new]], axis=1))
-        if self._hashes is not None or stored is None:
+        if self._hashes is not None:
             self._remember(hashes[new], ids[new])
-        return ids[new], vecs[new]
+        return new
 
     def remove(self, ids: np.ndarray) -> np.ndarray:
         """Forget removed items; returns the nodes left without a live item (the graph's tombstones).
@@ -151,10 +151,15 @@ class Twins:
 
     # -- the hash table ------------------------------------------------------------------------
     def build_table(self, nodes: np.ndarray, read: Callable[[int, int], np.ndarray]) -> None:
-        """Hash every node's vector (``read(lo, hi)``: the vectors of nodes ``lo..hi`` in ``nodes`` order)."""
-        parts = [vector_hashes(read(lo, min(lo + HASH_ROWS, len(nodes)))) for lo in range(0, len(nodes), HASH_ROWS)]
+        """Hash every node's key (``read(lo, hi)``: the key rows of nodes ``lo..hi`` in ``nodes`` order); until
+        then a split finds copies within its own batch only."""
+        parts = [row_hashes(read(lo, min(lo + HASH_ROWS, len(nodes)))) for lo in range(0, len(nodes), HASH_ROWS)]
         self._hashes = None
         self._remember(np.concatenate(parts) if parts else np.zeros(0, np.uint64), nodes)
+
+    def drop_table(self) -> None:
+        """Forget the hashes (the graph's codes changed: it was built again); built again on first need."""
+        self._hashes = None
 
     def adopt_table(self, other: Twins, dead: np.ndarray) -> None:
         """Take ``other``'s table (built outside a lock), less the ``dead`` nodes killed since."""
@@ -191,12 +196,12 @@ class Twins:
         return cls(pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))], rows[rows[:, 1] < 0, 0])
 
 
-def vector_hashes(vecs: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row's bits (equal rows, equal hashes; a match is still checked)."""
-    bits = np.ascontiguousarray(vecs, np.float32).view(np.uint32).astype(np.uint64)
-    dim = bits.shape[1]
-    if dim not in _MULTIPLIERS:
-        odd = np.random.default_rng(dim).integers(1, 2**63, dim, dtype=np.uint64) | np.uint64(1)
-        _MULTIPLIERS[dim] = np.asarray(odd, np.uint64)
-    h = np.asarray(bits @ _MULTIPLIERS[dim])  # wraps modulo 2**64
+def row_hashes(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row of bytes (equal rows, equal hashes; a match is still compared whole)."""
+    rows = np.ascontiguousarray(rows).view(np.uint8)
+    width = rows.shape[1]
+    if width not in _MULTIPLIERS:
+        odd = np.random.default_rng(width).integers(1, 2**63, width, dtype=np.uint64) | np.uint64(1)
+        _MULTIPLIERS[width] = np.asarray(odd, np.uint64)
+    h = np.asarray(rows.astype(np.uint64) @ _MULTIPLIERS[width])  # wraps modulo 2**64
     return h ^ (h >> np.uint64(31))
