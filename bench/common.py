@@ -54,6 +54,17 @@ def peak_rss_mb() -> float:
     return int(line.split()[1]) / 1024
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """This process's resident memory now, by kind, in MB: ``anon`` (its own heap and arrays) and ``file``
+    (pages of mapped files: page cache, shared with every process mapping them, dropped under pressure)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    parts = dict(line.split(":", 1) for line in status.splitlines() if line.startswith(("RssAnon", "RssFile")))
+    return {"anon": int(parts["RssAnon"].split()[0]) / 1024, "file": int(parts["RssFile"].split()[0]) / 1024}
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text()

@@ -80,6 +80,10 @@ def adaptive_keys(a: dict[str, Any], tag: str) -> dict[str, Any]:
         f"adaptive_settle_s_{tag}": round(a["settle_s"], 1),
         f"adaptive_ef_search_{tag}": a["index"].get("ef_search"),
     }
+    if "copies" in a:  # a namespace of copies: recalls equal to the exact index's (share)
+        keys["adaptive_copies_same_recalls"] = round(a["copies"]["same_recalls"], 3)
+    if a["reopen"].get("rss_now_mb"):  # the process's own memory, beside the mapped files' page cache
+        keys[f"rss_anon_mb_{tag}"] = round(a["reopen"]["rss_now_mb"]["anon"])
     if tag == "100k":
         keys["reinforce_call_p50_ms"] = round(a["reinforce"]["p50_ms"], 3)
     return keys
@@ -134,7 +138,7 @@ def adaptive_table(results: dict[str, Any]) -> list[str]:
         "",
         "| items | holds (efSearch, measured recall) | switch + merge s | recall@10 | recall p50 / p95 ms "
         "| its index p50 ms | ratio | reinforce p50 ms | write p50 / p95 ms | grouped add items/s "
-        "| reopen s (fresh process) | peak RSS MB |",
+        "| reopen s (fresh process) | peak RSS MB (anonymous / mapped files at the end) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, a in adaptive.items():
@@ -146,9 +150,14 @@ def adaptive_table(results: dict[str, Any]) -> list[str]:
             f"| {a['retrieve']['p50_ms']:.2f} / {a['retrieve']['p95_ms']:.2f} | {a['index_search']['p50_ms']:.3f} "
             f"| {a['ratio_vs_index']:.2f} | {a['reinforce']['p50_ms']:.2f} | {w['p50_ms']:.2f} / {w['p95_ms']:.2f} "
             f"| {a['grouped_add']['items_per_s']:,.0f} | {ro['reopen_s']:.2f} ({ro['index']}, mirror {ro['mirror']}) "
-            f"| {ro['peak_rss_mb']:,.0f} |"
+            f"| {ro['peak_rss_mb']:,.0f} ({rss_split(ro)}) |"
         )
     return lines
+
+
+def rss_split(reopen: dict[str, Any]) -> str:
+    parts = reopen.get("rss_now_mb")
+    return f"{parts['anon']:,.0f} / {parts['file']:,.0f}" if parts else "not split"
 
 
 def retrieval_table(results: dict[str, Any]) -> list[str]:

@@ -34,10 +34,12 @@ def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path
     auto = r["adaptive_store"]  # the default index: exact at this size, reopened in a fresh process
     assert auto["index"]["holds"] == "exact" and auto["recall_at_10"] == 1.0
     assert (auto["reopen"]["index"], auto["reopen"]["mirror"]) == ("loaded", "loaded")
+    assert auto["copies"]["same_recalls"] == 1.0 and auto["copies"]["distinct_vectors"] < 1000  # one node a vector
     summary = json.loads((tmp_path / "summary.json").read_text())
     for key in ("retrieval_ratio_vs_faiss_2k", "retrieval_speedup_vs_brute_force_2k", "add_items_per_s",
                 "reinforce_updates_per_s", "grouped_add_items_per_s_2k", "index_flat_recall_at_10_2k",
-                "write_call_p50_ms_2k", "reopen_s_2k", "rss_mb_2k", "ann_retrieval_ratio_vs_index_2k"):  # fmt: skip
+                "write_call_p50_ms_2k", "reopen_s_2k", "rss_mb_2k", "rss_anon_mb_2k", "ann_retrieval_ratio_vs_index_2k",
+                "adaptive_copies_same_recalls"):  # fmt: skip
         assert summary[key] > 0, key
     md = (tmp_path / "memory_speed.md").read_text()
     assert "| two-phase retrieve p50 / raw FAISS p50 at 100k | <= 1.3 | not measured in this run | — |" in md
