@@ -1,6 +1,8 @@
 """The adaptive index (``index="adaptive"``) at one store size: exact while small, an HNSW graph past 20,000 items.
 
-``adaptive_store`` loads the items in bulk, waits for the background switch to the HNSW graph (and
+Run ``python -m bench.memory_speed_adaptive [--sizes 100000 1000000]`` for it alone (the same vectors and
+queries as ``bench.memory_speed``; results in ``bench/results/memory_adaptive.{json,md}``, keys merged into
+``summary.json``). ``adaptive_store`` loads the items in bulk, waits for the background switch to the HNSW graph (and
 reports how long it took), then measures: recall@10 of the whole recall against an exact search, the
 recall's p50/p95 next to its own index's raw search, one ``reinforce`` call, one normal ``write`` call
 (intent grouping on), a grouped ``add_many``, and reopening it in a fresh process: time to the first
@@ -10,16 +12,32 @@ profile names (``Profile.adaptive_store``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.memory_speed_measure import DIM, LookupEmbedder, add_throughput, clustered, grouped_add, timed, unit
+from bench.common import machine, merge_summary
+from bench.memory_speed_measure import (
+    DIM,
+    PROFILES,
+    LookupEmbedder,
+    add_throughput,
+    clustered,
+    grouped_add,
+    timed,
+    unit,
+    workload,
+)
+from bench.memory_speed_report import adaptive_keys, adaptive_table, size_tag
+from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.records import Recall
 from memory.retrieval import search_width as width
@@ -142,6 +160,7 @@ import numpy as np
 sys.path.insert(0, {root!r})
 start = time.perf_counter()
 from bench.memory_speed_measure import DIM, LookupEmbedder
+from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.store import MemoryStore
 imported = time.perf_counter() - start
@@ -173,3 +192,34 @@ def reopen_in_fresh_process(db: Path, calls: int) -> dict[str, Any]:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description="The default (adaptive) index alone, at each size.")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    if min(args.sizes) < 1000:
+        raise ConfigError(f"sizes must be >= 1000, got {args.sizes}")
+    results: dict[str, Any] = {"machine": machine(), "sizes": {}}
+    for n in args.sizes:
+        _, vecs, _, queries = workload(n, PROFILES["quick"].queries_for(n), args.seed)
+        with tempfile.TemporaryDirectory(prefix=f"evolve-adaptive-{n}-") as work:
+            results["sizes"][str(n)] = {
+                "adaptive_store": adaptive_store(vecs, queries, Path(work) / "adaptive.db", seed=args.seed)
+            }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "memory_adaptive.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    page = ["# The default index (adaptive) alone", "", f"Machine: {results['machine']}"] + adaptive_table(results)
+    (args.out / "memory_adaptive.md").write_text("\n".join(page) + "\n", encoding="utf-8")
+    keys: dict[str, Any] = {}
+    for n, r in results["sizes"].items():
+        keys.update(adaptive_keys(r["adaptive_store"], size_tag(int(n))))
+    merge_summary(args.out / "summary.json", keys)
+    print(json.dumps(keys, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -128,17 +128,23 @@ Extra = Callable[[np.ndarray, np.ndarray, Path, int], dict[str, Any]]
 """A further measurement on a size's vectors and queries: ``(vectors, query vectors, workdir, seed)``."""
 
 
+def workload(n: int, queries: int, seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
+    """The store's ``n`` clustered vectors and ``queries`` noisy copies of some (``targets``), from ``seed``;
+    the generator goes on from there (every bench of this seed sees the same vectors and queries)."""
+    rng = np.random.default_rng(seed)
+    vecs = clustered(n, rng)
+    targets = rng.integers(0, n, queries)
+    return rng, vecs, targets, unit(vecs[targets] + rng.normal(scale=0.03, size=(queries, DIM)))
+
+
 def bench_size(
     n: int, *, profile: Profile, workdir: Path, seed: int, extras: Mapping[str, Extra] | None = None
 ) -> dict[str, Any]:
     """Every measurement for one store size; the store lives in ``workdir``. ``extras`` run on the same
     vectors and queries and land under their names (``bench.memory_speed`` adds the default index's)."""
-    rng = np.random.default_rng(seed)
-    vecs = clustered(n, rng)
-    queries = profile.queries_for(n)
+    rng, vecs, targets, query_vecs = workload(n, profile.queries_for(n), seed)
+    queries = len(targets)
     embedder = LookupEmbedder(DIM)
-    targets = rng.integers(0, n, queries)
-    query_vecs = unit(vecs[targets] + rng.normal(scale=0.03, size=(queries, DIM)))
     texts = [f"query {i}" for i in range(queries)]
     embedder.vectors.update(zip(texts, query_vecs, strict=True))
     url = f"sqlite:///{workdir / 'bench.db'}"

@@ -191,7 +191,8 @@ class AdaptiveIndex:
 
     # -- search --------------------------------------------------------------------------------
     def search(self, queries: np.ndarray, k: int, *, ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The k best ids per query row by inner product: the exact part's and the graph's, merged.
+        """The k best ids per query row by inner product: the exact part's and the graph's, merged. Where
+        copies of one vector are in the graph the rows are wider than k (``Twins.expand`` says why).
         ``ef``: the graph's efSearch for this search instead of the tuned one (``GROUPING_EF``)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
         if k == 0:
@@ -204,9 +205,10 @@ class AdaptiveIndex:
                 ids = np.where(np.isinf(sims), -1, ids)
             if self.graph is None:
                 return best_per_row(sims, ids, k, merging) if masked else (sims, ids)
-            gsims, gids = self.twins.expand(*self.graph.search(queries, k, ef=ef), k)
+            gsims, gids = self.twins.expand(*self.graph.search(queries, k, ef=ef), k)  # may be wider than k
             if not len(self.fresh):  # just merged: nothing to add (a merge keeps its vectors there until done)
                 return gsims, gids
+            k = max(k, gids.shape[1])
         return best_per_row(np.concatenate([sims, gsims], axis=1), np.concatenate([ids, gids], axis=1), k, merging)
 
     # -- background work -----------------------------------------------------------------------

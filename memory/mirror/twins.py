@@ -19,7 +19,7 @@ Example:
     >>> v = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     >>> t.split(np.array([5, 8, 9]), v).tolist(), t.pairs.tolist()  # the first graph: copies in the batch
     ([True, False, True], [[5, 8]])
-    >>> t.expand(np.array([[0.9, 0.1]], np.float32), np.array([[5, 9]]), 3)[1].tolist()
+    >>> t.expand(np.array([[0.9, 0.1]], np.float32), np.array([[5, 9]]), 2)[1].tolist()
     [[5, 8, 9]]
 """
 
@@ -119,34 +119,37 @@ class Twins:
 
     # -- search --------------------------------------------------------------------------------
     def expand(self, sims: np.ndarray, nodes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's nodes (best first) as their live items, best first and oldest first among equals (a
-        node's items, or nodes at one similarity), cut to ``k`` (id -1 and -inf pad a short row)."""
+        """Each row's nodes as their live items: up to ``k`` of each node (its own item, then its oldest
+        twins), best first, the older first among equal similarities; id -1 and -inf pad short rows.
+
+        Rows are not cut to ``k``: the graph's similarities come from 8-bit codes, so two nodes that tie
+        exactly (distinct texts at one cosine) may come out in either order, and a cut would keep the
+        newer items of one; the recall scores every candidate exactly and breaks the tie by age."""
         if self.empty:
             return sims, nodes
         n, width = nodes.shape
         flat = nodes.ravel()
         lo = np.searchsorted(self.pairs[:, 0], flat, "left")
-        hi = np.searchsorted(self.pairs[:, 0], flat, "right")
         own = (flat >= 0) & ~np.isin(flat, self.hollow)
-        per = own + (hi - lo) * (flat >= 0)
+        count = np.minimum(np.searchsorted(self.pairs[:, 0], flat, "right") - lo, k - own) * (flat >= 0)
+        per = own + count
         start = np.cumsum(per) - per
         total = int(per.sum())
         out_ids = np.empty(total, np.int64)
         out_ids[start[own]] = flat[own]
-        twins = np.repeat(np.arange(len(flat)), hi - lo)
-        offset = np.arange(len(twins)) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo)
+        twins = np.repeat(np.arange(len(flat)), count)
+        offset = np.arange(len(twins)) - np.repeat(np.cumsum(count) - count, count)
         out_ids[start[twins] + own[twins] + offset] = self.pairs[lo[twins] + offset, 1]
         row = np.repeat(np.arange(len(flat)) // width, per)
         out_sims = np.repeat(sims.ravel(), per)
         order = np.lexsort((out_ids, -out_sims, row))  # equal similarities (a node's items): oldest first
         out_ids, out_sims = out_ids[order], out_sims[order]
-        row_start = np.searchsorted(row, np.arange(n))
-        pos = np.arange(total) - row_start[row]
-        keep = pos < k
-        ids = np.full((n, k), -1, np.int64)
-        best = np.full((n, k), -np.inf, np.float32)
-        ids[row[keep], pos[keep]] = out_ids[keep]
-        best[row[keep], pos[keep]] = out_sims[keep]
+        pos = np.arange(total) - np.searchsorted(row, np.arange(n))[row]
+        wide = int(pos.max()) + 1 if total else 0
+        ids = np.full((n, wide), -1, np.int64)
+        best = np.full((n, wide), -np.inf, np.float32)
+        ids[row, pos] = out_ids
+        best[row, pos] = out_sims
         return best, ids
 
     # -- the hash table ------------------------------------------------------------------------
