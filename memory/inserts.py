@@ -262,7 +262,7 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     found = rows >= 0
     codes = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
     if few > 1:
-        at = np.repeat(np.arange(len(vecs)), few)
+        at = np.repeat(np.arange(len(vecs)), codes.shape[1])  # rows may come wider than asked (copies)
         exact = pair_sims(mirror.keys, np.maximum(codes.ravel(), 0), vecs, at).reshape(codes.shape)
         sims = np.where(found, exact, -np.inf)
         pick = np.argmax(sims, axis=1)[:, None]

@@ -327,6 +327,10 @@ def test_a_namespace_of_copies_recalls_what_exact_search_recalls(
             assert recalls(again) == before
             write(again, 1500, 1800)  # merged into the reopened graph: copies of its nodes
             after, details = recalls(again), again.index_details(TEAM)
+            again.add_many([(f"copy {i}", "gruppiert") for i in range(1790, 1800)], namespace=TEAM)  # grouping on
+            with again.engine.connect() as conn:
+                rows = conn.execute(select(memory_items.c.experience, memory_items.c.intent_id)).all()
+            assert {i for e, i in rows if e == "gruppiert"} <= {i for e, i in rows if e != "gruppiert"}
         if kind == "flat":
             want_before, want_after = before, after
     assert before == want_before and after == want_after
