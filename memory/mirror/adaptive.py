@@ -15,9 +15,12 @@ the slow work, never under the store's lock:
 - **rebuild**: when removed ids (tombstones) reach ``REBUILD_DEAD`` of the graph, it is built again
   without them.
 
-Saved as two FAISS files and a JSON sidecar: the graph (rewritten only when it changed; mapped from
-the file on open, so a reopen reads none of it) and ``fresh``. A process killed at any point leaves
-files the store reconciles with SQL on open, as for every kind.
+The graph holds each distinct vector once (copies are twins of one node, ``memory.mirror.twins``) as
+8-bit codes; its similarities are approximate (``exact_scores``), so a recall scores every candidate
+it returns exactly from the mirror. Saved as two FAISS files, the twins and a JSON sidecar: the graph
+(rewritten only when it changed; mapped from the file on open, so a reopen reads none of it), the twins,
+``fresh``, then the sidecar naming the graph's size and the twins' count. A process killed at any point
+leaves files the store reconciles with SQL on open, or rebuilds from it when they do not match.
 
 Example:
     >>> import numpy as np
