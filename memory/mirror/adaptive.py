@@ -327,7 +327,6 @@ class AdaptiveIndex:
                     kept = ~np.isin(ids, self._masked)  # removed before they reached the graph
                     graph = self.graph
                     ids, vecs = ids[kept], vecs[kept]
-                    graph.trained_on(vecs)  # a graph rebuilt from nothing learns its codes here
                     new = self.twins.split(ids, graph.encode(vecs), stored=graph.codes_of)
                     graph.add(ids[new], vecs[new])
                     self._graph_changed = self._twins_changed = True

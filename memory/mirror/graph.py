@@ -1,7 +1,9 @@
 """The HNSW graph behind ``index="adaptive"``: build, search past removed ids, measure and tune its recall.
 
-A graph is FAISS's ``IndexHNSWSQ`` (inner product over 8-bit codes, trained per dimension on the vectors
-it is built from) under an ``IndexIDMap2`` that maps its positions to the items' seqs. The graph only
+A graph is FAISS's ``IndexHNSWSQ`` (inner product over 8-bit codes, each coordinate of a unit vector in
+256 steps over [-1, 1]: the codes depend on the vector alone, never on what was stored before; ranges
+trained on the first vectors turned later, different ones into the same codes) under an ``IndexIDMap2``
+that maps its positions to the items' seqs. The graph only
 finds candidates: a recall scores the ``CANDIDATES`` it returns exactly from the mirror's float vectors,
 so the one float copy of each vector is the mirror's and the graph holds a quarter of it (366 MB instead
 of 1.5 GB at a million 384-d vectors; the recall within the candidates is the float graph's, measured).
@@ -40,8 +42,8 @@ TUNE_QUERIES = 512
 TUNE_K = 10
 EF_STEPS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 CANDIDATES = 36  # what a recall of k1 = 10 asks the index for and scores exactly (``memory.retrieval.search_width``)
-TRAIN_SAMPLE = 65_536  # vectors the 8-bit codes' ranges are trained on
 CODE_TOLERANCE = 0.02  # a vector read back from its codes is within this of the vector stored, per coordinate
+# (half a step, 1/255, when read back; a step more for an item that shares a node's codes: Twins)
 QUERY_NOISE = 0.6  # norm of the noise added to a sampled vector: cosine about 0.85 to it, like a paraphrase
 
 
@@ -73,10 +75,11 @@ class Graph:
 
     @classmethod
     def empty(cls, dim: int) -> Graph:
-        """A graph holding nothing; its codes are trained on the first vectors added."""
+        """A graph holding nothing, its codes set to [-1, 1] in every coordinate."""
         faiss = require_faiss('index="adaptive"')
-        inner = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, GRAPH_M, faiss.METRIC_INNER_PRODUCT)
+        inner = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit_uniform, GRAPH_M, faiss.METRIC_INNER_PRODUCT)
         inner.hnsw.efConstruction = GRAPH_EF_CONSTRUCTION
+        inner.train(np.stack([np.ones(dim, np.float32), -np.ones(dim, np.float32)]))  # the range, not the data
         return cls(faiss.IndexIDMap2(inner))
 
     @classmethod
@@ -104,14 +107,7 @@ class Graph:
         vecs = np.ascontiguousarray(vecs, np.float32)
         if not len(vecs):
             return
-        self.trained_on(vecs)
         self.raw.add_with_ids(vecs, np.ascontiguousarray(ids, np.int64))
-
-    def trained_on(self, vecs: np.ndarray) -> None:
-        """Train the codes (each coordinate's range) on a sample of ``vecs`` unless they are trained."""
-        if not self.raw.is_trained and len(vecs):
-            pick = np.linspace(0, len(vecs) - 1, min(len(vecs), TRAIN_SAMPLE)).astype(np.int64)
-            self.raw.train(np.ascontiguousarray(vecs[pick], np.float32))
 
     def kill(self, ids: np.ndarray) -> None:
         """Mark ``ids`` removed (ids the graph does not hold are harmless: nothing matches them)."""
@@ -138,7 +134,7 @@ class Graph:
         return ids, lambda lo, hi: self.encode(storage.reconstruct_n(lo, hi - lo))
 
     def encode(self, vecs: np.ndarray) -> np.ndarray:
-        """The 8-bit codes the graph gives these vectors (equal vectors, equal codes; it must be trained)."""
+        """The 8-bit codes the graph gives these vectors (equal vectors, equal codes)."""
         storage = self._faiss.downcast_index(self.raw.index).storage
         return np.asarray(storage.sa_encode(np.ascontiguousarray(vecs, np.float32)))
 

@@ -337,3 +337,24 @@ def test_a_namespace_of_copies_recalls_what_exact_search_recalls(
     assert (removed["holds"], removed["distinct_vectors"], removed["removed_in_graph"]) == ("graph", 29, 1)
     assert details["distinct_vectors"] == 30  # vector 1 came back: a new node beside its dead one
     assert details["items"] == 1800 - len(first_copies) - len(every_copy)
+
+
+def test_codes_do_not_depend_on_what_came_first(tmp_path: Path, world: tuple[Any, Any, Lookup]) -> None:
+    """Memories written after the switch may use coordinates the first ones never did (a new topic). The
+    graph's 8-bit codes span [-1, 1] in every coordinate whatever it held first, so the new vectors stay
+    apart (codes trained on the first vectors made them one node) and a reopen loads the graph."""
+    items, _, emb = world
+    first, later = items[:600].copy(), items[600:900].copy()
+    first[:, 32:], later[:, :32] = 0.0, 0.0
+    first /= np.linalg.norm(first, axis=1, keepdims=True)
+    later /= np.linalg.norm(later, axis=1, keepdims=True)
+    emb.vecs |= {f"first {i}": v for i, v in enumerate(first)} | {f"later {i}": v for i, v in enumerate(later)}
+    with open_store(tmp_path, emb) as store:
+        store.add_many([(f"first {i}", "alt") for i in range(600)], namespace=TEAM, group=False)
+        assert store.wait_for_index(timeout=60)
+        store.add_many([(f"later {i}", "neu") for i in range(300)], namespace=TEAM, group=False)
+        assert store.wait_for_index(timeout=60)
+        details = store.index_details(TEAM)
+    assert details["distinct_vectors"] + details["fresh"] == 900
+    with open_store(tmp_path, emb) as again:
+        assert again.index_status(TEAM) == "loaded"
