@@ -313,7 +313,7 @@ class AdaptiveIndex:
         if not self.twins.has_table:  # after a reopen or a rebuild: hash the nodes' codes, outside the lock
             self._hash_nodes()
         with self._lock:
-            self.fresh._own()  # positions are read below: a mapped file cannot move
+            self.fresh.own()  # positions are read below: a mapped file cannot move
             self._merging = moving = len(self.fresh)
             all_ids = self.fresh.ids()
             flat = self.fresh.raw.index

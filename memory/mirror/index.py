@@ -185,7 +185,7 @@ class VectorIndex:
         """Whether a search may miss a neighbour (``hnsw``, ``ivf``): intent grouping then goes through the index."""
         return self.kind != "flat"
 
-    def _own(self) -> None:
+    def own(self) -> None:
         """Copy a mapped index (``load``) into memory before its first change: FAISS cannot grow or
         shrink vectors it maps from a file (it aborts the process), and the file must never change."""
         if self._mapped:
@@ -207,7 +207,7 @@ class VectorIndex:
         """
         if not len(ids):
             return
-        self._own()
+        self.own()
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if self.kind == "ivf" and self._faiss is not None:
@@ -250,7 +250,7 @@ class VectorIndex:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if not len(ids) or not len(self):
             return
-        self._own()
+        self.own()
         if self._faiss is None:
             self.raw.remove(ids)
         elif self.kind == "hnsw":
@@ -339,7 +339,7 @@ class VectorIndex:
         try:
             meta = json.loads(meta_path(path).read_text(encoding="utf-8"))
             # A flat index's vectors stay in the file, mapped: read in no time, in the page cache once for
-            # every process, never written (a change copies them first: _own).
+            # every process, never written (a change copies them first: own).
             raw = faiss.read_index(str(path), _mapping_flag(faiss) if kind == "flat" else 0)
         except Exception as e:  # a torn or corrupt file of any kind: the caller rebuilds
             log.warning("memory index %s is unreadable (%s); it will be rebuilt", path, e)
