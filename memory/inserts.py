@@ -21,7 +21,8 @@ from memory.checks import check_meta, check_namespace, check_owner, check_succes
 from memory.config import MemoryConfig
 from memory.lifecycle import Supersession, mark_superseded, supersessions
 from memory.mirror.adaptive import GROUPING_EF, AdaptiveIndex
-from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes, pair_sims
+from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
+from memory.mirror.keyrows import pair_sims
 from memory.mirror.sync import MirrorSet
 from memory.provenance import record_context
 from memory.pruning import delete_items
@@ -235,7 +236,7 @@ def group_items(
     keys_out = np.array(key_ids, dtype=object)
     old = labels < n_old
     emb = np.empty((n, mirror.dim), dtype=np.float32)
-    emb[old] = mirror.keys[labels[old]]
+    emb[old] = mirror.key_rows(labels[old])
     emb[~old] = vecs[new[labels[~old] - n_old]]
     intent_ids = np.empty(n, dtype=object)
     intent_ids[old] = mirror.key_ids[labels[old]]
@@ -263,7 +264,7 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     codes = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
     if few > 1:
         at = np.repeat(np.arange(len(vecs)), codes.shape[1])  # rows may come wider than asked (copies)
-        exact = pair_sims(mirror.keys, np.maximum(codes.ravel(), 0), vecs, at).reshape(codes.shape)
+        exact = pair_sims(mirror.key_rows, np.maximum(codes.ravel(), 0), vecs, at).reshape(codes.shape)
         sims = np.where(found, exact, -np.inf)
         pick = np.argmax(sims, axis=1)[:, None]
         sims, codes, found = (np.take_along_axis(a, pick, axis=1) for a in (sims, codes, found))

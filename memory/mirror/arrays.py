@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memory.mirror.index import SearchIndex
+from memory.mirror.keyrows import FileRows, pair_sims
 from memory.records import MemoryItem
 from memory.scoring import phase_a
 
 # float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
 SIM_MARGIN = 1e-4
+FILE_ROWS_AT_MOST = 4096  # more key rows than this at once (a rebuild, a bulk add) are read through the map
 EPISODE, STRATEGY = 0, 1
 """The mirror's kind codes (``MemoryItem.kind``)."""
 ROW_COLUMNS = ("seqs", "ids", "q", "visits", "created", "intent_codes", "kinds")
@@ -115,17 +117,22 @@ class NamespaceMirror:
         self._keys = Column(np.float32, dim)
         self._key_pos: dict[str, int] | None = {}
         self._group_sizes: np.ndarray | None = None
+        self._saved_keys: FileRows | None = None  # a snapshot's keys, read from its file (``key_rows``)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every column by name (``ROW_COLUMNS``, ``KEY_COLUMNS``) as held: text columns adopted from a
         snapshot may still be its fixed-width strings."""
         return {name: col.saved for name, col in self._named().items()}
 
-    def adopt(self, columns: Mapping[str, np.ndarray], rows: int, keys: int) -> None:
+    def adopt(
+        self, columns: Mapping[str, np.ndarray], rows: int, keys: int, *, keys_file: FileRows | None = None
+    ) -> None:
         """Take a saved snapshot's columns (``memory.mirror.snapshot``: private memory maps with room after
-        the first ``rows`` items and ``keys`` keys) as this empty mirror's; nothing is copied until used."""
+        the first ``rows`` items and ``keys`` keys) as this empty mirror's; nothing is copied until used.
+        ``keys_file`` reads the saved keys without the map (``key_rows``)."""
         for name, col in self._named().items():
             col.adopt(columns[name], keys if name in KEY_COLUMNS else rows)
+        self._saved_keys = keys_file
         self._key_pos = None  # built from key_ids on first use: a million-entry dict costs ~0.5 s
         self._group_sizes = None
 
@@ -170,8 +177,19 @@ class NamespaceMirror:
 
     def vectors(self, rows: np.ndarray | None = None) -> np.ndarray:
         """The vectors of the given rows (all rows when None): their intent keys' vectors."""
-        codes = self.intent_codes if rows is None else self.intent_codes[rows]
-        return self.keys[codes]
+        return self.keys[self.intent_codes] if rows is None else self.key_rows(self.intent_codes[rows])
+
+    def key_rows(self, codes: np.ndarray) -> np.ndarray:
+        """The vectors of the given intent keys; a snapshot's are read from its file, not its map."""
+        saved = self._saved_keys
+        if saved is None or len(codes) > FILE_ROWS_AT_MOST:
+            return self.keys[codes]
+        inside = codes < saved.count
+        if inside.all():
+            return saved.take(codes)
+        out = np.empty((len(codes), self.dim), np.float32)
+        out[inside], out[~inside] = saved.take(codes[inside]), self.keys[codes[~inside]]
+        return out
 
     @property
     def keys(self) -> np.ndarray:
@@ -352,7 +370,7 @@ class NamespaceMirror:
         pair = which[np.nonzero(valid)[0]] * groups + self.intent_codes[rows[valid]]
         if known is None:
             uniq, inverse = np.unique(pair, return_inverse=True)
-            known = (uniq, pair_sims(self.keys, uniq % groups, queries, uniq // groups))
+            known = (uniq, pair_sims(self.key_rows, uniq % groups, queries, uniq // groups))
         else:
             inverse = np.searchsorted(known[0], pair)
         exact = np.full((n, width), -np.inf)
@@ -409,27 +427,6 @@ class NamespaceMirror:
         if self._group_sizes is None:
             self._group_sizes = np.bincount(self.intent_codes, minlength=self._key_ids.n)
         return self._group_sizes
-
-
-def pair_sims(keys: np.ndarray, codes: np.ndarray, queries: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The cosine of ``queries[at[i]]`` with ``keys[codes[i]]`` for each i, bit for bit what
-    ``NamespaceMirror.exact_sims`` gives: float64 products (exact for float32 inputs) summed per row, a
-    few rows at a time (large temporaries cost more in page faults than the arithmetic).
-
-    Example:
-        >>> keys = np.eye(3, dtype=np.float32)
-        >>> pair_sims(keys, np.array([0, 2]), np.array([[0.6, 0.0, 0.8]], dtype=np.float32), np.array([0, 0]))
-        array([0.60000002, 0.80000001])
-    """
-    out = np.empty(len(codes))
-    block = max(4, 8192 // max(1, keys.shape[1]))  # 64 KiB of float64 per buffer
-    a, b = np.empty((block, keys.shape[1])), np.empty((block, keys.shape[1]))
-    for lo in range(0, len(codes), block):
-        k = min(block, len(codes) - lo)
-        a[:k], b[:k] = keys[codes[lo : lo + k]], queries[at[lo : lo + k]]
-        np.multiply(a[:k], b[:k], out=a[:k])
-        out[lo : lo + k] = a[:k].sum(axis=1)
-    return out
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from sqlalchemy import Connection, select
 from connectors.errors import StoreError
 from memory.mirror.arrays import EPISODE, KEY_COLUMNS, ROW_COLUMNS, STRATEGY, NamespaceMirror
 from memory.mirror.files import file_fault, meta_path, remove_stale_temps
+from memory.mirror.keyrows import FileRows
 from memory.schema import from_blobs, intents, memory_items, tombstones
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class SavedMirror:
     keys: int
     columns: dict[str, np.ndarray]
     newest: tuple[int, str] | None = None
+    keys_file: FileRows | None = None  # the saved keys, read without the map (``memory.mirror.keyrows``)
 
 
 def mirror_file(index_file: Path) -> Path:
@@ -203,14 +205,20 @@ def load(path: Path, *, namespace: str, dim: int) -> SavedMirror | None:
                 raise ValueError(f"a header of {length:,} bytes")
             meta = json.loads(f.read(length))
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        saved = _mapped(buf, meta, size, namespace=namespace, dim=dim, start=16 + length)
+            fd = os.dup(f.fileno())  # the same file as the map, for reading key rows (``FileRows``)
+        try:
+            saved = _mapped(buf, meta, size, namespace=namespace, dim=dim, start=16 + length)
+        except BaseException:
+            os.close(fd)
+            raise
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:  # torn, garbage, foreign: read from SQL instead
         log.warning("memory mirror %s cannot be used (%s); it is read from the database", path, e)
         return None
+    keys_file = FileRows(fd, offset=int(meta["columns"]["keys"]["offset"]), count=saved.keys, dim=dim)
     generation = _stamped(path, saved.token, saved.generation)
-    return dataclasses.replace(saved, generation=generation)
+    return dataclasses.replace(saved, generation=generation, keys_file=keys_file)
 
 
 def _mapped(buf: mmap.mmap, meta: dict[str, Any], size: int, *, namespace: str, dim: int, start: int) -> SavedMirror:

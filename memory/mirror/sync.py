@@ -235,7 +235,7 @@ class MirrorSet:
                         "from the database", path, saved.generation, self.generation)  # fmt: skip
             return None
         mirror = NamespaceMirror(namespace, self.dim, self._new_index(namespace))
-        mirror.adopt(saved.columns, saved.rows, saved.keys)
+        mirror.adopt(saved.columns, saved.rows, saved.keys, keys_file=saved.keys_file)
         try:
             changed = saved.generation < self.generation and bool(
                 self._catch_up(conn, saved.generation, {namespace: mirror})
@@ -296,7 +296,7 @@ class MirrorSet:
             visits=np.array(visits, dtype=np.int64),
             created=np.array(created, dtype=np.float64),
             intent_codes=codes,
-            emb=mirror.keys[codes] if vectors else np.zeros((0, self.dim), np.float32),
+            emb=mirror.key_rows(codes) if vectors else np.zeros((0, self.dim), np.float32),
             kinds=kind_codes(kinds),
         )
 

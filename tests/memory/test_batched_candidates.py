@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import memory.mirror.arrays
-from memory.mirror.arrays import EPISODE, SIM_MARGIN, STRATEGY, NamespaceMirror, Rows, pair_sims
+import memory.mirror.keyrows
+from memory.mirror.arrays import EPISODE, SIM_MARGIN, STRATEGY, NamespaceMirror, Rows
 from memory.mirror.index import VectorIndex
+from memory.mirror.keyrows import pair_sims
 from memory.retrieval import search
 from memory.scoring import phase_a
 
@@ -103,7 +105,7 @@ def test_pair_sims_are_the_rowwise_exact_sims_bit_for_bit() -> None:
     mirror = tied_mirror(4, 200, 150)
     query = np.random.default_rng(9).normal(size=DIM).astype(np.float32)
     rows = np.arange(len(mirror))
-    got = pair_sims(mirror.keys, mirror.intent_codes, query[None, :], np.zeros(len(rows), dtype=np.int64))
+    got = pair_sims(mirror.key_rows, mirror.intent_codes, query[None, :], np.zeros(len(rows), dtype=np.int64))
     assert got.tobytes() == mirror.exact_sims(rows, query).tobytes()
 
 
@@ -117,3 +119,4 @@ def test_an_empty_batch_and_an_empty_mirror_have_no_candidates() -> None:
 
 def test_the_module_examples_run() -> None:
     assert doctest.testmod(memory.mirror.arrays).failed == 0
+    assert doctest.testmod(memory.mirror.keyrows).failed == 0

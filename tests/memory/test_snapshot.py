@@ -121,6 +121,21 @@ def test_reopen_maps_the_snapshots_and_recalls_exactly_what_sql_would(folder: Pa
     assert len(mapped[TEAM][0]["seqs"]) == 2000 and len(mapped[OTHER][0]["seqs"]) == 1000
 
 
+def test_a_reopened_store_reads_saved_key_vectors_from_the_file_and_new_ones_from_memory(folder: Path) -> None:
+    """A recall reads its candidates' vectors with ``pread`` (``memory.mirror.keyrows``), not through the
+    map, whose pages would stay resident: the rows read are the snapshot's, and keys written since the
+    reopen are read from memory."""
+    with open_at(folder) as store:
+        store.add_many([("ganz neue kran frist nachtschicht", "neu")], namespace=TEAM, group=False)
+        m = store._mirrors.loaded(TEAM)  # noqa: SLF001 - the mirror is what is checked
+        assert m is not None and m._saved_keys is not None  # noqa: SLF001
+        saved = m._saved_keys.count  # noqa: SLF001
+        assert 0 < saved < len(m.keys)
+        codes = np.array([saved - 1, len(m.keys) - 1, 0, saved // 2])
+        assert np.array_equal(m.key_rows(codes), np.asarray(m.keys)[codes])
+        assert np.array_equal(m.key_rows(codes[[0, 2]]), np.asarray(m.keys)[codes[[0, 2]]])
+
+
 WRITER = """
 import json, sys
 import numpy as np
