@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -165,10 +165,7 @@ class Team:
             if a not in self.agents or b not in self.agents:
                 raise ConfigError(f"edge ({a!r}, {b!r}) names an agent that is not in the team {names}")
         self.order = _topological_order(names, self.edges)
-        sinks = [n for n in names if not any(a == n for a, _ in self.edges)]
-        if len(sinks) != 1:
-            raise ConfigError(f"a Team needs exactly one final agent (no outgoing edge), got {sinks}")
-        self.sink = sinks[0]
+        self.sink = self._final_agent(names)
         self.workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None  # made on first use, kept: a pool per call costs more
         self._pool_lock = threading.Lock()  # than a fast backend's answer (threads start and are joined)
@@ -183,6 +180,17 @@ class Team:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._pool_lock = threading.Lock()
+
+    def _final_agent(self, names: list[str]) -> str:
+        """The agent whose answer is the team's: the one with no outgoing edge."""
+        sinks = [n for n in names if not any(a == n for a, _ in self.edges)]
+        if len(sinks) != 1:
+            raise ConfigError(f"a Team needs exactly one final agent (no outgoing edge), got {sinks}")
+        return sinks[0]
+
+    def answers_task(self, name: str) -> bool:
+        """Whether agent ``name`` answers the task itself, and so gets the environment's tools."""
+        return name == self.sink
 
     def predecessors(self, name: str) -> list[str]:
         return [a for a, b in self.edges if b == name]
@@ -210,6 +218,10 @@ class Team:
             )
             for a in self.agents.values()
         ]
+        return self._with_agents(agents)
+
+    def _with_agents(self, agents: list[Agent]) -> Team:
+        """A team of the same shape over ``agents`` (the same names, changed prompts or memory)."""
         return Team(agents, [(a, b) for a, b in self.edges], workers=self.workers)
 
     def act(
@@ -294,9 +306,14 @@ class Team:
         tools: Sequence[Sequence[Tool]] | None,
         outputs: list[dict[str, str]] | None = None,
         steps: list[list[Step]] | None = None,
+        *,
+        sees: Callable[[str], list[str]] | None = None,
+        recall: bool = True,
     ) -> tuple[list[dict[str, str]], list[list[Step]], list[str | None], list[ConnectorError | None]]:
         """Agents ``names`` act, in this order, on every observation (after those whose ``outputs`` and
-        ``steps`` are given); every observation's outputs, steps, error and its cause."""
+        ``steps`` are given); every observation's outputs, steps, error and its cause. An agent sees the
+        outputs of ``sees(name)`` (default: its predecessors) that exist; ``recall=False`` recalls nothing."""
+        sees = sees or self.predecessors
         n = len(observations)
         outputs = outputs if outputs is not None else [{} for _ in range(n)]
         steps = steps if steps is not None else [[] for _ in range(n)]
@@ -305,17 +322,22 @@ class Team:
         for name in names:
             agent = self.agents[name]
             live = [i for i in range(n) if errors[i] is None]
-            recalls = self._recall(
-                agent, [queries[i] for i in live], None if contexts is None else [contexts[i] for i in live]
+            recalls: list[Recall | None] = (
+                self._recall(
+                    agent, [queries[i] for i in live], None if contexts is None else [contexts[i] for i in live]
+                )
+                if recall
+                else [None] * len(live)
             )
             prompts = [
-                render_messages(agent, observations[i], recalls[j], {p: outputs[i][p] for p in self.predecessors(name)})
+                render_messages(
+                    agent, observations[i], recalls[j], {p: outputs[i][p] for p in sees(name) if p in outputs[i]}
+                )
                 for j, i in enumerate(live)
             ]
             call_params = {**agent.params, **(params or {})}
-            own = [
-                list(agent.tools) + (list(tools[i]) if tools is not None and name == self.sink else []) for i in live
-            ]
+            task_tools = tools if tools is not None and self.answers_task(name) else None
+            own = [list(agent.tools) + (list(task_tools[i]) if task_tools is not None else []) for i in live]
             if any(own):
                 generated: list[Any] = self._tool_loop(agent, prompts, own, call_params, sample_index)
             else:
