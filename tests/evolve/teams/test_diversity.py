@@ -18,7 +18,9 @@ def unit_rows(rng: np.random.Generator, n: int, dim: int = 384) -> np.ndarray:
 
 @pytest.mark.parametrize("n", [1, 2, 5, 16])
 def test_identical_outputs_are_one_channel_and_orthogonal_ones_are_n(n: int) -> None:
-    same = np.tile(unit_rows(np.random.default_rng(n), 1), (n, 1)) * np.arange(1, n + 1)[:, None]  # lengths do not count
+    same = (
+        np.tile(unit_rows(np.random.default_rng(n), 1), (n, 1)) * np.arange(1, n + 1)[:, None]
+    )  # lengths do not count
     assert kstar(same) == pytest.approx(1.0, abs=1e-9)
     assert kstar(np.eye(n, 32)) == pytest.approx(float(n), abs=1e-9)
 

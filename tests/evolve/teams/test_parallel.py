@@ -120,7 +120,8 @@ def test_a_team_reward_reinforces_every_members_recalled_memories(tmp_path: Path
     names = ("Gleis Nord", "Gleis Süd", "Kran 7 — Halle Süd")
     replies = {"Gleis Nord": "4471", "Gleis Süd": "4471", "Kran 7 — Halle Süd": "4417"}
     members = [
-        Agent(n, load_chat("fake/scripted", replies=[replies[n]]), memory=MemoryView(store, f"{RUN}/{n}")) for n in names
+        Agent(n, load_chat("fake/scripted", replies=[replies[n]]), memory=MemoryView(store, f"{RUN}/{n}"))
+        for n in names
     ]
     tasks = [Task(id="rolltor-süd", prompt=TASK, answer="4471")]
     metrics = Evolver(ParallelTeam(members), tasks, memory=store, run=RUN, progress=False).run(rounds=2)
