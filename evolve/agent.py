@@ -102,14 +102,15 @@ class Agent:
 class TeamAct:
     """What a team did for one observation: the steps in order and the final answer, or the error.
 
-    ``cause`` is the model's error behind ``error`` (a ``RateLimited`` keeps its ``retry_after``), so a
-    server can answer 429 or 504 rather than a generic failure.
+    ``cause`` is the model's error behind ``error`` (a ``RateLimited`` keeps its ``retry_after``: a server
+    answers 429 or 504); ``failed``, errors that did not stop the team (a parallel team's members').
     """
 
     steps: tuple[Step, ...]
     answer: str
     error: str | None = None
     cause: ConnectorError | None = field(default=None, compare=False)
+    failed: tuple[str, ...] = ()
 
 
 def render_experiences(recall: Recall | None) -> str:
@@ -405,9 +406,8 @@ class Team:
             except ConnectorError as e:
                 return e
 
-        if len(prompts) == 1 or self.workers == 1:
-            return [one(k) for k in range(len(prompts))]
-        return list(self._executor().map(one, range(len(prompts))))
+        serial = len(prompts) == 1 or self.workers == 1
+        return [one(k) for k in range(len(prompts))] if serial else list(self._executor().map(one, range(len(prompts))))
 
     def _executor(self) -> ThreadPoolExecutor:
         """The team's thread pool for backends without batched generation; its idle threads end when

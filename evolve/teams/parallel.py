@@ -13,6 +13,8 @@ independently, with its own prompt, model, sampling and memory, and the team's a
 among them) and answers again, without recalling a second time; the aggregator decides over the second
 answers. Memory, prompts and feedback work per member as in a chain: each member's step carries its recall,
 so a team reward reinforces the memories every member recalled, and each member's prompts evolve.
+Each member is its own draw (its own ``sample_index``, and so its own seed and cache line): copies of one
+agent sampled at a temperature above 0 answer independently, as a homogeneous team should.
 
 Example:
     >>> from connectors import load_chat
@@ -127,7 +129,7 @@ class ParallelTeam(Team):
             winner = self.members[won]
             last = max(j for j, s in enumerate(steps[i]) if s.agent == winner)
             ordered = [s for j, s in enumerate(steps[i]) if j != last] + [steps[i][last]]
-            acts.append(TeamAct(tuple(ordered), steps[i][last].output))
+            acts.append(TeamAct(tuple(ordered), steps[i][last].output, failed=tuple(f for f, _ in failures[i])))
         return acts
 
     def stream(
@@ -158,9 +160,10 @@ class ParallelTeam(Team):
         outputs: list[dict[str, str]] = [{} for _ in range(n)]
         steps: list[list[Step]] = [[] for _ in range(n)]
         failures: list[list[Failure]] = [[] for _ in range(n)]
-        for name in self.members:
+        for j, name in enumerate(self.members):
             start = [dict(s) for s in seen] if seen is not None else None
-            out, st, errors, causes = self._act([name], *call, start, None, sees=sees, recall=recall)
+            draw = call._replace(sample_index=call.sample_index * len(self.members) + j)  # each member its own draw
+            out, st, errors, causes = self._act([name], *draw, start, None, sees=sees, recall=recall)
             for i in range(n):
                 error = errors[i]
                 if error is not None:
@@ -182,7 +185,8 @@ class ParallelTeam(Team):
                 [self.judge], *call.subset(answered), [outputs[i] for i in answered], [list(steps[i]) for i in answered]
             )
             for j, i in enumerate(answered):
-                acts[i] = TeamAct(tuple(st[j]), out[j].get(self.judge, ""), errors[j], causes[j])
+                failed = tuple(f for f, _ in failures[i])
+                acts[i] = TeamAct(tuple(st[j]), out[j].get(self.judge, ""), errors[j], causes[j], failed)
         return [acts[i] for i in range(len(outputs))]
 
     def _failed(self, steps: list[Step], failures: list[Failure]) -> TeamAct:

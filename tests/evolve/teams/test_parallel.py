@@ -95,6 +95,16 @@ def test_one_round_of_debate_shows_each_member_the_teams_answers() -> None:
     assert all(s.recall_id is None for s in second)  # the second round recalls nothing: no reward twice
 
 
+def test_copies_of_one_agent_are_separate_draws() -> None:
+    """Sixteen copies of one agent on one model: each member samples with its own seed, so a homogeneous
+    team is sixteen draws, not one answer sixteen times (nor one cache line)."""
+    model = load_chat("fake/scripted", replies=["4471"])
+    copies = [Agent(f"Kopie {i:02d}", model, params={"temperature": 0.8, "seed": 100}) for i in range(16)]
+    ParallelTeam(copies).act([TASK], sample_index=2)
+    seeds = [params["seed"] for _, params in model.backend.calls]
+    assert sorted(seeds) == list(range(100 + 32, 100 + 48))
+
+
 def test_bad_shapes_are_clear_errors() -> None:
     with pytest.raises(ConfigError, match="needs a judge agent"):
         ParallelTeam([member("a", "x")], aggregate="judge")
