@@ -39,6 +39,8 @@ from evolve.executors import Executor, Rollout
 from evolve.prompts.evolution import PromptEvolution, PromptUpdate, make_evaluate
 from evolve.ray_executor import make_executor
 from evolve.run_log import RoundMetrics, RunLog, episode_from_row
+from evolve.teams.compose import Recompose, TeamChange, check_recompose, resumed_team
+from evolve.teams.parallel import ParallelTeam
 from evolve.weights.escalation import plateaued, weights_blocker
 from evolve.weights.registry import AdapterRegistry
 from evolve.weights.switch import (
@@ -130,6 +132,9 @@ class Evolver:
             database, which must then be a file or a server) or any ``Executor`` object. Learning
             (reinforce, write, prompts, weights) stays in this process either way.
         progress: show a progress bar.
+        recompose: for a ``ParallelTeam``, re-choose its members from a pool between rounds
+            (``evolve.teams.compose.Recompose``), kept only when the new team's vote validates better;
+            a resumed run acts with the last team kept. Not with ``prompts``: both change the team.
     """
 
     def __init__(
@@ -152,6 +157,7 @@ class Evolver:
         weights: WeightUpdates | None = None,
         executor: str | Executor = "inprocess",
         progress: bool = True,
+        recompose: Recompose | None = None,
     ) -> None:
         if not tasks:
             raise ConfigError("Evolver needs at least one task")
@@ -174,6 +180,7 @@ class Evolver:
         self.schedule = schedule
         self.memory_reward = memory_reward
         self.prompts = prompts
+        self.recompose = check_recompose(recompose, team, prompts)
         self._started = False
         self.progress = progress
         self.weights = (weights or WeightUpdates()) if allow_weight_updates else None
@@ -206,8 +213,10 @@ class Evolver:
         to the prompt optimizer as more examples to learn from; it still gates on the tasks alone.
         """
         start = time.perf_counter()
-        if self.prompts is not None and not self._started:
-            self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
+        if not self._started:
+            if self.prompts is not None:
+                self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
+            self.team = resumed_team(self.team, self.recompose, self.log.completed())
             self._started = True
         self._finish_learning(round_)
         done = self.log.done_task_ids(round_)
@@ -223,7 +232,12 @@ class Evolver:
         self.log.mark_learned(learned)
         bar.close()
         update = self._evolve_prompts(extra_traces)
+        change = self._recompose(round_)
         metrics = self._metrics(round_, time.perf_counter() - start)
+        if change is not None:
+            metrics = replace(
+                metrics, team=list(change.team.members) if change.accepted else None, team_note=change.note
+            )
         weights = self._maybe_escalate(metrics)
         if weights is not None:
             metrics = replace(metrics, weight_updates=int(weights.accepted), weights_note=weights.note)
@@ -248,6 +262,15 @@ class Evolver:
         if update.accepted:
             self.team = self.team.with_prompts(self.prompts.graph.head().nodes)
         return update
+
+    def _recompose(self, round_: int) -> TeamChange | None:
+        """Re-choose the parallel team's members (``recompose``); the team acts with the kept one."""
+        if self.recompose is None or not isinstance(self.team, ParallelTeam):
+            return None
+        change = self.recompose.step(self.team, round_, self.tasks, self.env_factory)
+        if change is not None:
+            self.team = change.team
+        return change
 
     def escalate(self) -> WeightsReport:
         """Train the agents' adapters now (MARFT), keep them if they gain, and serve the HEAD adapters."""

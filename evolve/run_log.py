@@ -113,6 +113,9 @@ class RoundMetrics:
     solved_share: float | None = None
     """Share of the tasks attempted so far that succeeded in at least one round up to this one (MemRL's
     cumulative success); None for rounds recorded before it was kept."""
+    team: list[str] | None = None
+    """The parallel team's members from the next round on, when this round re-composed it (``recompose``)."""
+    team_note: str = ""
 
 
 class RunLog:

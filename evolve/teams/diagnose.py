@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,8 @@ class Diagnosis:
     kstar: np.ndarray
     agreement: np.ndarray
     similarity: np.ndarray
+    vectors: tuple[np.ndarray, ...] = field(default=(), repr=False)
+    """Each task's answer vectors, members × dim (a zero row for a failed or empty answer)."""
 
     @property
     def accuracy(self) -> dict[str, float] | None:
@@ -192,7 +194,7 @@ def diagnose(
         rewards, team_rewards,
         np.array([kstar(v[ok]) if ok.any() else math.nan for v, ok in vecs]),
         np.array([agreement([a for a in row if a and a.strip()]) for row in answers]),
-        _mean_similarity(vecs, len(members)),
+        _mean_similarity(vecs, len(members)), tuple(v for v, _ in vecs),
     )  # fmt: skip
 
 
