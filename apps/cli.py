@@ -17,6 +17,7 @@ from apps.mcp_cli import add_mcp_parser
 from apps.options import count, quiet_loading, say_database
 from apps.playground_cli import add_playground_parser
 from apps.serve_cli import add_serve_parser
+from apps.team_cli import add_team_parser
 from connectors import EvolveError, evolve_home, make_engine
 
 DB_HELP = "SQLAlchemy URL (default: $EVOLVE_HOME/evolve.db)"
@@ -280,6 +281,7 @@ def parser() -> argparse.ArgumentParser:
     add_job_parsers(sub)
     add_playground_parser(sub)
     add_memory_parser(sub)
+    add_team_parser(sub)
     return p
 
 

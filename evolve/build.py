@@ -16,7 +16,10 @@ from evolve.executors import Executor
 from evolve.prompts.evolution import PromptEvolution, split_tasks
 from evolve.prompts.graph import PromptGraph
 from evolve.ray_executor import make_executor
+from evolve.run_log import RunLog
 from evolve.spec import AgentSection, RunSpec
+from evolve.teams.compose import Recompose
+from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
 from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
@@ -125,6 +128,27 @@ def agent_namespace(run: str, agent: str) -> str:
 def build_team(
     spec: RunSpec, chat: ChatClient, store: MemoryStore | None, *, mcp: MCPConnections | None = None
 ) -> Team:
+    """The spec's team: its agents (``build_agents``) as its ``[team]`` puts them (``shaped``), with the
+    members its run last kept when ``[team] recompose`` re-chose them (a tenant's run: else the trained run's)."""
+    return kept_team(spec, build_agents(spec, chat, store, mcp=mcp), store)
+
+
+def kept_team(spec: RunSpec, agents: list[Agent], store: MemoryStore | None) -> Team:
+    """``shaped``, with the members the run last kept when ``[team] recompose`` re-chose them (read from its
+    round log; a tenant's run without rounds of its own: the trained run's)."""
+    if spec.team.recompose == "off" or store is None:
+        return shaped(spec, agents)
+    for run in [spec.run.name, *([spec.shared_run] if spec.shared_run else [])]:
+        rounds = RunLog(store.engine, run).completed()
+        kept = [rounds[r].team for r in sorted(rounds) if rounds[r].team]
+        if kept:
+            return shaped(spec.model_copy(update={"team": spec.team.model_copy(update={"members": kept[-1]})}), agents)
+    return shaped(spec, agents)
+
+
+def build_agents(
+    spec: RunSpec, chat: ChatClient, store: MemoryStore | None, *, mcp: MCPConnections | None = None
+) -> list[Agent]:
     """The spec's agents on ``chat``, each recalling from namespace ``<run>/<agent>`` when it has memory (and
     from the trained run's ``<base run>/<agent>`` too in a tenant's run under ``[serve] memory = "shared"``); an
     agent with ``a2a = URL`` is a remote A2A agent (``connectors.a2a_chat``) with no local memory by default.
@@ -154,21 +178,42 @@ def build_team(
             )
             if store is not None and a.remembers
             else None,
-            params=params if a.a2a is None else {},  # the spec's sampling is its model's, not a remote team's
+            params=({**params, **({} if a.temperature is None else {"temperature": a.temperature})}
+                    if a.a2a is None else {}),  # the spec's sampling is its model's, not a remote team's
             tools=servers.tools(a.mcp),
         )
         for a in spec.agents
-    ]
-    edges = [(before, a.name) for a in spec.agents for before in a.after]
-    return Team(agents, edges or None)
+    ]  # fmt: skip
+    return agents
+
+
+def shaped(spec: RunSpec, agents: list[Agent]) -> Team:
+    """The spec's agents as its ``[team]`` puts them: a chain (by ``after``), or a parallel team of its members
+    with a vote or a judge."""
+    t = spec.team
+    if t.topology == "chain":
+        return Team(agents, [(before, a.name) for a in spec.agents for before in a.after] or None)
+    by_name = {a.name: a for a in agents}
+    judge = by_name[t.judge] if t.judge is not None else None
+    return ParallelTeam([by_name[m] for m in spec.members], aggregate=t.aggregate, judge=judge, debate=t.debate)
+
+
+def build_recompose(spec: RunSpec, agents: list[Agent], store: MemoryStore | None) -> Recompose | None:
+    """``[team] recompose``: the ``Evolver`` option over every agent but the judge (answers embedded by the
+    store's embedder, or the spec's without a store), or None."""
+    t = spec.team
+    if t.recompose == "off" or t.size is None:
+        return None
+    pool = [a for a in agents if a.name != t.judge]
+    embedder = store.embedder if store is not None else load_embedder(spec.embedder.name)
+    return Recompose(pool, t.size, embedder, by=t.recompose)
 
 
 def spec_prompts(spec: RunSpec) -> tuple[dict[str, str], list[tuple[str, str, float]]]:
     """The prompts and message flow the spec's team starts from: ``build_team``'s, without loading the
     model or connecting the agents' tool servers (a placeholder model that is never called)."""
     unused = load_chat("fake/scripted", replies=[])
-    agents = [Agent(a.name, unused, system=a.system) for a in spec.agents]
-    team = Team(agents, [(before, a.name) for a in spec.agents for before in a.after] or None)
+    team = shaped(spec, [Agent(a.name, unused, system=a.system) for a in spec.agents])
     return team.prompts(), [(a, b, 1.0) for a, b in team.edges]
 
 
@@ -185,7 +230,8 @@ def build(
     tasks = load_tasks(spec.resolve(spec.environment.tasks))
     chat = chat or build_chat(spec)
     store = build_store(spec, embedder)
-    team = build_team(spec, chat, store)
+    agents = build_agents(spec, chat, store)
+    team = kept_team(spec, agents, store)
     engine = store.engine if store is not None else None
     if engine is None:
         from connectors import make_engine
@@ -210,6 +256,7 @@ def build(
         weights=weight_updates(spec) if allowed else None,  # only then: its checks load torch
         executor=build_executor(spec),
         progress=progress,
+        recompose=build_recompose(spec, agents, store),
     )
 
 
@@ -225,9 +272,11 @@ def build_executor(spec: RunSpec) -> Executor:
 
 __all__ = [
     "build",
+    "build_agents",
     "build_chat",
     "build_critic",
     "build_executor",
+    "build_recompose",
     "build_store",
     "build_team",
     "memory_config",

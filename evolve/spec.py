@@ -42,9 +42,15 @@ capacity = 2000                         # removals are logged and undoable: evol
 enabled = false
 patience = 2
 
+[team]                                  # optional; default: a chain of the agents in order
+topology = "parallel"                   # every member answers alone, then...
+aggregate = "vote"                      # ...the majority decides (or "judge" with judge = "<agent>")
+debate = false                          # true: one round where each member sees the others' answers first
+
 [[agents]]
 name = "solver"
 system = "Reply with the code only."
+temperature = 0.7                       # optional: this agent's own ([model]'s otherwise)
 ```
 """
 
@@ -188,6 +194,7 @@ class AgentSection(_Strict):
     # ("python tools_server.py --flag"; "python" is Evolve's interpreter), or streamable HTTP URLs.
     mcp: list[str] = Field(default_factory=list)
     draw_from: Literal["both", "episodes", "strategies"] | None = None  # this agent's view ([memory]'s if unset)
+    temperature: float | None = Field(None, ge=0.0)  # this agent's sampling temperature ([model]'s if unset)
 
     @field_validator("mcp")
     @classmethod
@@ -212,6 +219,31 @@ class AgentSection(_Strict):
     def remembers(self) -> bool:
         """Whether the agent recalls from local memory: ``memory``, which a remote member has only when written out."""
         return self.memory if self.a2a is None or "memory" in self.model_fields_set else False
+
+
+class TeamSection(_Strict):
+    """``[team]``: how the agents work together (``evolve.teams``)."""
+
+    # "chain": agents in order (or by `after`), each seeing its predecessors; "parallel": each member answers alone
+    topology: Literal["chain", "parallel"] = "chain"
+    aggregate: Literal["vote", "judge"] = "vote"  # parallel: the majority's answer, or the judge agent's
+    judge: str | None = None  # parallel, aggregate = "judge": the agent that sees every answer and decides
+    debate: bool = False  # parallel: one round in which each member sees the team's answers and answers again
+    members: list[str] | None = None  # parallel: the agents on the team (default: all but the judge)
+    recompose: Literal["off", "validation", "kstar"] = "off"  # re-choose `size` members from all agents each round
+    size: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _parallel_only(self) -> TeamSection:
+        if self.topology == "chain":
+            extra = sorted(f for f in self.model_fields_set if f != "topology")
+            if extra:
+                raise ValueError(f'{", ".join(extra)} apply only to topology = "parallel"')
+        if (self.aggregate == "judge") != (self.judge is not None):
+            raise ValueError('aggregate = "judge" needs judge = "<agent name>", and only it takes one')
+        if (self.recompose != "off") != (self.size is not None):
+            raise ValueError('recompose = "validation" or "kstar" needs size = <members>, and only it takes one')
+        return self
 
 
 class ServeSection(_Strict):
@@ -246,8 +278,37 @@ class RunSpec(_Strict):
     optimizer: OptimizerSection = OptimizerSection()
     marft: MarftSection = MarftSection()
     serve: ServeSection = ServeSection()
+    team: TeamSection = TeamSection()
     agents: list[AgentSection] = Field(default_factory=lambda: [AgentSection(name="solver")])
     path: Path | None = None
+
+    @model_validator(mode="after")
+    def _team_names_agents(self) -> RunSpec:
+        t, names = self.team, [a.name for a in self.agents]
+        if t.topology == "chain":
+            return self
+        unknown = [n for n in [*(t.members or []), *([t.judge] if t.judge else [])] if n not in names]
+        if unknown:
+            raise ValueError(f"team: {unknown} are not agents of this spec (agents: {names})")
+        if t.judge in (t.members or []):
+            raise ValueError(f"team: the judge {t.judge!r} cannot also be a member")
+        if any(a.after for a in self.agents):
+            raise ValueError('team: topology = "parallel" members answer alone; `after` belongs to a chain')
+        pool = [n for n in names if n != t.judge]
+        if t.size is not None and t.size > len(pool):
+            raise ValueError(f"team: size {t.size} is more than the {len(pool)} agents to choose from")
+        if t.recompose != "off" and self.optimizer.kind != "none":
+            raise ValueError('team: recompose and [optimizer] both change the team between rounds; set kind = "none"')
+        return self
+
+    @property
+    def members(self) -> list[str]:
+        """The agents on the team: every agent of a chain; a parallel team's ``members`` (default: all but
+        the judge; with ``recompose``, the first ``size`` of them to start with)."""
+        t = self.team
+        names = [a.name for a in self.agents if a.name != t.judge]
+        chosen = t.members if t.members is not None else names
+        return chosen[: t.size] if t.size is not None and t.members is None else chosen
 
     def resolve(self, name: str) -> Path:
         """A file name from the spec (tasks), relative to the spec file's folder unless absolute."""

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from connectors import ConfigError, Embedder, Environment
+from connectors import ConfigError, Embedder, Environment, Tool
 from evolve.agent import Agent, Team
 from evolve.envs.tasks import Task, TaskEnv
+from evolve.executors import env_tools
 from evolve.teams.diversity import agreement, correctness_correlation, kstar
 from evolve.teams.parallel import ParallelTeam
 
@@ -175,7 +176,10 @@ def diagnose(
         t if isinstance(t, Task) else _Prompt(f"prompt-{i + 1}", t) for i, t in enumerate(tasks)
     ]
     envs = env_factory or (lambda: TaskEnv([t for t in items if isinstance(t, Task)]))
-    acts = team.act([t.prompt for t in items], contexts=[t.id for t in items])
+    started = [_started(envs, t) for t in items]  # what each environment shows and the tools it gives
+    tools = [tools for _, tools in started]
+    acts = team.act([obs for obs, _ in started], queries=[t.prompt for t in items], contexts=[t.id for t in items],
+                    tools=tools if any(tools) else None)  # fmt: skip
     members = tuple(team.members)
     answers, errors = [], []
     for act in acts:
@@ -262,6 +266,14 @@ def _mean_similarity(vecs: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.nd
         count += both
     with np.errstate(invalid="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _started(envs: Callable[[], Environment], task: Task | _Prompt) -> tuple[str, list[Tool]]:
+    """A task's first observation and tools from a fresh environment (a prompt alone: itself, no tools)."""
+    if isinstance(task, _Prompt):
+        return task.prompt, []
+    env = envs()
+    return str(env.reset(task)), env_tools(env)
 
 
 def _reward(envs: Callable[[], Environment], task: Task | _Prompt, answer: str | None) -> float:
