@@ -137,7 +137,9 @@ def test_a_chain_is_diagnosed_only_as_a_pool(tmp_path: Path, capsys: pytest.Capt
 
 def test_evolve_run_recomposes_a_spec_team(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``recompose`` from the spec: the pool is every agent but none is a judge; the run records the team kept."""
-    replies = '{ "Antworte nur" = "4471", "Prüfe zweimal" = "0000", "Wähle" = "9902" }, match = "all"'  # by system prompt
+    replies = (
+        '{ "Antworte nur" = "4471", "Prüfe zweimal" = "0000", "Wähle" = "9902" }, match = "all"'  # by system prompt
+    )
     team = '[team]\ntopology = "parallel"\nmembers = ["Schicht B · gründlich", "Richterin Süd"]\nrecompose = "validation"\nsize = 2'
     spec = write_spec(tmp_path, team, replies=replies)
     assert main(["run", str(spec), "--rounds", "1", "--quiet"]) == 0
