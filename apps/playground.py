@@ -2,19 +2,22 @@
 
 Run it with ``evolve playground [SPEC]`` or ``streamlit run apps/playground.py -- --spec SPEC [--tenant T]``
 (``EVOLVE_PLAYGROUND_SPEC`` works too; the default is the embedded ``data/facility_codes.toml``: local
-SmolLM2 + MiniLM + SQLite/FAISS, no API key). Four tabs:
+SmolLM2 + MiniLM + SQLite/FAISS, no API key). Five tabs:
 
 - Chat: answers from ``Deployment.answer``; thumbs up/down reinforce the memories an answer recalled; "Why these
   memories" shows every candidate's similarity, Q, z-scores and selection score (``MemoryStore.explain``);
 - Memory: the tenant's memories with filters, and their Q-value distribution;
 - Prompts: the versions, a diff against HEAD and one-click rollback (the next answer uses it);
-- Learning: success per round per run, and the round table.
+- Learning: success per round per run, and the round table;
+- Team: how the agents work together, the latest diagnosis (accuracy, K*, the similarity heat map; run one
+  from here or with ``evolve team diagnose``) and the members each re-composition kept.
 
 The layout lives here; every table and chart is shaped by ``apps.playground_data``.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -24,11 +27,13 @@ import streamlit as st
 
 from apps import playground_data as data
 from apps.playground_cli import script_args
+from apps.team_cli import diagnose_spec, diagnosis_folder, save_diagnosis
 from connectors import EvolveError, Message, StoreError
 from evolve import PromptGraph, list_runs
 from evolve.deploy.feedback import namespace_of
 from evolve.deploy.serving import Answer, Deployment
 from evolve.spec import check_tenant, load_spec
+from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem, MemoryStore
 
 THUMBS = (("Good", ":material/thumb_up:", 1.0), ("Bad", ":material/thumb_down:", 0.0))
@@ -37,6 +42,7 @@ TABS = (
     ":material/memory: Memory",
     ":material/edit_note: Prompts",
     ":material/show_chart: Learning",
+    ":material/groups: Team",
 )
 THINKING = "Thinking… (on a local model the first answer also loads it: about 20 s)"
 
@@ -328,6 +334,41 @@ def learning_tab(deployment: Deployment, tenant: str | None) -> None:
         st.dataframe(pd.DataFrame(data.round_rows(curves[name])), hide_index=True)
 
 
+# ---- team ------------------------------------------------------------------------------------------
+
+
+def team_tab(deployment: Deployment, tenant: str | None) -> None:
+    spec = deployment.spec.for_tenant(tenant)
+    team, _ = deployment.team(tenant)
+    st.markdown(data.team_shape(team))
+    folder = diagnosis_folder(spec)
+    left, middle, right = st.columns([1, 1, 2])
+    tasks = left.number_input("Sample tasks", min_value=1, max_value=200, value=5, key="diag_tasks")
+    pool = middle.checkbox("Every agent (the pool)", value=not isinstance(team, ParallelTeam), key="diag_pool")
+    if right.button("Diagnose now", key="diagnose"):
+        try:
+            with st.spinner(f"Running the team on {tasks} tasks…"):
+                d = diagnose_spec(spec, deployment.chat, deployment.store, tasks=int(tasks), pool=pool)
+                save_diagnosis(d, folder, title=spec.run.name)
+        except EvolveError as e:
+            st.error(str(e))
+    figures = folder / "diagnosis.json"
+    if not figures.exists():
+        st.info("No diagnosis yet: press Diagnose now, or run `evolve team diagnose SPEC`.")
+    else:
+        shown = json.loads(figures.read_text(encoding="utf-8"))
+        st.markdown(data.diagnosis_headline(shown))
+        st.dataframe(pd.DataFrame(data.diagnosis_rows(shown)), hide_index=True)
+        for note in shown.get("notes", []):
+            st.caption(note)
+        if (folder / "heat_map.png").exists():
+            st.image(str(folder / "heat_map.png"), caption="mean cosine similarity of the members' answers")
+    kept = data.recompose_rows(list_runs(deployment.engine).get(deployment.run_name(tenant), []))
+    if kept:
+        st.markdown("**Re-compositions**")
+        st.dataframe(pd.DataFrame(kept), hide_index=True)
+
+
 # ---- page ------------------------------------------------------------------------------------------
 
 
@@ -340,7 +381,7 @@ def main() -> None:
         st.error(f"cannot start the playground: {e}")
         st.stop()
     tenant, history = sidebar(deployment, args.tenant)
-    chat, memory, prompts, learning = st.tabs(TABS)
+    chat, memory, prompts, learning, team = st.tabs(TABS)
     with chat:
         chat_tab(deployment, tenant, history)
     with memory:
@@ -349,6 +390,8 @@ def main() -> None:
         prompts_tab(deployment, tenant)
     with learning:
         learning_tab(deployment, tenant)
+    with team:
+        team_tab(deployment, tenant)
 
 
 main()

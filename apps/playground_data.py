@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from connectors import ConfigError
-from evolve import PromptVersion, RoundMetrics
+from evolve import PromptVersion, RoundMetrics, Team
 from evolve.deploy.serving import FeedbackReceipt
+from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem
 
 Outcome = Literal["all", "successes", "failures"]
@@ -228,11 +229,57 @@ def visible_runs(names: Sequence[str], current: str, *, tenant: bool) -> list[st
     return ([current] if current in names else []) if tenant else list(names)
 
 
+def team_shape(team: Team) -> str:
+    """One line on how a team's agents work together."""
+    if isinstance(team, ParallelTeam):
+        how = f"a judge, {team.judge}," if team.judge is not None else "a majority vote"
+        debate = ", after one round of debate" if team.debate else ""
+        return f"**Parallel team**: {', '.join(team.members)} answer on their own; {how} decides{debate}."
+    return f"**Chain**: {' → '.join(team.order)}; each agent sees its predecessors' outputs."
+
+
+def diagnosis_headline(figures: Mapping[str, Any]) -> str:
+    """The diagnosis in one line: K* of at most n, agreement, the team's accuracy."""
+    k, n = figures.get("kstar_mean"), len(figures.get("members", []))
+    parts = [f"K* **{k:.2f}** of at most {n}" if k is not None else "K* not measured (no answers)"]
+    if figures.get("agreement_mean") is not None:
+        parts.append(f"agreement {figures['agreement_mean']:.2f}")
+    if figures.get("team_accuracy") is not None:
+        parts.append(f"team accuracy **{figures['team_accuracy']:.3f}**")
+    return f"{', '.join(parts)} on {figures.get('tasks', 0)} tasks."
+
+
+def diagnosis_rows(figures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per member: its accuracy and its mean similarity to the others (``diagnosis.json``)."""
+    members, sims, acc = figures.get("members", []), figures.get("similarity") or [], figures.get("accuracy") or {}
+    rows = []
+    for i, m in enumerate(members):
+        others = [v for j, v in enumerate(sims[i] if i < len(sims) else []) if j != i and v is not None]
+        rows.append(
+            {
+                "member": m,
+                "accuracy": acc.get(m),
+                "mean similarity to the others": _num(sum(others) / len(others)) if others else None,
+            }
+        )
+    return rows
+
+
+def recompose_rows(metrics: Sequence[RoundMetrics]) -> list[dict[str, Any]]:
+    """The rounds that re-composed the team: what was kept and why."""
+    return [{"round": m.round, "team from the next round": ", ".join(m.team) if m.team else "(unchanged)", "why": m.team_note}
+            for m in metrics if m.team_note]  # fmt: skip
+
+
 def _num(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
 __all__ = [
+    "diagnosis_headline",
+    "diagnosis_rows",
+    "recompose_rows",
+    "team_shape",
     "OUTCOMES",
     "ROUND_COLUMNS",
     "MemoryFilter",

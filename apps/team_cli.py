@@ -11,11 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from apps.options import count, quiet_loading, say_database
-from connectors import ConfigError, evolve_home
+from connectors import ChatClient, ConfigError, evolve_home
+
+if TYPE_CHECKING:
+    from evolve.spec import RunSpec
+    from evolve.teams.diagnose import Diagnosis
+    from memory import MemoryStore
 
 
 def add_team_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,43 +41,63 @@ def add_team_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_team_diagnose(args: argparse.Namespace) -> None:
-    from evolve.build import build_chat, build_store, build_team
-    from evolve.deploy.chat_requests import trained_prompts
-    from evolve.envs.tasks import load_tasks
+    from evolve.build import build_chat, build_store
     from evolve.spec import load_spec
-    from evolve.teams.diagnose import diagnose, heat_map
-    from evolve.teams.parallel import ParallelTeam
 
     spec = load_spec(args.spec)
-    tasks = load_tasks(spec.resolve(spec.environment.tasks))
-    rng = np.random.default_rng(spec.run.seed if args.seed is None else args.seed)
-    sample = [tasks[i] for i in sorted(rng.choice(len(tasks), size=min(args.tasks, len(tasks)), replace=False))]
     quiet_loading(args.quiet)
     chat = build_chat(spec)
     store = build_store(spec)
     try:
-        team = build_team(spec, chat, store)
-        if store is not None:
-            team = team.with_prompts(trained_prompts(store.engine, spec.run.name, team.prompts()))
-        if args.pool:
-            judge = team.judge if isinstance(team, ParallelTeam) else None
-            team = ParallelTeam([a for name, a in team.agents.items() if name != judge])
-        elif not isinstance(team, ParallelTeam):
-            raise ConfigError(f'{args.spec}: its team is a chain, whose agents play different parts; diagnose its '
-                              'agents side by side with --pool, or set [team] topology = "parallel"')  # fmt: skip
         say_database("team diagnose", spec.run.database)
-        embedder = store.embedder if store is not None else None
-        if embedder is None:
-            from connectors import load_embedder
-
-            embedder = load_embedder(spec.embedder.name)
-        d = diagnose(team, sample, embedder=embedder)
+        d = diagnose_spec(spec, chat, store, tasks=args.tasks, pool=args.pool, seed=args.seed)
     finally:
         if store is not None:
             store.close()
-    out = args.out or evolve_home() / "teams" / spec.run.name
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "diagnosis.json").write_text(json.dumps(d.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    png = heat_map(d, out / "heat_map.png", title=f"{spec.run.name}: K* {d.kstar_mean:.2f} of {len(d.members)}")
+    figures, png = save_diagnosis(d, args.out or diagnosis_folder(spec), title=spec.run.name)
     print(d.markdown())
-    print(f"figures:  {out / 'diagnosis.json'}\nheat map: {png}")
+    print(f"figures:  {figures}\nheat map: {png}")
+
+
+def diagnose_spec(
+    spec: RunSpec, chat: ChatClient, store: MemoryStore | None, *, tasks: int, pool: bool, seed: int | None = None
+) -> Diagnosis:
+    """Diagnose the spec's team (``pool``: every agent but a judge) at its HEAD prompts on ``tasks`` of its
+    tasks, sampled with ``seed`` (default: the spec's)."""
+    from connectors import load_embedder
+    from evolve.build import build_team
+    from evolve.deploy.chat_requests import trained_prompts
+    from evolve.envs.tasks import load_tasks
+    from evolve.teams.diagnose import diagnose
+    from evolve.teams.parallel import ParallelTeam
+
+    every = load_tasks(spec.resolve(spec.environment.tasks))
+    rng = np.random.default_rng(spec.run.seed if seed is None else seed)
+    sample = [every[i] for i in sorted(rng.choice(len(every), size=min(tasks, len(every)), replace=False))]
+    team = build_team(spec, chat, store)
+    if store is not None:
+        team = team.with_prompts(trained_prompts(store.engine, spec.run.name, team.prompts()))
+    if pool:
+        judge = team.judge if isinstance(team, ParallelTeam) else None
+        team = ParallelTeam([a for name, a in team.agents.items() if name != judge])
+    elif not isinstance(team, ParallelTeam):
+        where = spec.path or "the spec"
+        raise ConfigError(f'{where}: its team is a chain, whose agents play different parts; diagnose its agents '
+                          'side by side with --pool, or set [team] topology = "parallel"')  # fmt: skip
+    embedder = store.embedder if store is not None else load_embedder(spec.embedder.name)
+    return diagnose(team, sample, embedder=embedder)
+
+
+def diagnosis_folder(spec: RunSpec) -> Path:
+    """Where a run's latest diagnosis goes unless told otherwise: ``$EVOLVE_HOME/teams/<run>``."""
+    return evolve_home() / "teams" / spec.run.name
+
+
+def save_diagnosis(d: Diagnosis, out: Path, *, title: str) -> tuple[Path, Path]:
+    """``diagnosis.json`` and ``heat_map.png`` in ``out``; their paths."""
+    from evolve.teams.diagnose import heat_map
+
+    out.mkdir(parents=True, exist_ok=True)
+    figures = out / "diagnosis.json"
+    figures.write_text(json.dumps(d.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return figures, heat_map(d, out / "heat_map.png", title=f"{title}: K* {d.kstar_mean:.2f} of {len(d.members)}")

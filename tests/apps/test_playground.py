@@ -3,6 +3,7 @@ embedder, SQLite in tmp_path): chat, thumbs feedback, why-these-memories, memory
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,3 +228,26 @@ def test_a_missing_spec_is_a_clear_error_on_the_page(tmp_path: Path, monkeypatch
     at.run()
     assert not at.exception
     assert "does not exist" in at.error[0].value
+
+
+def test_team_tab_diagnoses_the_pool_and_shows_recompositions(spec: Path) -> None:
+    tasks = [{"id": "harbor-door", "prompt": QUESTION, "answer": "4471"},
+             {"id": "summit-alarm", "prompt": "What is the alarm code of the Summit lab?", "answer": "9902"}]  # fmt: skip
+    (spec.parent / "unused.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
+    log = RunLog(make_engine(f"sqlite:///{spec.parent / 'play.db'}"), "play")
+    log.record_round(RoundMetrics(1, 2, 0.5, 0.5, 0, 10, 0.0, 1.0, team=["solver"], team_note="now solver: vote 0.500"))
+    at = start()
+    team = at.tabs[4]
+    assert "**Chain**: solver" in team.markdown[0].value
+    assert "No diagnosis yet" in team.info[0].value
+    assert list(team.dataframe[0].value["why"]) == ["now solver: vote 0.500"]
+    at.button(key="diagnose").click().run()
+    assert not at.exception and not at.tabs[4].error
+    shown = at.tabs[4]
+    assert (
+        "K* **1.00** of at most 1" in shown.markdown[1].value and "team accuracy **0.500**" in shown.markdown[1].value
+    )
+    members = shown.dataframe[0].value
+    assert list(members["member"]) == ["solver"] and list(members["accuracy"]) == [0.5]
+    assert any("A team of one" in c.value for c in shown.caption)
+    assert shown.get("image")  # the heat map
