@@ -6,7 +6,8 @@ prompts and adapters it learns, serving a team to tenants (``Deployment``) and s
 Names load on first use (PEP 562), so ``import evolve`` is cheap and pulls in no optional package;
 ``evolve.__all__`` lists every name and a test imports each one. The map below is also the index of
 where things live: the loop at the root, environments in ``envs/``, prompts in ``prompts/``, adapters
-and the training switch in ``weights/``, serving and jobs in ``deploy/`` (see ARCHITECTURE.md).
+and the training switch in ``weights/``, parallel teams and K* in ``teams/``, serving and jobs in ``deploy/``
+(see ARCHITECTURE.md).
 
 Example:
     >>> import evolve
@@ -55,6 +56,12 @@ _WHERE = {
     "PromptEvolution": "evolve.prompts.evolution",
     "make_evaluate": "evolve.prompts.evolution",
     "split_tasks": "evolve.prompts.evolution",
+    "ParallelTeam": "evolve.teams.parallel",
+    "kstar": "evolve.teams.diversity",
+    "Diagnosis": "evolve.teams.diagnose",
+    "diagnose": "evolve.teams.diagnose",
+    "Recompose": "evolve.teams.compose",
+    "compose": "evolve.teams.compose",
     "AdapterRegistry": "evolve.weights.registry",
     "AdapterVersion": "evolve.weights.registry",
     "WeightUpdates": "evolve.weights.switch",
@@ -75,6 +82,7 @@ __all__ = [
     "BfclMultiTurnEnv",
     "Answer",
     "Deployment",
+    "Diagnosis",
     "Episode",
     "Evolver",
     "Executor",
@@ -83,10 +91,12 @@ __all__ = [
     "Interval",
     "JobResult",
     "MemoryView",
+    "ParallelTeam",
     "PromptEvolution",
     "PromptGraph",
     "PromptVersion",
     "RayExecutor",
+    "Recompose",
     "Rollout",
     "RoundMetrics",
     "Step",
@@ -99,8 +109,11 @@ __all__ = [
     "WeightsReport",
     "bfcl_tasks",
     "champ_tasks",
+    "compose",
+    "diagnose",
     "humaneval_tasks",
     "job_history",
+    "kstar",
     "list_runs",
     "load_tasks",
     "make_evaluate",
@@ -147,5 +160,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from evolve.prompts.versions import PromptVersion
     from evolve.ray_executor import RayExecutor
     from evolve.run_log import RoundMetrics, list_runs
+    from evolve.teams.compose import Recompose, compose
+    from evolve.teams.diagnose import Diagnosis, diagnose
+    from evolve.teams.diversity import kstar
+    from evolve.teams.parallel import ParallelTeam
     from evolve.weights.registry import AdapterRegistry, AdapterVersion
     from evolve.weights.switch import WeightsReport, WeightUpdates

@@ -63,6 +63,13 @@ EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ],
     ),
     "from uuid import uuid4": (TEAM, []),
+    "from evolve import Agent, ParallelTeam, Task, compose, diagnose": (
+        "",
+        [
+            ('load_chat("local/smollm2")', "load_chat('fake/scripted', replies=['Dublin.', 'Madrid', 'Rome.', 'Oslo'], cycle=True)"),
+            ('load_embedder("minilm")', "__import__('connectors').HashEmbedder(64)"),
+        ],
+    ),
     "graph = builder.compile(store=MemoryStoreAdapter(store))": (
         TEAM
         + """
