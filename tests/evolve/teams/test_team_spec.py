@@ -154,3 +154,11 @@ def test_evolve_run_recomposes_a_spec_team(tmp_path: Path, capsys: pytest.Captur
     served = build_team(load_spec(spec), evolver.team.agents["Schicht A · knapp"].model, evolver.memory)
     assert isinstance(served, ParallelTeam) and served.members == first.team  # and so does what is served
     evolver.memory.close()  # type: ignore[union-attr]
+
+
+def test_the_bundled_team_spec_builds_from_another_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(Path(__file__).resolve().parents[3] / "data" / "format_rules_team.toml")
+    team = build_team(spec, load_chat("fake/scripted", replies=["Dublin."]), None)
+    assert isinstance(team, ParallelTeam) and len(team.members) == 4 and team.aggregate == "vote"
+    assert spec.resolve(spec.environment.tasks).exists()
