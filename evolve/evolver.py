@@ -187,6 +187,8 @@ class Evolver:
         self.adapters: AdapterRegistry | None = None
         self.executor = make_executor(executor)
         blocker = weights_blocker(team)
+        if isinstance(team, ParallelTeam):  # MARFT's rollouts follow a chain; a vote or a judge is not trained
+            blocker = "weight updates (LoRA MARFT) train a chain of agents; this is a parallel team"
         if allow_weight_updates and blocker is not None:
             raise ConfigError(f"allow_weight_updates: {blocker}")
         if blocker is None:

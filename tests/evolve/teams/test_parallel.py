@@ -144,3 +144,11 @@ def test_a_team_reward_reinforces_every_members_recalled_memories(tmp_path: Path
 
 def test_the_module_examples_run() -> None:
     assert doctest.testmod(evolve.teams.parallel).failed == 0
+
+
+def test_weight_updates_are_refused_for_a_parallel_team_with_the_reason(tmp_path: Path) -> None:
+    store = MemoryStore(f"sqlite:///{tmp_path / 'weights.db'}", embedder=HashEmbedder(64))
+    tasks = [Task(id="rolltor-süd", prompt=TASK, answer="4471")]
+    with pytest.raises(ConfigError, match="train a chain of agents; this is a parallel team"):
+        Evolver(ParallelTeam([member("a", "4471")]), tasks, memory=store, progress=False, allow_weight_updates=True)
+    store.close()
