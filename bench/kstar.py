@@ -5,8 +5,10 @@ For each family and seed, two pools answer every task once (``evolve.teams.diagn
 - **homogeneous**: ``--copies`` copies of one agent (the family's prompt) sampled at ``--temperature``,
   each its own draw; a team of n is n of them (every disjoint group of n, averaged);
 - **heterogeneous**: prompt variants of the same local model (``VARIANTS``: the family's prompt as it is,
-  briefer, as an expert, answer-first), sampled alike, plus one variant per ``--extra-model``; a team of 2
-  or 4 is every ordered choice of them, averaged (a vote's tie goes to its first member, so order counts).
+  briefer, as an expert, answer-first), sampled alike; a memory variant (``--memory``, on by default: the
+  family's agent recalling from a store trained one round on the same tasks, MemRL's protocol); and one
+  variant per ``--extra-model``. A team of 2 or 4 is every ordered choice of them, averaged (a vote's tie
+  goes to its first member, so order counts).
 
 A team's answer is the majority of its members' normalised answers; its figures are the vote's accuracy,
 its mean K* (Agent-Scaling, arXiv 2602.03794: ``evolve.teams.diversity``) over the tasks, and its
@@ -18,9 +20,9 @@ Families: ``format_rules`` (bundled: capitals and facts under output rules the t
 ``bfcl_simple_python`` (BFCL v4 single calls, checked by BFCL's AST rules; needs ``bfcl-eval``).
 
 Run: python -m bench.kstar [--families format_rules bfcl_simple_python] [--tasks N] [--copies 16]
-     [--seeds 3] [--temperature 0.7] [--model local/smollm2] [--extra-model openai/<name> ...]
+     [--seeds 3] [--temperature 0.7] [--model local/smollm2] [--extra-model openai/<name> ...] [--no-memory]
 Writes bench/results/kstar.{json,md}, bench/results/kstar_<family>.png and ``kstar_*`` keys in
-bench/results/summary.json.
+bench/results/summary.json; families measured earlier with the same settings and not named again are kept.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import itertools
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,11 +44,12 @@ from tqdm.auto import tqdm
 from bench.common import machine, merge_summary
 from bench.learning import load_model
 from connectors import ChatClient, Embedder, Environment, load_embedder
-from evolve import Agent, Task
+from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.envs.tasks import TaskEnv, load_tasks
 from evolve.figures import paired_interval, seed_interval
 from evolve.teams.compose import coverage, mean_kstar, vote_accuracy
 from evolve.teams.diagnose import Diagnosis, diagnose
+from memory import MemoryStore
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +110,26 @@ def pools(
     return same, varied
 
 
+def with_memory(
+    family: Family,
+    chat: ChatClient,
+    embedder: Embedder,
+    tasks: list[Task],
+    folder: Path,
+    *,
+    temperature: float,
+    seed: int,
+) -> Agent:
+    """The family's agent with a memory view: a fresh store trained by one round of that agent on the same
+    tasks (MemRL's protocol: epochs over the tasks it is scored on), then recalled from while it answers."""
+    store = MemoryStore(f"sqlite:///{folder / f'memory-{family.name}-{seed}.db'}", embedder=embedder)
+    params = {**family.params, "temperature": temperature, "seed": seed + 900}
+    agent = Agent("with memory", chat, system=family.system, params=params, memory=MemoryView(store), tool_rounds=2)
+    Evolver(Team([agent]), tasks, memory=store, env_factory=family.env_factory(tasks), run=f"kstar-{seed}",
+            batch_size=len(tasks), progress=False).run(rounds=1)  # fmt: skip
+    return agent
+
+
 def homogeneous(d: Diagnosis, n: int) -> dict[str, float]:
     """A team of n copies: every disjoint group of n, averaged."""
     groups = [list(range(i * n, (i + 1) * n)) for i in range(len(d.members) // n)]
@@ -119,7 +143,7 @@ def heterogeneous(d: Diagnosis, n: int) -> dict[str, float]:
 
 def run_family(
     family: Family, chat: ChatClient, extra: Sequence[ChatClient], embedder: Embedder, *,
-    tasks: int | None, copies: int, seeds: int, temperature: float,
+    tasks: int | None, copies: int, seeds: int, temperature: float, memory: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Every seed's two pools on the family's first ``tasks`` tasks (its own default when None), and the
     figures over seeds."""
@@ -128,14 +152,22 @@ def run_family(
     per_seed: list[dict[str, Any]] = []
     for s in tqdm(range(seeds), desc=f"kstar {family.name}", leave=False):
         same, varied = pools(family, chat, extra, copies=copies, temperature=temperature, seed=1000 * (s + 1))
+        if memory:
+            with tempfile.TemporaryDirectory(prefix="evolve-kstar-") as folder:
+                varied.append(with_memory(family, chat, embedder, chosen, Path(folder), temperature=temperature,
+                                          seed=1000 * (s + 1)))  # fmt: skip
+                dv = diagnose(varied, chosen, embedder=embedder, env_factory=env)
+                varied[-1].memory.store.close()  # type: ignore[union-attr]
+        else:
+            dv = diagnose(varied, chosen, embedder=embedder, env_factory=env)
         dh = diagnose(same, chosen, embedder=embedder, env_factory=env)
-        dv = diagnose(varied, chosen, embedder=embedder, env_factory=env)
         per_seed.append({
             "homogeneous": {n: homogeneous(dh, n) for n in SIZES if n <= copies},
             "heterogeneous": {n: heterogeneous(dv, n) for n in DIVERSE_SIZES if n <= len(varied)},
             "members": dv.accuracy, "copies_accuracy": float(np.mean(list((dh.accuracy or {}).values()))),
         })  # fmt: skip
-    out: dict[str, Any] = {"tasks": len(chosen), "note": family.note, "seeds": per_seed}
+    variants = [a.name for a in varied]
+    out: dict[str, Any] = {"tasks": len(chosen), "note": family.note, "variants": variants, "seeds": per_seed}
     for kind in ("homogeneous", "heterogeneous"):
         out[kind] = {
             n: {k: _interval([p[kind][n][k] for p in per_seed]) for k in ("accuracy", "kstar", "coverage")}
@@ -172,11 +204,12 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Teams by diversity: accuracy and K* against team size", "",
         f"`python -m bench.kstar` on {result['machine']['cpu_count']} cores: {s['model']} at temperature "
-        f"{s['temperature']}, {s['copies']} copies, variants {', '.join(s['variants'])}; {s['seeds']} seeds "
+        f"{s['temperature']}, {s['copies']} copies; {s['seeds']} seeds "
         "(mean [95% interval]). A team answers by majority vote over normalised answers (ties to its first member).",
     ]  # fmt: skip
     for fam, r in result["families"].items():
-        lines += ["", f"## {fam}", "", f"{r['tasks']} tasks; {r['note']}.", "",
+        variants = ", ".join(r.get("variants") or VARIANTS)
+        lines += ["", f"## {fam}", "", f"{r['tasks']} tasks; {r['note']}. Heterogeneous pool: {variants}.", "",
                   "| team | members | vote accuracy | K* | coverage (some member right) |", "|---|--:|--:|--:|--:|"]  # fmt: skip
         for kind in ("homogeneous", "heterogeneous"):
             for n, f in r[kind].items():
@@ -221,8 +254,9 @@ def plot(fam: str, r: dict[str, Any], path: Path) -> None:
 def run(
     names: Sequence[str], *, tasks: int | None, copies: int, seeds: int, temperature: float, model: str,
     extra_models: Sequence[str] = (), chat: ChatClient | None = None, embedder: Embedder | None = None,
-    out: Path = RESULTS,
+    out: Path = RESULTS, memory: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
+    """Run ``names`` and write the pages; families measured earlier and not named here are kept."""
     known = families()
     chat = chat or load_model(model, None, batch_size=max(copies, len(VARIANTS)))
     extra = [load_model(m, None, batch_size=8) for m in extra_models]
@@ -236,13 +270,14 @@ def run(
             "copies": copies,
             "seeds": seeds,
             "tasks": tasks,
-            "variants": [*VARIANTS, *extra_models],
         },  # fmt: skip
-        "families": {},
+        "families": _earlier(
+            out / "kstar.json", {"model": model, "temperature": temperature, "copies": copies, "seeds": seeds}
+        ),  # fmt: skip
     }
     for name in names:
         result["families"][name] = run_family(known[name](), chat, extra, embedder, tasks=tasks, copies=copies,
-                                              seeds=seeds, temperature=temperature)  # fmt: skip
+                                              seeds=seeds, temperature=temperature, memory=memory)  # fmt: skip
     result["seconds"] = round(time.perf_counter() - start, 1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "kstar.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
@@ -262,11 +297,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of every agent (default 0.7)")
     p.add_argument("--model", default="local/smollm2", help="the agents' model (default local/smollm2)")
     p.add_argument("--extra-model", action="append", default=[], help="another model as one more heterogeneous variant")
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="a variant with memory trained one round on the tasks (default on)")  # fmt: skip
     args = p.parse_args(argv)
     result = run(args.families, tasks=args.tasks, copies=args.copies, seeds=args.seeds, temperature=args.temperature,
-                 model=args.model, extra_models=args.extra_model)  # fmt: skip
+                 model=args.model, extra_models=args.extra_model, memory=args.memory)  # fmt: skip
     print(markdown(result))
     return result
+
+
+def _earlier(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The families of an earlier run with the same settings (JSON's keys back to team sizes), else none."""
+    if not path.exists():
+        return {}
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    if {k: earlier["settings"].get(k) for k in settings} != settings:
+        return {}
+    for r in earlier["families"].values():
+        for kind in ("homogeneous", "heterogeneous"):
+            r[kind] = {int(n): v for n, v in r[kind].items()}
+    return dict(earlier["families"])
 
 
 def _team(d: Diagnosis, members: list[int]) -> dict[str, float]:

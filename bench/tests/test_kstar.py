@@ -43,4 +43,8 @@ def test_the_benchmark_reports_teams_by_size_and_the_verdict(tmp_path: Path) -> 
     assert "kstar_format_rules_diverse2_minus_homog16_mean" in summary
     assert "kstar_format_rules_hetero_2_accuracy_ci_low" in summary
     assert (tmp_path / "kstar_format_rules.png").read_bytes()[:4] == b"\x89PNG"
+    assert fam["variants"][-1] == "with memory"  # the memory variant: trained one round, then recalled from
+    again = kstar.run([], tasks=3, copies=16, seeds=2, temperature=0.7, model="fake/scripted", chat=scripted(),
+                      embedder=HashEmbedder(64), out=tmp_path)  # type: ignore[arg-type]  # fmt: skip
+    assert list(again["families"]) == ["format_rules"]  # a family measured before and not named is kept
     assert "## format_rules" in (tmp_path / "kstar.md").read_text()
