@@ -244,16 +244,15 @@ class Team:
         observation: an environment's) are given to the final agent besides its own; an agent with
         tools runs the tool loop (``evolve.tools.loop``) and its step records the calls.
         """
-        queries = list(queries) if queries is not None else list(observations)
-        n = len(observations)
+        queries, n = (list(queries) if queries is not None else list(observations)), len(observations)
         if tools is not None and len(tools) != n:
-            raise ConfigError(
-                f"Team.act got {len(tools)} tool lists for {n} observations; expected one per observation"
-            )
-        outputs, steps, errors, causes = self._act(
-            self.order, observations, queries, turn, sample_index, params, contexts, tools
-        )
-        return [TeamAct(tuple(steps[i]), outputs[i].get(self.sink, ""), errors[i], causes[i]) for i in range(n)]
+            raise ConfigError(f"Team.act: {len(tools)} tool lists for {n} observations; expected one per observation")
+        return self._decide(observations, queries, turn, sample_index, params, contexts, tools)
+
+    def _decide(self, *call: Any) -> list[TeamAct]:
+        """The acts of a checked call (``_act``'s arguments after the names): a chain's agents in order."""
+        acts = zip(*self._act(self.order, *call), strict=True)  # per observation: outputs, steps, error, cause
+        return [TeamAct(tuple(s), o.get(self.sink, ""), e, c) for o, s, e, c in acts]
 
     def stream(
         self,

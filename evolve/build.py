@@ -18,7 +18,7 @@ from evolve.prompts.graph import PromptGraph
 from evolve.ray_executor import make_executor
 from evolve.run_log import RunLog
 from evolve.spec import AgentSection, RunSpec
-from evolve.teams.compose import Recompose
+from evolve.teams.compose import Recompose, last_kept
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
@@ -139,10 +139,9 @@ def kept_team(spec: RunSpec, agents: list[Agent], store: MemoryStore | None) -> 
     if spec.team.recompose == "off" or store is None:
         return shaped(spec, agents)
     for run in [spec.run.name, *([spec.shared_run] if spec.shared_run else [])]:
-        rounds = RunLog(store.engine, run).completed()
-        kept = [rounds[r].team for r in sorted(rounds) if rounds[r].team]
-        if kept:
-            return shaped(spec.model_copy(update={"team": spec.team.model_copy(update={"members": kept[-1]})}), agents)
+        kept = last_kept(RunLog(store.engine, run).completed())
+        if kept is not None:
+            return shaped(spec.model_copy(update={"team": spec.team.model_copy(update={"members": kept})}), agents)
     return shaped(spec, agents)
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from connectors import ConfigError, Embedder, Environment
 from evolve.agent import Agent, Team
 from evolve.envs.tasks import Task
 from evolve.envs.textmatch import normalise
+from evolve.run_log import RoundMetrics
 from evolve.teams.diagnose import Diagnosis, diagnose
 from evolve.teams.diversity import kstar, majority
 from evolve.teams.parallel import ParallelTeam
@@ -220,9 +221,15 @@ def check_recompose(recompose: Recompose | None, team: Team, prompts: object | N
     return recompose
 
 
-def resumed_team(team: Team, recompose: Recompose | None, rounds: Mapping[int, Any]) -> Team:
-    """The team a resumed run acts with: the last one a recorded round kept (``RoundMetrics.team``)."""
-    kept = [rounds[r].team for r in sorted(rounds) if getattr(rounds[r], "team", None)]
-    if recompose is None or not kept or not isinstance(team, ParallelTeam):
+def last_kept(rounds: Mapping[int, RoundMetrics]) -> list[str] | None:
+    """The members the latest re-composing round kept (``RoundMetrics.team``), or None if none did."""
+    kept = [rounds[r].team for r in sorted(rounds) if rounds[r].team]
+    return kept[-1] if kept else None
+
+
+def resumed_team(team: Team, recompose: Recompose | None, rounds: Mapping[int, RoundMetrics]) -> Team:
+    """The team a resumed run acts with: the last one a recorded round kept."""
+    members = last_kept(rounds)
+    if recompose is None or members is None or not isinstance(team, ParallelTeam):
         return team
-    return recompose.team_of(team, kept[-1])
+    return recompose.team_of(team, members)

@@ -90,26 +90,11 @@ class ParallelTeam(Team):
         return ParallelTeam([by_name[m] for m in self.members], aggregate=self.aggregate, judge=judge,
                             debate=self.debate, workers=self.workers)  # fmt: skip
 
-    def act(
-        self,
-        observations: Sequence[str],
-        *,
-        queries: Sequence[str] | None = None,
-        turn: int = 0,
-        sample_index: int = 0,
-        params: Mapping[str, Any] | None = None,
-        contexts: Sequence[str | None] | None = None,
-        tools: Sequence[Sequence[Tool]] | None = None,
-    ) -> list[TeamAct]:
-        """Every member answers every observation, then the aggregator decides (``Team.act``'s arguments).
-        An observation fails only when no member answers it (or the judge fails)."""
-        queries = list(queries) if queries is not None else list(observations)
-        n = len(observations)
-        if tools is not None and len(tools) != n:
-            raise ConfigError(
-                f"Team.act got {len(tools)} tool lists for {n} observations; expected one per observation"
-            )
-        call = _Call(observations, queries, turn, sample_index, params, contexts, tools)
+    def _decide(self, *args: Any) -> list[TeamAct]:
+        """Every member answers every observation, then the aggregator decides. An observation fails only
+        when no member answers it (or the judge fails)."""
+        call = _Call(*args)
+        n = len(call.observations)
         outputs, steps, failures = self._members(call, recall=True)
         if self.debate:
             everyone = list(self.members)
@@ -121,13 +106,11 @@ class ParallelTeam(Team):
             return self._judged(call, outputs, steps, failures)
         acts = []
         for i in range(n):
-            answers = [outputs[i].get(m) for m in self.members]
-            won = majority(answers)
+            won = majority([outputs[i].get(m) for m in self.members])
             if won is None:
                 acts.append(self._failed(steps[i], failures[i]))
                 continue
-            winner = self.members[won]
-            last = max(j for j, s in enumerate(steps[i]) if s.agent == winner)
+            last = max(j for j, s in enumerate(steps[i]) if s.agent == self.members[won])
             ordered = [s for j, s in enumerate(steps[i]) if j != last] + [steps[i][last]]
             acts.append(TeamAct(tuple(ordered), steps[i][last].output, failed=tuple(f for f, _ in failures[i])))
         return acts
