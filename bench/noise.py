@@ -1,0 +1,288 @@
+"""Learning under wrong ratings: a share ρ of the ratings is wrong, success is scored by the true checker.
+
+Deployments do not have a clean checker: people rate answers by mistake or carelessly. Here every episode's
+verdict is flipped with probability ρ before memory sees it (a success rated bad, a failure rated good), in
+what is reinforced and in what is written: a flipped failure is stored as a success with its wrong answer,
+a flipped success as a failure whose feedback reveals nothing ("Wrong."). Success is always the true
+checker's. The flips are drawn per (seed, epoch, task) from one uniform number, so every condition sees the
+same wrong ratings, and the flips at ρ = 0.1 are among those at ρ = 0.2 (the runs are paired across ρ too).
+
+Conditions (``bench.learning_conditions``): no memory, similarity-only, Q-memory, Q in context. Families: the
+four bundled look-alike families (8 epochs of 24 tasks, paraphrases on) and BFCL ``simple_python`` and
+``multiple`` (3 epochs over 32 tasks of the category, the ``bench.bfcl_learning`` full profile's; its
+recall settings). The reader is the rule (``--reader rule``, default): it answers with what the best
+recalled memory shows (``bench.ablations.oracle_reply``: a success's answer, a failure's revealed answer or
+call), so a figure measures what memory hands the model, not the model's reading of it; ``--reader
+local/smollm2`` puts the real model back (hours on 2 cores: run a family or a ρ at a time, the cells merge).
+
+Per cell: success in the last epoch, at epochs 2 and 4, the area under the curve (mean success over epochs)
+and the share solved at least once, with 95% intervals over seeds, and Q − similarity paired by seed.
+
+Run: python -m bench.noise [--families ...] [--conditions ...] [--rhos 0 0.1 0.2 0.3] [--seeds 5]
+     [--reader rule | local/smollm2] [--out bench/results]
+Writes bench/results/noise.{json,md} and noise_<family>.png (a model's run: noise_<model>.*) and the noise_*
+keys of bench/results/summary.json (the rule reader's end in ``_rule``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from bench.common import machine, merge_summary
+from bench.learning_conditions import BY_NAME, ENVS, EnvSpec, OptimizerSettings, build_evolver, seed_order
+from bench.learning_report import cell_metrics
+from bench.noise_report import markdown, plot_family, summary_keys
+from connectors import ChatClient, ConfigError, Embedder, Environment, Message, Observation, load_chat, load_embedder
+from evolve import Task
+from evolve.executors import env_tools
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BUNDLED = ("facility_codes", "lookalikes", "procedures", "changing_facts")
+BFCL = ("bfcl_simple_python", "bfcl_multiple")
+FAMILIES = BUNDLED + BFCL
+CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context")
+RHOS = (0.0, 0.1, 0.2, 0.3)
+EPOCHS = {"bundled": 8, "bfcl": 3}
+BFCL_TASKS = 32
+WRONG_SUCCESS = "Correct."
+WRONG_FAILURE = "Wrong."
+
+
+def check_share(name: str, value: object) -> float:
+    """A probability or a share in [0, 1]; ConfigError naming ``name`` otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) <= 1.0
+    if not ok:
+        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def flipped(rho: float, seed: int, epoch: int, task_id: str) -> bool:
+    """Whether the rating of ``task_id``'s episode in ``epoch`` is wrong: one uniform draw per (seed, epoch,
+    task), below ``rho`` (so the flips at a smaller ρ are among those at a larger one)."""
+    u = np.random.default_rng([seed, epoch, zlib.crc32(task_id.encode("utf-8"))]).random()
+    return bool(u < rho)
+
+
+@dataclass
+class Ratings:
+    """The noisy rater's state for one run: ρ, the seed, the epoch being run, and the true rewards it saw."""
+
+    rho: float
+    seed: int
+    epoch: int = 0
+    truth: dict[str, float] = field(default_factory=dict)
+    flips: int = 0
+
+
+class RatedEnv:
+    """An environment whose verdicts reach memory through a rater that is wrong with probability ρ.
+
+    The true reward is kept in ``ratings.truth`` (by task id) before the verdict is flipped."""
+
+    def __init__(self, inner: Environment, ratings: Ratings) -> None:
+        self.inner, self.ratings, self.task_id = inner, ratings, ""
+
+    def reset(self, task: Any) -> str:
+        self.task_id = task if isinstance(task, str) else str(getattr(task, "id", None) or task["id"])
+        return self.inner.reset(task)
+
+    def tools(self) -> list[Any]:
+        """The inner environment's tools for the episode (BFCL's functions), if it gives any."""
+        return env_tools(self.inner)
+
+    def step(self, action: str) -> Observation:
+        obs = self.inner.step(action)
+        if not obs.done:
+            return obs
+        r = self.ratings
+        r.truth[self.task_id] = float(obs.reward)
+        if not flipped(r.rho, r.seed, r.epoch, self.task_id):
+            return obs
+        r.flips += 1
+        good = obs.reward >= 1.0
+        return Observation(WRONG_FAILURE if good else WRONG_SUCCESS, 0.0 if good else 1.0, True, dict(obs.info))
+
+
+_OUTCOME = re.compile(r"^Outcome: (success|failure)$", re.M)
+_ANSWER = re.compile(r"^Answer given: (.+)$", re.M)
+_CALLED = re.compile(r"^Called (.+?) -> ", re.M)
+_REVEALED = re.compile(r"(?:The expected answer is: (.+?)\.?$|A correct call: (.+?)$|Correct calls: (.+?)$)", re.M)
+
+
+def rule_reply(messages: Sequence[Message]) -> str:
+    """What the best recalled memory shows (experiences are rendered best last): a success's answer or calls,
+    a failure's revealed answer or call; "unknown" without one. BFCL's calls are answered as ``[f(x=1)]``."""
+    text = messages[-1].content
+    outcomes = list(_OUTCOME.finditer(text))
+    if not outcomes:
+        return "unknown"
+    best = text[outcomes[-1].start() : text.find("</experience>", outcomes[-1].start())]
+    if outcomes[-1].group(1) == "success":
+        calls = _CALLED.findall(best)
+        if calls:
+            return "[" + ", ".join(calls) + "]"
+        found = _ANSWER.search(best)
+        return found.group(1).strip() if found else "unknown"
+    revealed = _REVEALED.search(best)
+    if revealed is None:
+        return "unknown"
+    answer, call, calls = revealed.groups()
+    return answer.strip() if answer else f"[{call.strip()}]" if call else calls.strip()
+
+
+def family_env(name: str) -> tuple[EnvSpec, Callable[[int], list[Task]], int]:
+    """A family's environment, its tasks for a seed and its epochs."""
+    if name in BUNDLED:
+        env = ENVS[name]()
+        tasks = env.tasks(None)
+        return env, lambda seed: seed_order(tasks, seed), EPOCHS["bundled"]
+    if name in BFCL:
+        from bench.bfcl_learning import category_env
+        from bench.bfcl_splits import split
+        from evolve import bfcl_tasks
+
+        category = name.removeprefix("bfcl_")
+        everything = bfcl_tasks(category)
+        return (
+            category_env(category, everything),
+            lambda seed: split(everything, BFCL_TASKS, 1, seed=seed)[0],  # the train side of the split
+            EPOCHS["bfcl"],
+        )
+    raise ConfigError(f"unknown family {name!r}; expected one of {list(FAMILIES)}")
+
+
+def run_seed(
+    env: EnvSpec, cond: str, tasks: Sequence[Task], rho: float, seed: int, epochs: int, *,
+    chat: ChatClient, embedder: Embedder, folder: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """One (family, condition, ρ, seed): ``epochs`` rounds with the noisy rater; true rewards per epoch."""
+    here = folder / f"{env.name}-{cond}-{rho}-{seed}"
+    here.mkdir(parents=True)
+    evolver, store = build_evolver(
+        env, BY_NAME[cond], tasks, chat=chat, embedder=embedder, folder=here, optimizer=OptimizerSettings(),
+        batch_size=len(tasks), seed=seed, paraphrases=True,
+    )  # fmt: skip
+    ratings = Ratings(rho, seed)
+    inner = evolver.env_factory
+    evolver.env_factory = lambda: RatedEnv(inner(), ratings)
+    rewards, started = [], time.perf_counter()
+    try:
+        for epoch in range(1, epochs + 1):
+            ratings.epoch, ratings.truth = epoch, {}
+            evolver.run_round(epoch)
+            rewards.append([ratings.truth.get(t.id, 0.0) for t in tasks])
+        size = len(store.items()) if store is not None else 0
+    finally:
+        if store is not None:
+            store.close()
+    out = cell_metrics(rewards)
+    return {**out, **curve_points(out["per_epoch"]), "flips": ratings.flips, "memory_size": size,
+            "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
+
+
+def curve_points(per_epoch: Sequence[float]) -> dict[str, float | None]:
+    """Speed of learning: success at epochs 2 and 4 (None past the run) and the area under the curve."""
+    at = {f"epoch{e}": (round(float(per_epoch[e - 1]), 4) if len(per_epoch) >= e else None) for e in (2, 4)}
+    return {**at, "auc": round(float(np.mean(per_epoch)), 4)}
+
+
+def run(
+    families: Sequence[str], conditions: Sequence[str], rhos: Sequence[float], seeds: int, *,
+    chat: ChatClient, embedder: Embedder, reader: str, earlier: Mapping[str, Any] | None = None, progress: bool = True,
+) -> dict[str, Any]:  # fmt: skip
+    """Every (family, condition, ρ) over ``seeds`` seeds; cells of ``earlier`` (a report of the same reader
+    and seeds) are kept unless run again. No memory learns nothing from ratings: it runs at ρ = 0 only."""
+    result: dict[str, Any] = {"reader": reader, "seeds": list(range(seeds)), "families": {}}
+    for name, cells in (earlier or {}).get("families", {}).items():
+        result["families"][name] = json.loads(json.dumps(cells))
+    plan = [(f, c, r) for f in families for c in conditions for r in rhos if c != "no_memory" or r == 0.0]
+    bar = tqdm(total=len(plan) * seeds, desc="noise", unit="run", disable=not progress)
+    with tempfile.TemporaryDirectory(prefix="evolve-noise-") as tmp:
+        for family in families:
+            env, tasks_of, epochs = family_env(family)
+            into = result["families"].setdefault(family, {"cells": {}})
+            into.update(epochs=epochs, tasks=len(tasks_of(0)))
+            for f, cond, rho in plan:
+                if f != family:
+                    continue
+                per_seed = []
+                for seed in range(seeds):
+                    per_seed.append(run_seed(env, cond, tasks_of(seed), rho, seed, epochs, chat=chat,
+                                             embedder=embedder, folder=Path(tmp)))  # fmt: skip
+                    bar.update(1)
+                into["cells"].setdefault(cond, {})[rho_key(rho)] = per_seed
+    bar.close()
+    return result
+
+
+def rho_key(rho: float) -> str:
+    """ρ as the reports and keys name it: 0.2 → ``"rho2"`` (tenths)."""
+    return f"rho{round(rho * 10):d}"
+
+
+def reader_chat(reader: str) -> ChatClient:
+    """The rule reader (``oracle_reply``) or a model by name."""
+    if reader == "rule":
+        return load_chat("fake/scripted", replies=rule_reply)
+    if reader.startswith("local/"):
+        return load_chat(reader, batch_size=24, threads=os.cpu_count())
+    return load_chat(reader)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    p = argparse.ArgumentParser(prog="python -m bench.noise", description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    p.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS))
+    p.add_argument("--rhos", nargs="+", type=float, default=list(RHOS), metavar="RHO")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--reader", default="rule", help="rule (reads what the best memory shows) or a chat model")
+    p.add_argument("--embedder", default="minilm")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--fresh", action="store_true", help="drop the cells of an earlier report of this reader")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        rhos = [check_share("--rhos", r) for r in args.rhos]
+    except ConfigError as e:
+        p.error(str(e))
+    if args.seeds < 2:
+        p.error("--seeds must be >= 2: every figure carries an interval over seeds")
+    suffix = "_rule" if args.reader == "rule" else ""  # the summary keys' (a model's carry none)
+    stem = "noise" if args.reader == "rule" else "noise_" + re.sub(r"\W+", "_", args.reader.split("/")[-1])
+    path = args.out / f"{stem}.json"
+    earlier = None if args.fresh or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
+    if earlier is not None and earlier.get("seeds") != list(range(args.seeds)):
+        p.error(f"{path} holds {len(earlier['seeds'])} seeds, not {args.seeds}: pass --fresh to start over")
+    from bench.ablations import CachedEmbedder
+
+    started = time.perf_counter()
+    chat, embedder = reader_chat(args.reader), CachedEmbedder(load_embedder(args.embedder))
+    result = run(args.families, args.conditions, rhos, args.seeds, chat=chat, embedder=embedder,
+                 reader=args.reader, earlier=earlier, progress=not args.quiet)  # fmt: skip
+    result.update(machine=machine(), seconds=round(time.perf_counter() - started, 1), suffix=suffix)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (args.out / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
+    for family in result["families"]:
+        plot_family(result, family, args.out / f"{stem}_{family}.png")
+    merge_summary(args.out / "summary.json", summary_keys(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
