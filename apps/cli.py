@@ -29,11 +29,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     result = run_demo(rounds=args.rounds, seeds=args.seeds, home=args.home, seed=args.seed)
     seeds = len(result["seeds"])
     over = f"mean of {seeds} seeds [95% interval]" if seeds > 1 else "one seed: a draw, not a measured difference"
-    print(f"\nfacility codes — success rate per round ({result['model']}, {result['embedder']}; {over})\n")
-    print(result["table"])
-    print(f"\n{result['solved']}")
-    print(result["verdict"])
-    print(f"\nlearning curve: {result['plot']}\nall figures:    {Path(result['plot']).with_name('demo.json')}")
+    noisy = result["noisy"]
+    for head, part in (("clean ratings", result), (f"{noisy['rho']:.0%} of ratings wrong", noisy)):
+        print(f"\nfacility codes, {head} — success rate per round ({result['model']}, {result['embedder']}; {over})\n")
+        print(part["table"])
+        print(f"\n{part['solved']}")
+        print(part["verdict"])
+    print(f"\nlearning curves: {result['plot']}, {noisy['plot']}")
+    print(f"all figures:     {Path(result['plot']).with_name('demo.json')}")
     print(f"took {result['seconds']:.0f} s")
 
 
@@ -113,7 +116,7 @@ def cmd_memory(args: argparse.Namespace) -> None:
         if args.action == "export":
             print(f"exported {store.export(args.path, namespace=args.namespace)} items to {args.path}")
         elif args.action == "import":
-            print(f"imported {store.import_(args.path)} items from {args.path}")
+            print(f"imported {store.import_(args.path, writer=args.writer)} items from {args.path}")
 
 
 def memory_read(args: argparse.Namespace) -> None:
@@ -291,7 +294,9 @@ def add_memory_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "action",
         choices=["stats", "show", "export", "import", "backup", "restore", *memory_cli.ACTIONS],
         help="stats, show: read the memories; export, import: JSONL; backup, restore: the whole database; "
-        "consolidate: distil strategies; prune: forget under a budget; history: the removal log; undo: put back",
+        "consolidate: distil strategies; prune: forget under a budget; history: the removal log; undo: put back; "
+        "distrust: remove (or --reset) a --writer's memories; quarantined: what the trust policy held back; "
+        "release: let a --writer's held memories in",
     )
     m.add_argument(
         "targets",

@@ -89,8 +89,9 @@ def served_feedback(evolver: Evolver, spec: RunSpec) -> Callable[[], list[Trace]
         traces = learn_served(evolver, since=done.started_at if done is not None else 0.0)
         if spec.serve.promote and spec.shared_run is not None:
             moved = promote(
-                evolver.memory, evolver.team, min_q=spec.serve.promote_q, min_visits=spec.serve.promote_visits
-            )
+                evolver.memory, evolver.team, min_q=spec.serve.promote_q, min_visits=spec.serve.promote_visits,
+                tenant=spec.run.name.partition("@")[2] or None,  # the copies' writer: promoted:<tenant>
+            )  # fmt: skip
             print(f"promoted {moved} memories of {spec.run.name} into {spec.shared_run}'s shared memory", flush=True)
         return traces
 

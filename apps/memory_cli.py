@@ -1,9 +1,12 @@
-"""``evolve memory consolidate|prune|history|undo``: the memory lifecycle by hand (DESIGN §10).
+"""``evolve memory consolidate|prune|history|undo|distrust|release|quarantined``: the memory lifecycle by hand
+(DESIGN §10) and the defences against a writer (``memory.trust``, issue 40).
 
 ``evolve job`` runs consolidation and forgetting after each round when the spec asks; these commands do
-the same on any store, for one namespace or all. None of them embeds text (consolidation reads the
-stored vectors; a restore puts the stored vector back), so the store is opened without loading its
-embedder: a 20-second model load saved on every call.
+the same on any store, for one namespace or all. ``distrust --writer W`` removes (``--reset``: resets) what a
+writer wrote, ``undo --writer W`` puts it back, ``quarantined`` lists what ``[memory] trust = "quarantine"``
+held back and ``release --writer W`` lets it in. None of them embeds text (consolidation reads the
+stored vectors; a restore or a release puts the stored vector back), so the store is opened without
+loading its embedder: a 20-second model load saved on every call.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from memory import MemoryConfig, MemoryStore
 from memory.config import DAY, ForgetConfig
 from memory.schema import memory_items, read_state
 
-ACTIONS = ("consolidate", "prune", "history", "undo")
+ACTIONS = ("consolidate", "prune", "history", "undo", "distrust", "release", "quarantined")
 
 
 class StoredEmbedder:
@@ -101,11 +104,16 @@ LIFECYCLE_FLAGS = {
     "dry_run": False,
 }
 OTHER_FLAGS = {"embedder": "minilm", "force": False, "pg_bin": None}  # export/import, backup/restore only
+TRUST_FLAGS = {
+    "writer": (None, ("distrust", "release", "quarantined", "undo", "import")),
+    "reset": (False, ("distrust",)),
+}
 
 
 def refuse_unused(args: argparse.Namespace) -> None:
     """A flag given to an ``evolve memory`` action that does not use it is an error, never silently dropped."""
     unused = LIFECYCLE_FLAGS if args.action not in ACTIONS else OTHER_FLAGS
+    unused = {**unused, **{k: default for k, (default, takers) in TRUST_FLAGS.items() if args.action not in takers}}
     given = [f"--{k.replace('_', '-')}" for k, default in unused.items() if getattr(args, k, default) != default]
     if given:
         raise EvolveError(f"evolve memory {args.action} does not take {', '.join(given)}")
@@ -114,11 +122,16 @@ def refuse_unused(args: argparse.Namespace) -> None:
 def cmd_lifecycle(args: argparse.Namespace, llm: ChatModel | None = None) -> None:
     """Run one of ``ACTIONS`` (``apps.cli`` parses the arguments)."""
     config = MemoryConfig(forget=forget_config(args)) if args.action == "prune" else None
-    if args.action == "undo" and not args.targets:
+    if args.action == "undo" and bool(args.targets) == (args.writer is not None):
         raise EvolveError(
-            "evolve memory undo needs the removal ids or memory ids to put back (see evolve memory history)"
+            "evolve memory undo needs the removal ids or memory ids to put back (see evolve memory history), "
+            "or --writer W to undo a distrust of W; one of the two"
         )
+    if args.action in ("distrust", "release") and args.writer is None:
+        raise EvolveError(f"evolve memory {args.action} needs --writer KIND:NAME (e.g. --writer 'tenant:acme')")
     with open_store(args.db, config) as store:
+        if args.action in ("distrust", "release", "quarantined") or args.writer is not None:
+            return defences(store, args)
         if args.action == "consolidate":
             for ns in namespaces(store, args.namespace):
                 print(store.consolidate(ns, llm=llm, min_size=args.min_size).summary())
@@ -134,6 +147,30 @@ def cmd_lifecycle(args: argparse.Namespace, llm: ChatModel | None = None) -> Non
                 print(history_line(entry))
         else:
             undo(store, args.targets, args.namespace or "default")
+
+
+def defences(store: MemoryStore, args: argparse.Namespace) -> None:
+    """``distrust``, ``release``, ``quarantined`` and ``undo --writer`` (``memory.distrust``, ``memory.quarantine``)."""
+    w, ns = args.writer, args.namespace
+    where = f" in {ns}" if ns else ""
+    if args.action == "distrust":
+        r = store.distrust(w, namespace=ns, action="reset" if args.reset else "remove")
+        if not r.total:
+            print(f"{w}: nothing to distrust{where} (distrusted before, or nothing left)")
+        elif args.reset:
+            print(f"{w}: reset {r.reset} memories{where} to Q {store.config.q_init:g} with no visits")
+        else:
+            print(f"{w}: removed {r.removed} memories{where} (see evolve memory history), dropped {r.dropped} held")
+        if r.total:
+            print(f"undo with: evolve memory undo --writer {w!r}")
+    elif args.action == "release":
+        print(f"released {store.release(writer=w, namespace=ns)} memories of {w}{where}")
+    elif args.action == "quarantined":
+        for item in store.quarantined(ns, w):
+            print(f"{item.id}  [{item.namespace}]  {item.meta.get('writer')}  — {item.intent[:60]}")
+    else:
+        r = store.undo_distrust(w, namespace=ns)
+        print(f"{w}: restored {r.removed} memories, gave {r.reset} back their Q and visits, held {r.dropped} again")
 
 
 def undo(store: MemoryStore, ids: Sequence[str], namespace: str) -> None:
@@ -168,3 +205,10 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
         "--recall-retention-days", type=float, default=None, help="prune: drop logged recalls older than this"
     )
     m.add_argument("--dry-run", action="store_true", help="prune: say what would go, change nothing")
+    m.add_argument(
+        "--writer",
+        default=None,
+        help="distrust, release, undo: the writer, KIND:NAME (e.g. 'tenant:acme'); quarantined: only its; "
+        "import: stamp every memory with it (their claimed writer kept)",
+    )
+    m.add_argument("--reset", action="store_true", help="distrust: reset the writer's Q and visits, do not remove")

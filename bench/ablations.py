@@ -3,7 +3,8 @@
 One knob moves at a time from the bundled settings (k1 = 10, k2 = 1, δ = 0.5, λ = 0.5, α = 0.3, ε = 0,
 centred rewards, failure memories holding the answer given and the feedback, one Q per memory): λ,
 k1, k2, δ, α, ε, reward centring, what a failure memory stores and Q in context
-(``RetrievalConfig.context_q``: a memory's Q is what it earned for the task at hand). Each point runs 8 epochs of a family's 24 tasks with
+(``RetrievalConfig.context_q``: a memory's Q is what it earned for the task at hand) and, with it, what
+a memory's Q is for a task that has not rewarded it (``context_start``: its stored Q, or Q_init). Each point runs 8 epochs of a family's 24 tasks with
 paraphrases, over 5 seeds (task order, paraphrase choice, ε draws), and reports last-epoch and
 cumulative success with 95% intervals.
 
@@ -41,6 +42,7 @@ from connectors import ChatClient, Embedder, Message, ScriptedChat, load_chat, l
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.evolver import centred, raw
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
+from memory.config import CONTEXT_STARTS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FAMILIES = ("facility_codes", "changing_facts", "procedures", "lookalikes")
@@ -60,11 +62,13 @@ class Point:
     reward: str = "centred"
     failure_memory: str = "both"  # the default before 2026-11-26, around which these ablations were measured
     context_q: bool = False
+    context_start: str = "global"
 
     def config(self) -> MemoryConfig:
         retrieval = RetrievalConfig(
-            k1=self.k1, k2=self.k2, delta=self.delta, lam=self.lam, epsilon=self.epsilon, context_q=self.context_q
-        )
+            k1=self.k1, k2=self.k2, delta=self.delta, lam=self.lam, epsilon=self.epsilon, context_q=self.context_q,
+            context_start=self.context_start,  # type: ignore[arg-type]
+        )  # fmt: skip
         keeps = FAILURE_CONTENT[self.failure_memory]
         return MemoryConfig(retrieval=retrieval, alpha=self.alpha, failure_keeps=keeps)  # type: ignore[arg-type]
 
@@ -84,6 +88,7 @@ KNOBS: dict[str, tuple[Any, ...]] = {
     "reward": ("centred", "raw"),
     "failure_memory": tuple(FAILURE_CONTENT),
     "context_q": (False, True),
+    "context_start": CONTEXT_STARTS,
 }
 """Knob → the values it takes (the bundled value among them); k1 values below k2 are skipped."""
 
@@ -184,6 +189,8 @@ def parse_setting(text: str) -> tuple[str, tuple[Any, ...]]:
         raise ValueError(f"reward is 'centred' or 'raw', got {values!r}")
     if knob == "failure_memory" and not set(parsed) <= set(FAILURE_CONTENT):
         raise ValueError(f"failure_memory is one of {tuple(FAILURE_CONTENT)}, got {values!r}")
+    if knob == "context_start" and not set(parsed) <= set(CONTEXT_STARTS):
+        raise ValueError(f"context_start is one of {CONTEXT_STARTS}, got {values!r}")
     return knob, parsed
 
 

@@ -16,6 +16,7 @@ LABELS = {
     "reward": "reward to Q",
     "failure_memory": "a failure memory keeps",
     "context_q": "Q in context",
+    "context_start": "Q in context where not yet earned",
 }
 
 

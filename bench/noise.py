@@ -5,7 +5,7 @@ verdict is flipped with probability ρ before memory sees it (a success rated ba
 what is reinforced and in what is written: a flipped failure is stored as a success with its wrong answer,
 a flipped success as a failure whose feedback reveals nothing ("Wrong."). Success is always the true
 checker's. The flips are drawn per (seed, epoch, task) from one uniform number, so every condition sees the
-same wrong ratings, and the flips at ρ = 0.1 are among those at ρ = 0.2 (the runs are paired across ρ too).
+same wrong ratings, and the flips at ρ = 0.1 are among those at ρ = 0.2 (``evolve.envs.ratings.NoisyRatings``).
 
 Conditions (``bench.learning_conditions``): no memory, similarity-only, Q-memory, Q in context. Families: the
 four bundled look-alike families (8 epochs of 24 tasks, paraphrases on) and BFCL ``simple_python`` and
@@ -32,9 +32,7 @@ import os
 import re
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +43,9 @@ from bench.common import machine, merge_summary
 from bench.learning_conditions import BY_NAME, ENVS, EnvSpec, OptimizerSettings, build_evolver, seed_order
 from bench.learning_report import cell_metrics
 from bench.noise_report import markdown, plot_family, summary_keys
-from connectors import ChatClient, ConfigError, Embedder, Environment, Message, Observation, load_chat, load_embedder
+from connectors import ChatClient, ConfigError, Embedder, Message, load_chat, load_embedder
 from evolve import Task
-from evolve.executors import env_tools
+from evolve.envs.ratings import NoisyRatings, check_probability
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUNDLED = ("facility_codes", "lookalikes", "procedures", "changing_facts")
@@ -57,63 +55,6 @@ CONDITIONS = ("no_memory", "similarity", "q_memory", "q_context")
 RHOS = (0.0, 0.1, 0.2, 0.3)
 EPOCHS = {"bundled": 8, "bfcl": 3}
 BFCL_TASKS = 32
-WRONG_SUCCESS = "Correct."
-WRONG_FAILURE = "Wrong."
-
-
-def check_share(name: str, value: object) -> float:
-    """A probability or a share in [0, 1]; ConfigError naming ``name`` otherwise."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) <= 1.0
-    if not ok:
-        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def flipped(rho: float, seed: int, epoch: int, task_id: str) -> bool:
-    """Whether the rating of ``task_id``'s episode in ``epoch`` is wrong: one uniform draw per (seed, epoch,
-    task), below ``rho`` (so the flips at a smaller ρ are among those at a larger one)."""
-    u = np.random.default_rng([seed, epoch, zlib.crc32(task_id.encode("utf-8"))]).random()
-    return bool(u < rho)
-
-
-@dataclass
-class Ratings:
-    """The noisy rater's state for one run: ρ, the seed, the epoch being run, and the true rewards it saw."""
-
-    rho: float
-    seed: int
-    epoch: int = 0
-    truth: dict[str, float] = field(default_factory=dict)
-    flips: int = 0
-
-
-class RatedEnv:
-    """An environment whose verdicts reach memory through a rater that is wrong with probability ρ.
-
-    The true reward is kept in ``ratings.truth`` (by task id) before the verdict is flipped."""
-
-    def __init__(self, inner: Environment, ratings: Ratings) -> None:
-        self.inner, self.ratings, self.task_id = inner, ratings, ""
-
-    def reset(self, task: Any) -> str:
-        self.task_id = task if isinstance(task, str) else str(getattr(task, "id", None) or task["id"])
-        return self.inner.reset(task)
-
-    def tools(self) -> list[Any]:
-        """The inner environment's tools for the episode (BFCL's functions), if it gives any."""
-        return env_tools(self.inner)
-
-    def step(self, action: str) -> Observation:
-        obs = self.inner.step(action)
-        if not obs.done:
-            return obs
-        r = self.ratings
-        r.truth[self.task_id] = float(obs.reward)
-        if not flipped(r.rho, r.seed, r.epoch, self.task_id):
-            return obs
-        r.flips += 1
-        good = obs.reward >= 1.0
-        return Observation(WRONG_FAILURE if good else WRONG_SUCCESS, 0.0 if good else 1.0, True, dict(obs.info))
 
 
 _OUTCOME = re.compile(r"^Outcome: (success|failure)$", re.M)
@@ -175,21 +116,19 @@ def run_seed(
         env, BY_NAME[cond], tasks, chat=chat, embedder=embedder, folder=here, optimizer=OptimizerSettings(),
         batch_size=len(tasks), seed=seed, paraphrases=True,
     )  # fmt: skip
-    ratings = Ratings(rho, seed)
-    inner = evolver.env_factory
-    evolver.env_factory = lambda: RatedEnv(inner(), ratings)
+    rated = NoisyRatings(evolver.env_factory, rho=rho, seed=seed)
+    evolver.env_factory = rated
     rewards, started = [], time.perf_counter()
     try:
         for epoch in range(1, epochs + 1):
-            ratings.epoch, ratings.truth = epoch, {}
             evolver.run_round(epoch)
-            rewards.append([ratings.truth.get(t.id, 0.0) for t in tasks])
+            rewards.append(rated.true_rewards([t.id for t in tasks], epoch - 1))
         size = len(store.items()) if store is not None else 0
     finally:
         if store is not None:
             store.close()
     out = cell_metrics(rewards)
-    return {**out, **curve_points(out["per_epoch"]), "flips": ratings.flips, "memory_size": size,
+    return {**out, **curve_points(out["per_epoch"]), "flips": rated.flips, "memory_size": size,
             "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
 
 
@@ -256,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     try:
-        rhos = [check_share("--rhos", r) for r in args.rhos]
+        rhos = [check_probability("--rhos", r) for r in args.rhos]
     except ConfigError as e:
         p.error(str(e))
     if args.seeds < 2:

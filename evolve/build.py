@@ -22,7 +22,7 @@ from evolve.teams.compose import Recompose, last_kept
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
-from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, fit_id, similarity_only
+from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, TrustPolicy, fit_id, similarity_only
 from memory.config import ForgetConfig
 from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
 
@@ -107,6 +107,7 @@ def memory_config(spec: RunSpec) -> MemoryConfig:
         credit_depth=m.credit_depth,
         credit_decay=m.credit_decay,
         forget=m.forget.config() if m.forget is not None else ForgetConfig(),
+        trust=TrustPolicy(mode=m.trust, trusted=tuple(m.trusted)),
     )
     return similarity_only(config) if m.mode == "similarity" else config
 

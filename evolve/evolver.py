@@ -51,7 +51,7 @@ from evolve.weights.switch import (
     base_folder,
     train_adapters,
 )
-from memory import MemoryStore, WriteEntry, fit_id, reinforcements
+from memory import MemoryStore, WriteEntry, fit_id, reinforcements, writer_name
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -324,6 +324,7 @@ class Evolver:
         ]
         if feedback:
             self.memory.reinforce_many(feedback)
+        who = writer_name("run", self.run_name)  # meta["writer"]: the trust policy decides by it (memory.trust)
         entries = [
             WriteEntry(
                 e.prompt,
@@ -334,6 +335,7 @@ class Evolver:
                 provenance={"episode": e.id, "recalls": list(e.recall_ids), "reward": e.reward},
                 id=fit_id(f"{e.id}/{namespace}"),
                 task=e.task_id,  # one intent per task: look-alike tasks never share memories' group
+                writer=who,
             )
             for e in episodes
             if e.error is None

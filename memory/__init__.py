@@ -12,8 +12,9 @@ Example:
 This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
 """
 
-from memory.checks import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, fit_id
+from memory.checks import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, check_writer, fit_id, writer_name
 from memory.config import ForgetConfig, MemoryConfig, RetrievalConfig, similarity_only
+from memory.distrust import DistrustReport
 from memory.learning import Reinforcement, reinforcements
 from memory.records import MemoryItem, Recall, ScoredItem
 from memory.scoring import (
@@ -27,12 +28,15 @@ from memory.scoring import (
     zscore,
 )
 from memory.store import MemoryStore
+from memory.trust import LOCAL_WRITER, TRUST_MODES, WRITER_KINDS, TrustPolicy
 from memory.writer import WriteEntry, Written, compose_experience
 
 __all__ = [
+    "LOCAL_WRITER",
     "MAX_FEEDBACK_ID",
     "MAX_ID",
     "MAX_NAMESPACE",
+    "DistrustReport",
     "ForgetConfig",
     "MemoryConfig",
     "MemoryItem",
@@ -42,9 +46,13 @@ __all__ = [
     "RetrievalConfig",
     "ScoredItem",
     "Selection",
+    "TRUST_MODES",
+    "TrustPolicy",
+    "WRITER_KINDS",
     "WriteEntry",
     "Written",
     "calibrate_threshold",
+    "check_writer",
     "compose_experience",
     "credit_weights",
     "fit_id",
@@ -54,5 +62,6 @@ __all__ = [
     "similarity_only",
     "td_update",
     "two_phase_scores",
+    "writer_name",
     "zscore",
 ]

@@ -30,6 +30,7 @@ from connectors.redact import redact_url
 from memory.config import RetrievalConfig
 from memory.records import MemoryItem
 from memory.schema import read_state, record_embedder
+from memory.trust import MAX_WRITER, WRITER_KINDS, has_control, is_writer
 
 MAX_NAMESPACE = 200
 MAX_ID = 64  # the id columns are VARCHAR(64)
@@ -137,6 +138,57 @@ def check_namespace(namespace: object) -> str:
             f"namespace must be a non-empty string of at most {MAX_NAMESPACE} characters, got {namespace!r:.120}"
         )
     return check_chars("namespace", namespace)
+
+
+def check_writer(writer: object, where: str = "writer") -> str:
+    """A memory's writer (``memory.trust``): ``"<kind>:<name>"``, else a ``ConfigError`` saying the form."""
+    if not is_writer(writer):
+        raise ConfigError(
+            f"{where} must be '<kind>:<name>' with kind one of {', '.join(WRITER_KINDS)} and a name that is not "
+            f"blank, at most {MAX_WRITER} characters without control characters (e.g. 'tenant:Zürich Nord'), "
+            f"got {writer!r:.120}"
+        )
+    return str(writer)
+
+
+def writer_name(kind: str, name: str) -> str:
+    """The writer ``"<kind>:<name>"`` for a name the caller did not choose to fit (a run, a file name): control
+    characters become spaces and a long one is shortened with a hash (``fit_id``).
+
+    Example:
+        >>> writer_name("import", "codes\\n2026.jsonl")
+        'import:codes 2026.jsonl'
+    """
+    clean = "".join(" " if has_control(c) else c for c in name).strip() or "?"
+    return check_writer(fit_id(f"{kind}:{clean}", MAX_WRITER))
+
+
+def stamped(meta: object, writer: str) -> object:
+    """``meta`` (a mapping; anything else is left for ``check_meta`` to refuse) with ``writer`` as its
+    ``"writer"``; a different writer it claimed is kept as ``"claimed_writer"``."""
+    if not isinstance(meta, Mapping):
+        return {"writer": writer} if meta is None else meta
+    out = dict(meta)
+    claimed, out["writer"] = out.get("writer"), writer
+    if claimed is not None and claimed != writer:
+        out["claimed_writer"] = claimed
+    return out
+
+
+def with_writer(meta: object, writer: object) -> Any:
+    """``add``/``add_many``'s ``meta`` (one mapping, one per row, or None) stamped with a checked ``writer``."""
+    who = check_writer(writer)
+    if meta is None or isinstance(meta, Mapping):
+        return stamped(meta, who)
+    return [stamped(m, who) for m in as_list(meta, "meta")]
+
+
+def imported_meta(meta: dict[str, Any], *, writer: str | None, fallback: str) -> dict[str, Any]:
+    """An imported record's meta: with ``writer`` None its own valid writer, kept as it is (so a restore of an
+    export is bit-exact), else ``fallback`` (``import:<file name>``); a given ``writer`` stamps it (``stamped``)."""
+    if writer is None and is_writer(meta.get("writer")):
+        return meta
+    return stamped(meta, fallback if writer is None else writer)  # type: ignore[return-value]  # a dict in
 
 
 def check_retrieval(cfg: object) -> RetrievalConfig:

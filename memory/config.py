@@ -22,6 +22,7 @@ import numpy as np
 
 from connectors.db import DURABILITY_LEVELS, Durability
 from connectors.errors import ConfigError
+from memory.trust import TrustPolicy
 
 CreditMode = Literal["uniform", "score"]
 FailureKeeps = Literal["feedback", "attempt", "both"]
@@ -30,6 +31,8 @@ IndexKind = Literal["auto", "adaptive", "flat", "hnsw", "ivf", "pgvector"]
 CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
 DrawFrom = Literal["both", "episodes", "strategies"]
 DRAW_FROM: tuple[str, ...] = ("both", "episodes", "strategies")
+ContextStart = Literal["global", "neutral"]
+CONTEXT_STARTS: tuple[str, ...] = ("global", "neutral")
 INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")  # the in-process (FAISS / NumPy) kinds
 SERVER_INDEX_KINDS: tuple[str, ...] = ("pgvector",)  # kinds the database itself serves
 INDEX_CHOICES: tuple[str, ...] = ("auto", "adaptive", *INDEX_KINDS, *SERVER_INDEX_KINDS)
@@ -131,11 +134,21 @@ class RetrievalConfig:
         lam: λ, the weight of ẑ(Q) against ẑ(sim) in phase B; 0 is plain similarity ranking.
         epsilon: probability of replacing the selection by a random k2 of the pool (exploration).
         z_clip: z-scores inside the pool are clipped to ±z_clip.
-        context_q: Q in context. A recall made for a context (``retrieve(..., context=task_id)``, as
-            the ``Evolver`` does) ranks each memory by the Q it earned in recalls of that context —
-            ``Q ← Q + α·(r − Q)`` over them, from the Q it had when that context first recalled it —
-            and by its global Q where that context never recalled it. A memory that helped one task
-            then ranks high for that task only, not for every look-alike. False: one Q per memory.
+        context_q: Q in context (the default). A recall made for a context (``retrieve(...,
+            context=task_id)``, as the ``Evolver`` does) ranks each memory by the Q it earned in recalls
+            of that context (``Q ← Q + α·(r − Q)`` over them, from ``context_start``). A memory that
+            helped one task then ranks high for that task only, not for every look-alike. A recall
+            without a context (a served request) ranks by the global Q. False: one Q per memory (the
+            MemRL paper's rule). Chosen by measurement: on the four bundled families (rule reader,
+            10 seeds) it is above one Q per memory pooled (+0.086 [+0.074, +0.099] mean success over
+            8 epochs) and below it on none (bench/results/learning_findings.md).
+        context_start: with ``context_q``, what a memory's Q is in a context that has not rewarded it.
+            ``"neutral"`` (the default): ``MemoryConfig.q_init``, and its Q there folds from ``q_init``:
+            a Q earned on other tasks (a look-alike's failure) does not outweigh similarity for a task
+            that never recalled the memory (``memory.context_q``; measured in bench/results/learning_findings.md:
+            mean success over 8 epochs +0.035 [+0.030, +0.040] over ``"global"`` on the four families,
+            10 seeds). ``"global"``: its stored Q, and its Q there folds from the Q it had when that
+            context first recalled it.
         draw_from: which kinds of memory a recall draws from: ``"both"`` (episodes and the strategies
             consolidation distilled from them, ranked together), ``"episodes"`` or ``"strategies"``
             (``memory.strategies``). A store with no strategies recalls the same under all but
@@ -152,7 +165,8 @@ class RetrievalConfig:
     lam: float = 0.5
     epsilon: float = 0.0
     z_clip: float = 3.0
-    context_q: bool = False
+    context_q: bool = True
+    context_start: ContextStart = "neutral"
     draw_from: DrawFrom = "both"
 
     def __post_init__(self) -> None:
@@ -161,6 +175,11 @@ class RetrievalConfig:
             raise ConfigError(f"{owner}.draw_from must be one of {DRAW_FROM}, got {self.draw_from!r}")
         if not isinstance(self.context_q, bool):
             raise ConfigError(f"{owner}.context_q must be True or False, got {self.context_q!r}")
+        if self.context_start not in CONTEXT_STARTS:
+            raise ConfigError(
+                f"{owner}.context_start must be one of {CONTEXT_STARTS} (the Q of a memory a context has not"
+                f" rewarded: its stored Q, or q_init), got {self.context_start!r}"
+            )
         check_int(owner, "k2", self.k2, 1)
         check_int(owner, "k1", self.k1, 1)
         if self.k1 < self.k2:
@@ -244,6 +263,10 @@ class MemoryConfig:
         forget: forgetting with a budget (``memory.forgetting.ForgetConfig``: capacity, eviction order,
             merging of near-duplicates, how long a removal stays reversible), applied by
             ``MemoryStore.prune`` and ``evolve job``. The default forgets nothing.
+        trust: which writers' memories count as written (``memory.trust.TrustPolicy``): ``"open"`` (the
+            default) stores every writer's alike; ``"neutral"`` starts an untrusted writer's memories at
+            ``q_init`` with no visits; ``"quarantine"`` holds them where no recall finds them until
+            ``MemoryStore.release``.
 
     Example:
         >>> MemoryConfig(alpha=0.5, capacity=1000).capacity
@@ -264,9 +287,12 @@ class MemoryConfig:
     credit_depth: int = 0
     credit_decay: float = 0.5
     forget: ForgetConfig = field(default_factory=ForgetConfig)
+    trust: TrustPolicy = field(default_factory=TrustPolicy)
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
+        if not isinstance(self.trust, TrustPolicy):
+            raise ConfigError(f"{owner}.trust must be a memory.trust.TrustPolicy, got {type(self.trust).__name__}")
         check_int(owner, "credit_depth", self.credit_depth, 0)
         _check_range(owner, "credit_decay", self.credit_decay, 0.0, 1.0)
         if not isinstance(self.forget, ForgetConfig):

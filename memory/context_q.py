@@ -8,8 +8,16 @@ recalled, and the rewards that followed (``memory_feedback``). Folding those rew
 were applied with the store's rule, ``Q ← Q + α·(r − Q)``, from the Q the memory had when the context
 first recalled it, gives its Q in that context; nothing else is stored, so rewards stay idempotent and
 every process reads the same values. Rewards count with weight 1 (``credit="score"`` is not applied).
+
+Where a context has not rewarded a memory, ``RetrievalConfig.context_start`` says what its Q there is:
+``"global"``, its stored Q, so a memory recalled for a look-alike and failed there (Q −0.3) ranks below
+a less similar one for its own task before that task ever recalled it; ``"neutral"``, ``q_init``, and
+its fold there starts from ``q_init`` too: only what a context rewarded moves a memory's rank in it.
+
 When the log's retention expired old recalls (``memory.recall_expiry``), the fold of their rewards was
-kept (``memory_recall_summary``) and the fold goes on from it with the rewards applied since.
+kept (``memory_recall_summary``) and the fold goes on from it with the rewards applied since (it was
+folded from the Q that ranked each memory then: under ``"neutral"``, ``q_init``, or the tenant's overlay
+Q of a shared memory it rated).
 
 Example:
     >>> fold([("task-a", "m1", 0.3, -1.0), ("task-a", "m1", 0.3, 1.0), ("task-b", "m1", 0.0, 1.0)], alpha=0.5)
@@ -28,6 +36,7 @@ from connectors.db import check_chars
 from connectors.errors import ConfigError
 from memory.config import RetrievalConfig
 from memory.recall_log import candidates_of, expired_through
+from memory.retrieval import QOver
 from memory.schema import feedback, recall_summary, recalls
 from memory.statements import chunks
 
@@ -40,21 +49,27 @@ def fold(
     *,
     alpha: float,
     start: Mapping[str, Mapping[str, float]] | None = None,
+    first: float | None = None,
 ) -> dict[str, dict[str, float]]:
     """(context, memory id, Q when first recalled there, reward) rows in the order applied → Q in context;
-    ``start``: the Q-values folded so far (from rewards applied before ``rows``)."""
+    ``start``: the Q-values folded so far (from rewards applied before ``rows``); ``first``: the Q a
+    memory's fold starts from in a context that has none for it (None: the Q it was recalled with there).
+
+    After rewards r_1..r_n from a start s the fold is (1−α)^n·s + Σ_i α·(1−α)^(n−i)·r_i (α capped at 1).
+    """
     out: dict[str, dict[str, float]] = {context: dict(values) for context, values in (start or {}).items()}
     for context, item, q_then, reward in rows:
         values = out.setdefault(context, {})
-        q = values.get(item, q_then)
+        q = values.get(item, q_then if first is None else first)
         values[item] = q + min(alpha, 1.0) * (reward - q)
     return out
 
 
 def context_values(
-    conn: Connection, namespace: str, contexts: Sequence[str], *, alpha: float
+    conn: Connection, namespace: str, contexts: Sequence[str], *, alpha: float, first: float | None = None
 ) -> dict[str, dict[str, float]]:
-    """Each context's memories and their Q there (contexts that never recalled a rewarded memory are absent)."""
+    """Each context's memories and their Q there (contexts that never recalled a rewarded memory are absent);
+    ``first``: as ``fold``'s."""
     start: dict[str, dict[str, float]] = {}
     rows: list[tuple[str, str, float, float]] = []
     for part in chunks(sorted(set(contexts))):
@@ -62,7 +77,7 @@ def context_values(
         heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
         rows.extend((context, item, q, reward) for context, _, reward, c in heads_of(conn, heads)
                     for item, q in c.selected_where(None))  # fmt: skip
-    return fold(rows, alpha=alpha, start=start)
+    return fold(rows, alpha=alpha, start=start, first=first)
 
 
 def overlay_values(conn: Connection, namespace: str, shared: str, *, alpha: float) -> dict[str, float]:
@@ -138,14 +153,24 @@ def q_in_context(
     *,
     alpha: float,
     shared: str | None = None,
-) -> list[dict[str, float]]:
+    q_init: float = 0.0,
+) -> list[QOver]:
     """Per query, the Q-values that replace the stored ones in its ranking: the tenant's overlay on the
     ``shared`` memories it rated, and the Q its context earned (``RetrievalConfig.context_q``), which
-    wins where both speak. Empty when neither applies."""
+    wins where both speak; with ``context_start="neutral"`` a query made for a context ranks every other
+    memory at ``q_init``. Empty when none of this applies. No more SQL for a neutral start than for a
+    global one: the same rows, folded from another start."""
     named = [c for c in contexts if c is not None] if cfg.context_q else []
     if not named and shared is None:
         return []
+    neutral = cfg.context_start == "neutral"
     with db.transaction(write=False) as conn:
         overlay = overlay_values(conn, namespace, shared, alpha=alpha) if shared is not None else {}
-        values = context_values(conn, namespace, named, alpha=alpha) if named else {}
-    return [overlay | (values.get(c, {}) if c is not None else {}) for c in contexts]
+        first = q_init if neutral else None
+        values = context_values(conn, namespace, named, alpha=alpha, first=first) if named else {}
+    return [
+        QOver(overlay | values.get(c, {}), rest=q_init if neutral else None)
+        if c is not None and named
+        else QOver(overlay)
+        for c in contexts
+    ]

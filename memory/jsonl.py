@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import math
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from memory.checks import (
     check_text,
 )
 from memory.inserts import NewItems
-from memory.schema import intents, memory_items
+from memory.schema import intents, memory_items, quarantine
 from memory.statements import chunks
 
 FORMAT = "evolve.memory"
@@ -188,11 +189,13 @@ def check_file(path: Path) -> Checked:
 
 
 def already_stored(conn: Connection, checked: Checked) -> set[str]:
-    """The file's ids stored in the same namespace (to skip); an id stored in another one is refused."""
+    """The file's ids stored (or held in quarantine, ``memory.quarantine``) in the same namespace (to skip); an
+    id stored in another one is refused."""
     stored: dict[str, str] = {}
-    for part in chunks(list(checked.ids)):
-        query = select(memory_items.c.id, memory_items.c.namespace).where(memory_items.c.id.in_(part))
-        stored.update((i, ns) for i, ns in conn.execute(query).all())
+    for table, part in itertools.product((memory_items, quarantine), chunks(list(checked.ids))):
+        stored.update(
+            (i, ns) for i, ns in conn.execute(select(table.c.id, table.c.namespace).where(table.c.id.in_(part)))
+        )
     crossing = sorted((checked.ids[i][1], i, ns) for i, ns in stored.items() if checked.ids[i][0] != ns)
     if crossing:
         n, ident, ns = crossing[0]
@@ -233,9 +236,14 @@ def same_embedder(header: dict[str, Any], embedder: Embedder, dim: int) -> bool:
     return header.get("embedder") == getattr(embedder, "name", None) and header.get("dim") == dim
 
 
-def to_batch(records: list[Record], embedder: Embedder, dim: int, *, reuse: bool) -> tuple[NewItems, bool]:
+Stamp = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def to_batch(
+    records: list[Record], embedder: Embedder, dim: int, *, reuse: bool, stamp: Stamp | None = None
+) -> tuple[NewItems, bool]:
     """New items for ``records`` and whether the file's embeddings were reused (``reuse`` and all present);
-    otherwise the intents are embedded again."""
+    otherwise the intents are embedded again. ``stamp`` turns a record's meta into the one stored (its writer)."""
     reused = reuse and all(r.embedding is not None for r in records)
     if reused:
         vecs = np.stack([r.embedding for r in records if r.embedding is not None])
@@ -247,7 +255,7 @@ def to_batch(records: list[Record], embedder: Embedder, dim: int, *, reuse: bool
         check_embeddings(vecs, len(records), dim, source="import"),
         q=[r.q for r in records],
         success=[r.success for r in records],
-        meta=[r.meta for r in records],
+        meta=[r.meta if stamp is None else stamp(r.meta) for r in records],
         ids=[r.id for r in records],
         visits=[r.visits for r in records],
         created=[r.created_at for r in records],

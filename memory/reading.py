@@ -1,4 +1,5 @@
-"""The reading half of ``MemoryStore``: one memory, every memory, a logged recall, statistics, export.
+"""The reading half of ``MemoryStore``: one memory, every memory, a logged recall, statistics, export, and
+the state of the vector indexes.
 
 A mixin, so ``memory.store`` stays one readable file: each method checks its arguments and runs one
 function of ``memory.reads`` (or ``memory.jsonl``) in a read transaction under the store's lock.
@@ -16,12 +17,14 @@ from connectors.errors import StoreError
 from memory import jsonl, reads
 from memory.checks import check_id, check_namespace
 from memory.database import Database, OpenStore
+from memory.mirror.sync import MirrorSet
 from memory.records import MemoryItem
 
 
 class StoreReading:
-    """``get``, ``items``, ``explain``, ``stats`` and ``export`` of ``MemoryStore`` (which sets the attributes
-    declared here).
+    """``get``, ``items``, ``explain``, ``stats``, ``export`` and the index's state (``index_status``,
+    ``mirror_status``, ``index_details``, ``wait_for_index``, ``save_index``) of ``MemoryStore`` (which sets
+    the attributes declared here).
 
     Example:
         >>> from connectors import HashEmbedder
@@ -36,6 +39,7 @@ class StoreReading:
     dim: int
     _db: Database
     _open: OpenStore
+    _mirrors: MirrorSet
 
     def get(self, memory_id: str, *, namespace: str = "default") -> MemoryItem:
         """One memory of ``namespace`` by id, superseded or not (``StoreError`` when that namespace holds no
@@ -79,3 +83,30 @@ class StoreReading:
         count. Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.jsonl``)."""
         target = jsonl.as_path(path, "export")
         return self._open.read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
+
+    # -- the vector index -----------------------------------------------------------------------
+    def index_status(self, namespace: str = "default") -> str:
+        """How the namespace's vector index was obtained: ``loaded`` (saved file, current), ``caught_up``
+        (saved, updated from SQL), ``rebuilt``, ``built`` (no file) or ``database`` (``index="pgvector"``)."""
+        return self._open.index_status(check_namespace(namespace))
+
+    def mirror_status(self, namespace: str = "default") -> str:
+        """The same for the namespace's mirror (ids, Q, visits, vectors): ``loaded`` is its mapped snapshot."""
+        return self._open.index_status(check_namespace(namespace), of="mirror")
+
+    def index_details(self, namespace: str = "default") -> dict[str, Any]:
+        """What the namespace's index holds now: for ``index="auto"``, ``holds`` (``"exact"`` or ``"graph"``),
+        items in the graph (``distinct_vectors``: the vectors it holds) and in the exact part, ``ef_search`` and the recall@10 measured for it
+        (``measured_recall_at_10``), whether background work runs (``working``) and its last ``error``."""
+        return self._open.index_details(check_namespace(namespace))
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until background index work (``index="auto"``: the switch to a graph, merges, tuning) is
+        done; false when ``timeout`` seconds passed first. Recalls never need this: they are answered
+        exactly meanwhile."""
+        return self._open.wait_for_index(timeout)
+
+    def save_index(self) -> int:
+        """Save changed vector indexes and mirror snapshots beside the database now (``close`` does it too)."""
+        with self._open.locked():
+            return self._mirrors.save()

@@ -189,6 +189,8 @@ def recall_row(
     config: dict[str, Any] = {
         f: getattr(cfg, f) for f in ("k1", "k2", "delta", "lam", "epsilon", "z_clip", "context_q")
     }
+    if cfg.context_q and cfg.context_start != "global":  # logged only where it differs from before it existed
+        config["context_start"] = cfg.context_start
     if as_of is not None:
         config["as_of"] = as_of
     return {

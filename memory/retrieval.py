@@ -66,6 +66,33 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class QOver:
+    """The Q-values one query ranks its memories by in place of their stored ones (``memory.context_q``).
+
+    Attributes:
+        values: memory id → its Q here (what its context earned, a tenant's overlay Q on a shared memory).
+        rest: the Q of every memory ``values`` does not name (``RetrievalConfig.context_start="neutral"``
+            in a recall made for a context: ``q_init``); None: its stored Q.
+
+    Example:
+        >>> QOver({"m1": 0.5}, rest=0.0).of(np.array(["m1", "m2"]), np.array([-0.3, -0.3])).tolist()
+        [0.5, 0.0]
+    """
+
+    values: Mapping[str, float]
+    rest: float | None = None
+
+    def of(self, ids: np.ndarray, stored_q: np.ndarray) -> np.ndarray:
+        """The Q-values that rank the memories ``ids`` whose stored Q-values are ``stored_q``. Plain Python
+        over a pool of ten: numpy's per-call overhead would cost more than the work."""
+        qs = stored_q.copy() if self.rest is None else np.full(len(ids), self.rest, dtype=stored_q.dtype)
+        if self.values:
+            for i, item_id in enumerate(ids.tolist()):
+                qs[i] = self.values.get(str(item_id), qs[i])
+        return qs
+
+
+@dataclass(frozen=True)
 class Nearest:
     """Phase A's k1 nearest of one namespace (or of two, merged), before the floor and phase B."""
 
@@ -101,7 +128,7 @@ def plan_batch(
     vecs: np.ndarray,
     cfg: RetrievalConfig,
     rng: np.random.Generator,
-    q_in_context: Sequence[Mapping[str, float]] = (),
+    q_in_context: Sequence[Mapping[str, float] | QOver] = (),
     shared: NamespaceMirror | None = None,
 ) -> list[Plan]:
     """Phase A and B for each query vector, in memory (one index search per namespace for the batch);
@@ -146,22 +173,24 @@ class Planner:
     vecs: np.ndarray
     cfg: RetrievalConfig
     rng: np.random.Generator
-    q_in_context: Sequence[Mapping[str, float]] = ()
+    q_in_context: Sequence[Mapping[str, float] | QOver] = ()
 
     def __call__(self, mirror: NamespaceMirror, shared: NamespaceMirror | None = None) -> list[Plan]:
         return plan_batch(mirror, self.vecs, self.cfg, self.rng, self.q_in_context, shared)
 
 
 def plan_pool(
-    nearest: Nearest, cfg: RetrievalConfig, rng: np.random.Generator, q_over: Mapping[str, float] | None = None
+    nearest: Nearest,
+    cfg: RetrievalConfig,
+    rng: np.random.Generator,
+    q_over: Mapping[str, float] | QOver | None = None,
 ) -> Plan:
     """The floor δ and phase B (``select``) over phase A's nearest; ``q_over`` replaces the Q of the
-    memories it names (a context's Q, ``memory.context_q``; a tenant's overlay on shared memories)."""
+    memories it names (a context's Q, ``memory.context_q``; a tenant's overlay on shared memories), and
+    as a ``QOver`` may replace the others' too."""
     in_pool = nearest.sims > cfg.delta
-    qs = nearest.stored_q.copy()
-    if q_over:
-        for i, item_id in enumerate(nearest.ids):
-            qs[i] = q_over.get(str(item_id), qs[i])
+    over = q_over if isinstance(q_over, QOver) else QOver(q_over or {})
+    qs = over.of(nearest.ids, nearest.stored_q)
     selection = select(nearest.sims[in_pool], qs[in_pool], cfg, rng)
     return Plan(nearest.ids, nearest.sims, qs, nearest.stored_q, nearest.visits, nearest.shared, in_pool, selection)
 

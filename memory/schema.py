@@ -205,6 +205,40 @@ removals = Table(
     Index("ix_memory_removals_namespace_at", "namespace", "removed_at"),
 )
 
+# Memories of untrusted writers held back under TrustPolicy(mode="quarantine") (``memory.quarantine``): no
+# recall finds them until MemoryStore.release moves them into memory_items. A distrusted writer's are
+# dropped (``dropped_at``, ``dropped_by``: the distrust's reason), kept so undo_distrust can put them back.
+quarantine = Table(
+    "memory_quarantine",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("namespace", String(200), nullable=False),
+    Column("writer", String(200), nullable=False),
+    Column("held_at", Float, nullable=False),
+    Column("task", Text, nullable=True),  # WriteEntry.task: the intent group it joins when released
+    Column("record", JSON, nullable=False),  # the memory as it would be stored: intent, experience, q, meta...
+    Column("vector", LargeBinary, nullable=False),  # its intent's vector, float32 bytes: released without embedding
+    Column("dropped_at", Float, nullable=True),
+    Column("dropped_by", Text, nullable=True),
+    Index("ix_memory_quarantine_writer", "writer", "namespace"),
+    Index("ix_memory_quarantine_namespace", "namespace", "held_at"),
+)
+
+# MemoryStore.distrust(action="reset"): each reset memory's Q and visits before, so undo_distrust can put them
+# back (``memory.distrust``).
+resets = Table(
+    "memory_resets",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("item_id", String(64), nullable=False, index=True),
+    Column("namespace", String(200), nullable=False),
+    Column("writer", String(200), nullable=False, index=True),
+    Column("q", Float, nullable=False),
+    Column("visits", Integer, nullable=False),
+    Column("reset_at", Float, nullable=False),
+    Column("undone_at", Float, nullable=True),
+)
+
 # Evicted items, so that other processes drop them from their mirrors when they catch up.
 tombstones = Table(
     "memory_tombstones",

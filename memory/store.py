@@ -32,7 +32,7 @@ from connectors.db import default_url
 from connectors.embedders import Embedder
 from connectors.errors import ConfigError
 from connectors.redact import redact_url
-from memory import checks, jsonl, reads
+from memory import checks, jsonl, quarantine, reads
 from memory.checks import (
     check_id,
     check_namespace,
@@ -51,6 +51,7 @@ from memory.learning import apply_updates, check_entries, plan_updates
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
+from memory.trust import LOCAL_WRITER
 from memory.upkeep import StoreUpkeep
 from memory.writer import WriteEntry, check_write_entries, compose_experiences, entry_ids, new_batches
 
@@ -123,16 +124,19 @@ class MemoryStore(StoreUpkeep):
         q: float | None = None,
         meta: Mapping[str, Any] | None = None,
         id: str | None = None,
+        writer: str = LOCAL_WRITER,
     ) -> MemoryItem:
         """Store one experience for ``intent``; it starts at ``q`` (default ``config.q_init``).
 
         With an ``id`` the call is idempotent: when that id is already stored in ``namespace``, the
         stored item is returned and nothing is written (a resumed run re-writing an attempt adds no
         duplicate). Ids are unique across the store: an id taken in another namespace is a ``StoreError``.
+        ``writer`` (``"<kind>:<name>"``, ``memory.trust``) is stored as ``meta["writer"]``, and ``MemoryConfig.trust``
+        decides by it (an untrusted writer's ``q`` may be ignored, its memory held in quarantine).
         """
         check_text("intent", intent)
         check_text("experience", experience)
-        namespace = check_namespace(namespace)
+        namespace, meta = check_namespace(namespace), checks.with_writer(meta, writer)
         if id is not None:
             check_id("id", id)
             existing = self._find_many([id], None)
@@ -151,12 +155,13 @@ class MemoryStore(StoreUpkeep):
         embeddings: np.ndarray | None = None,
         meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         group: bool = True,
+        writer: str = LOCAL_WRITER,
     ) -> list[str]:
         """Store many ``(intent, experience)`` rows; returns their ids.
 
         ``embeddings`` (n, dim) may be given to skip the embedder (rows are L2-normalised). ``meta`` is
         one mapping for all rows or one per row. ``group=False`` skips intent grouping: every row
-        becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison).
+        becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison). ``writer``: as ``add``'s.
 
         Every row is checked before anything is written. Up to ``BULK_CHUNK`` rows are one
         transaction; a larger load commits in chunks of about ``BULK_SECONDS`` each, so other processes
@@ -164,7 +169,7 @@ class MemoryStore(StoreUpkeep):
         stopped half way keeps its committed chunks).
         """
         rows = check_rows(rows)
-        namespace = check_namespace(namespace)
+        namespace, meta = check_namespace(namespace), checks.with_writer(meta, writer)
         if not rows:
             return []
         intents_ = [r[0] for r in rows]
@@ -194,13 +199,15 @@ class MemoryStore(StoreUpkeep):
         provenance: Mapping[str, Any] | None = None,
         id: str | None = None,
         failure_keeps: FailureKeeps | None = None,
+        writer: str = LOCAL_WRITER,
     ) -> MemoryItem:
         """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson. A
         deterministic ``id`` makes writing idempotent; ``failure_keeps`` overrides the config's for it. With
-        ``MemoryConfig.supersede`` it supersedes the memories of its group it contradicts (``memory.lifecycle``)."""
+        ``MemoryConfig.supersede`` it supersedes the memories of its group it contradicts (``memory.lifecycle``).
+        ``writer``: as ``add``'s (``WriteEntry.writer``)."""
         entry = WriteEntry(
             intent, trajectory=trajectory, feedback=feedback, success=success, namespace=namespace,
-            provenance=provenance, id=id, failure_keeps=failure_keeps,
+            provenance=provenance, id=id, failure_keeps=failure_keeps, writer=writer,
         )  # fmt: skip
         return self.write_many([entry], llm=llm)[0]
 
@@ -239,13 +246,16 @@ class MemoryStore(StoreUpkeep):
 
         With ``skip_existing`` the ids are checked again inside the write transaction: a row another
         process stored since the caller looked is returned as stored, not written twice (and one it
-        stored in another namespace fails the whole transaction).
+        stored in another namespace fails the whole transaction). ``MemoryConfig.trust`` is applied first
+        (``memory.quarantine.screen``): held memories come back as stored, in no mirror.
         """
         with self._open.locked():
             with self._open.write() as conn:
-                out, done = insert_batches(
+                batches, out = quarantine.screen(conn, batches, self.config, skip_existing=skip_existing)
+                stored, done = insert_batches(
                     conn, self._mirrors, batches, config=self.config, group=group, skip_existing=skip_existing
                 )
+            out.update(stored)
             for _, d in done:
                 out.update((item.id, item) for item in d.items)
             if not self._mirrors.apply_inserts(done):
@@ -316,7 +326,9 @@ class MemoryStore(StoreUpkeep):
         vecs = self._embed(queries)
         with self._open.locked():
             names, plans, view, texts = (namespace, shared), None, None, self._texts
-            own = q_in_context(self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared)
+            own = q_in_context(
+                self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared, q_init=self.config.q_init
+            )
             planner = Planner(vecs, cfg, self._rng, own)
             if as_of is None:  # optimistic: search the mirrors as this process last saw them, check in the
                 # transaction that logs the recall (read-only if none); repeated only if another process wrote
@@ -377,50 +389,31 @@ class MemoryStore(StoreUpkeep):
             return updated
 
     # -- moving memories ---------------------------------------------------------------------
-    def import_(self, path: str | Path) -> int:
+    def import_(self, path: str | Path, *, writer: str | None = None) -> int:
         """Read an ``export`` file (memories already stored in their namespace are skipped); returns how
         many were added. Every record is checked before anything is written (a ``ConfigError`` names the
         line and field; nothing is imported); an import stopped half way completes when run again. With
-        the exporting store's embedder the vectors are reused bit for bit (``memory.jsonl``)."""
-        checked = jsonl.check_file(jsonl.as_path(path, "import"))
+        the exporting store's embedder the vectors are reused bit for bit (``memory.jsonl``).
+
+        ``writer`` None keeps each record's own ``meta["writer"]`` (a restore of an export is bit-exact), or
+        gives one without it ``import:<file name>``; a ``writer`` stamps every memory, a record's claimed
+        writer kept as ``meta["claimed_writer"]``. ``MemoryConfig.trust`` decides by the result."""
+        source = jsonl.as_path(path, "import")
+        stamp = partial(checks.imported_meta, writer=None if writer is None else checks.check_writer(writer),
+                        fallback=checks.writer_name("import", source.name))  # fmt: skip
+        checked = jsonl.check_file(source)
         skip = self._open.read(partial(jsonl.already_stored, checked=checked))
         reuse = jsonl.same_embedder(checked.header, self.embedder, self.dim)
         added = 0
         for namespace, records in jsonl.records(checked, skip):
             if added // BULK_CHUNK != (added + len(records)) // BULK_CHUNK:
                 self._open.yield_to_writers()  # a turn for other writers about every BULK_CHUNK rows
-            batch, reused = jsonl.to_batch(records, self.embedder, self.dim, reuse=reuse)
+            batch, reused = jsonl.to_batch(records, self.embedder, self.dim, reuse=reuse, stamp=stamp)
             self._insert({namespace: batch}, group=not reused, skip_existing=True)
             added += len(batch)
         return added
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def index_status(self, namespace: str = "default") -> str:
-        """How the namespace's vector index was obtained: ``loaded`` (saved file, current), ``caught_up``
-        (saved, updated from SQL), ``rebuilt``, ``built`` (no file) or ``database`` (``index="pgvector"``)."""
-        return self._open.index_status(check_namespace(namespace))
-
-    def mirror_status(self, namespace: str = "default") -> str:
-        """The same for the namespace's mirror (ids, Q, visits, vectors): ``loaded`` is its mapped snapshot."""
-        return self._open.index_status(check_namespace(namespace), of="mirror")
-
-    def index_details(self, namespace: str = "default") -> dict[str, Any]:
-        """What the namespace's index holds now: for ``index="auto"``, ``holds`` (``"exact"`` or ``"graph"``),
-        items in the graph (``distinct_vectors``: the vectors it holds) and in the exact part, ``ef_search`` and the recall@10 measured for it
-        (``measured_recall_at_10``), whether background work runs (``working``) and its last ``error``."""
-        return self._open.index_details(check_namespace(namespace))
-
-    def wait_for_index(self, timeout: float | None = None) -> bool:
-        """Wait until background index work (``index="auto"``: the switch to a graph, merges, tuning) is
-        done; false when ``timeout`` seconds passed first. Recalls never need this: they are answered
-        exactly meanwhile."""
-        return self._open.wait_for_index(timeout)
-
-    def save_index(self) -> int:
-        """Save changed vector indexes and mirror snapshots beside the database now (``close`` does it too)."""
-        with self._open.locked():
-            return self._mirrors.save()
-
     def close(self) -> None:
         """Save changed indexes and release the database. Idempotent."""
         self._open.close()

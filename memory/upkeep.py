@@ -1,9 +1,12 @@
-"""The upkeep half of ``MemoryStore``: the memory lifecycle that runs between rounds (DESIGN §10).
+"""The upkeep half of ``MemoryStore``: the memory lifecycle that runs between rounds (DESIGN §10), and the
+operator's defences against a writer (issue 40).
 
 A mixin, so ``memory.store`` stays one readable file. ``consolidate`` distils strategies from groups of
 episodes (``memory.strategies``); ``prune``, ``restore`` and ``history`` forget under a budget and undo
-it from the removal log (``memory.pruning``, ``memory.restoring``). Each runs in one write transaction under the store's lock,
-so a run killed midway leaves the store as it was before the call, and a rerun does what is left.
+it from the removal log (``memory.pruning``, ``memory.restoring``); ``quarantined`` and ``release`` read and
+free what the trust policy held back (``memory.quarantine``); ``distrust`` and ``undo_distrust`` remove or
+reset a writer's memories and put them back (``memory.distrust``). Each runs in one write transaction under
+the store's lock, so a run killed midway leaves the store as it was before the call, and a rerun does what is left.
 """
 
 from __future__ import annotations
@@ -14,21 +17,23 @@ from functools import partial
 
 from connectors.chat import ChatModel
 from connectors.errors import ConfigError
-from memory import pruning, restoring, strategies
-from memory.checks import check_namespace, check_texts
+from memory import distrust as distrusting
+from memory import pruning, quarantine, restoring, strategies
+from memory.checks import check_namespace, check_texts, check_writer
 from memory.config import ForgetConfig, MemoryConfig, check_int, real_number
 from memory.inserts import insert_batches
 from memory.lifecycle import mark_superseded
 from memory.mirror.sync import MirrorSet
 from memory.pruning import PruneReport
 from memory.reading import StoreReading
+from memory.records import MemoryItem
 from memory.schema import bump
 from memory.strategies import Consolidation
 
 
 class StoreUpkeep(StoreReading):
-    """``consolidate``, ``prune``, ``restore`` and ``history`` of ``MemoryStore`` (which sets the attributes
-    declared here and in ``StoreReading``)."""
+    """``consolidate``, ``prune``, ``restore``, ``history``, ``quarantined``, ``release``, ``distrust`` and
+    ``undo_distrust`` of ``MemoryStore`` (which sets the attributes declared here and in ``StoreReading``)."""
 
     config: MemoryConfig
     _mirrors: MirrorSet
@@ -137,6 +142,72 @@ class StoreUpkeep(StoreReading):
         retention = self.config.forget.retention
         query = partial(restoring.history, namespace=namespace, limit=limit, since=start, retention=retention)
         return self._open.read(lambda conn: query(conn, now=time.time()))
+
+    # -- defences: the quarantine and distrust (memory.trust, memory.quarantine, memory.distrust) ---------------
+    def quarantined(self, namespace: str | None = None, writer: str | None = None) -> list[MemoryItem]:
+        """The memories ``MemoryConfig.trust`` (mode ``"quarantine"``) holds back from every recall, oldest first:
+        of ``namespace`` and ``writer`` (None: all). Each is as ``release`` would store it (``q_init``, no visits)."""
+        namespace = None if namespace is None else check_namespace(namespace)
+        writer = None if writer is None else check_writer(writer)
+        return self._open.read(partial(quarantine.listed, namespace=namespace, writer=writer))
+
+    def release(
+        self, *, writer: str | None = None, ids: Sequence[str] | None = None, namespace: str | None = None
+    ) -> int:
+        """Move held memories into the memory (those of ``writer``, ``ids`` and ``namespace``; at least one
+        given): at ``q_init`` with no visits, grouped with the intents they meet; returns how many. Released,
+        they are memories like any other; releasing again moves nothing."""
+        if writer is None and ids is None and namespace is None:
+            raise ConfigError("release: say which held memories to release: writer=, ids= and/or namespace=")
+        writer = None if writer is None else check_writer(writer)
+        asked = None if ids is None else check_texts(ids, "release: ids", single="wrap it in a list")
+        namespace = None if namespace is None else check_namespace(namespace)
+        run = partial(
+            quarantine.release, config=self.config, dim=self.dim, writer=writer, ids=asked, namespace=namespace
+        )
+        with self._open.locked():
+            with self._open.write() as conn:
+                count, done = run(conn, self._mirrors)
+            if not self._mirrors.apply_inserts(done):
+                self._open.resync()
+            return count
+
+    def distrust(
+        self, writer: str, *, namespace: str | None = None, action: str = "remove", now: float | None = None
+    ) -> distrusting.DistrustReport:
+        """Stop trusting ``writer`` after the fact (``memory.distrust``): ``action="remove"`` removes its memories
+        (of ``namespace``, or all) through the removal log, so ``history`` lists them and ``restore`` puts them
+        back, and drops its held ones; ``"reset"`` sets their Q to ``q_init`` and their visits to 0, logged for
+        ``undo_distrust``. Twice is a no-op (zeros). A writer the store never recorded is a ``ConfigError``."""
+        writer, action = check_writer(writer), distrusting.check_action(action)
+        namespace, at = None if namespace is None else check_namespace(namespace), _moment(now, "distrust")
+        with self._open.locked():
+            with self._open.write() as conn:
+                distrusting.check_known(conn, writer)
+                if action == "remove":
+                    report = distrusting.remove(conn, writer, namespace, now=at)
+                else:
+                    report = distrusting.reset(conn, writer, namespace, q_init=self.config.q_init, now=at)
+            if report.removed or report.reset:
+                self._open.resync()  # deletions or new values: read back from SQL
+            return report
+
+    def undo_distrust(
+        self, writer: str, *, namespace: str | None = None, now: float | None = None
+    ) -> distrusting.DistrustReport:
+        """Undo ``distrust`` of ``writer`` (of ``namespace``, or all): removed memories restored (within
+        ``ForgetConfig.retention``), reset ones given their Q and visits back unless rewarded since, dropped
+        ones held again. The report counts what came back; a second undo brings back nothing."""
+        writer = check_writer(writer)
+        namespace, at = None if namespace is None else check_namespace(namespace), _moment(now, "undo_distrust")
+        retention, q_init = self.config.forget.retention, self.config.q_init
+        with self._open.locked():
+            with self._open.write() as conn:
+                distrusting.check_known(conn, writer)
+                report = distrusting.undo(conn, writer, namespace, q_init=q_init, now=at, retention=retention)
+            if report.removed or report.reset:
+                self._open.resync()
+            return report
 
 
 def _moment(value: object, where: str) -> float:

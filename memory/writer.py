@@ -26,10 +26,20 @@ from connectors.chat import ChatModel
 from connectors.errors import ConfigError
 from connectors.types import Message
 from memory import prompts
-from memory.checks import check_chars, check_id, check_meta, check_namespace, check_success, check_text, new_id
+from memory.checks import (
+    check_chars,
+    check_id,
+    check_meta,
+    check_namespace,
+    check_success,
+    check_text,
+    check_writer,
+    new_id,
+)
 from memory.config import FAILURE_KEEPS, FailureKeeps
 from memory.inserts import NewItems
 from memory.lifecycle import FACT_KEY, stated_fact
+from memory.trust import LOCAL_WRITER
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +85,8 @@ class WriteEntry:
             ``meta["fact"]``); None: read from the texts (``memory.lifecycle``). With
             ``MemoryConfig.supersede`` a memory stating another fact than older ones of its group
             supersedes them.
+        writer: who wrote it (``memory.trust``): ``"<kind>:<name>"``, stored as ``meta["writer"]``; the
+            trust policy decides by it (default ``"user:local"``, a direct API call).
 
     Example:
         >>> WriteEntry("open the door", trajectory="push", feedback="opened", success=True).namespace
@@ -92,6 +104,7 @@ class WriteEntry:
     task: str | None = None
     failure_keeps: FailureKeeps | None = None
     fact: str | None = None
+    writer: str = LOCAL_WRITER
 
 
 def condense(text: str, limit: int = TRAJECTORY_LIMIT) -> str:
@@ -277,6 +290,7 @@ def check_write_entries(entries: object) -> list[WriteEntry]:
                 f"entries[{i}].failure_keeps must be one of {FAILURE_KEEPS} or None, got {e.failure_keeps!r}"
             )
         check_meta(e.provenance, f"entries[{i}].provenance")
+        check_writer(e.writer, f"entries[{i}].writer")
     return out
 
 
@@ -332,8 +346,9 @@ def new_batches(
 
 
 def entry_meta(written: Written, entry: WriteEntry) -> dict[str, Any]:
-    """The meta stored with a written memory: how it was written and where it came from."""
-    meta: dict[str, Any] = {"writer": written.mode}
+    """The meta stored with a written memory: who wrote it, how it was composed (``"cheap"`` or ``"llm"``)
+    and where it came from."""
+    meta: dict[str, Any] = {"writer": entry.writer, "composed": written.mode}
     if entry.provenance:
         meta["provenance"] = dict(entry.provenance)
     if entry.fact is not None:

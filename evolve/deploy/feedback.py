@@ -41,7 +41,7 @@ from evolve.build import agent_namespace
 from evolve.deploy.responses import feedback_rows, open_tables, quarantine, responses, stored_steps
 from evolve.episode import Step, condense, to_trace
 from evolve.evolver import Evolver, centred
-from memory import MemoryStore, fit_id, reinforcements
+from memory import MemoryStore, fit_id, reinforcements, writer_name
 from memory.config import FailureKeeps
 from optimizers.types import Trace
 
@@ -70,7 +70,8 @@ def namespace_of(step: Step, run: str) -> str:
 
 def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writer: ChatModel | None = None) -> int:
     """Finish the run's queued feedback: reinforce what was not yet reinforced, write each rated response
-    into the memory of every agent that answered it (idempotent ids), mark it learned; returns how many.
+    into the memory of every agent that answered it (idempotent ids, written by ``served_writer(run)``),
+    mark it learned; returns how many.
 
     ``evolve job`` calls this before its round, so a killed server or job loses nothing and applies
     nothing twice. A rating that cannot be learned (its stored response cannot be read, or memory refuses
@@ -96,7 +97,7 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
             steps = stored_steps(r["response_id"], r["steps"])
             if not r["applied"]:
                 reinforce_recalls(store, run, r["id"], steps, centred(r["score"]))
-            _write(store, team, r, steps, writer)
+            _write(store, team, r, steps, writer, served_writer(run))
         except EvolveError as e:
             if isinstance(e, ConnectorError) and e.retryable:
                 raise
@@ -146,7 +147,7 @@ def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int 
     return traces
 
 
-def promote(store: MemoryStore | None, team: Team, *, min_q: float, min_visits: int) -> int:
+def promote(store: MemoryStore | None, team: Team, *, min_q: float, min_visits: int, tenant: str | None = None) -> int:
     """Move a tenant's memories whose Q reached ``min_q`` over at least ``min_visits`` rewards into the shared
     memory its agents recall from (``MemoryView.shared``: the trained run's); returns how many moved.
 
@@ -154,6 +155,12 @@ def promote(store: MemoryStore | None, team: Team, *, min_q: float, min_visits: 
     memory has not been rewarded for it yet) and ``promoted_from`` in its meta, then removed from the
     tenant's memory, so every tenant recalls it and none recalls it twice. A promotion stopped half way
     leaves the shared copy (a repeat stores nothing twice) and removes the tenant's on the next call.
+
+    The copy's writer is ``promoted:<tenant>`` (without ``tenant``: ``promoted:<the tenant's namespace>``), the
+    original writer kept as ``meta["promoted_writer"]``. ``promoted:*`` is not among the default trusted
+    writers, so under ``[memory] trust = "neutral"`` the copy starts at ``q_init`` with no visits (its Q is the
+    tenant's own ratings), and under ``"quarantine"`` no tenant recalls it until an operator releases it
+    (``memory.trust``); the tenant's copy is removed either way.
     """
     if store is None:
         return 0
@@ -163,11 +170,15 @@ def promote(store: MemoryStore | None, team: Team, *, min_q: float, min_visits: 
         if view is None or view.shared is None:
             continue
         ready = [m for m in store.items(view.namespace) if m.q >= min_q and m.visits >= min_visits]
+        who = writer_name("promoted", tenant if tenant is not None else view.namespace)
         for m in ready:
-            meta = {k: v for k, v in m.meta.items() if k != "success"}
+            meta = {k: v for k, v in m.meta.items() if k not in ("success", "writer")}
+            if "writer" in m.meta:
+                meta["promoted_writer"] = m.meta["writer"]
             store.add(
                 m.intent, m.experience, namespace=view.shared, success=m.meta.get("success"), q=m.q,
                 meta={**meta, "promoted_from": view.namespace, "promoted_id": m.id}, id=fit_id(f"promoted:{m.id}"),
+                writer=who,
             )  # fmt: skip
         moved += store.remove([m.id for m in ready], namespace=view.namespace)
     return moved
@@ -179,8 +190,26 @@ def rating_text(score: float, comment: str) -> str:
     return f"{verdict} Their comment: {comment}" if comment else verdict
 
 
+def served_writer(run: str) -> str:
+    """Who wrote the memories a served run learns from its ratings: ``tenant:<T>`` in tenant T's run
+    ``<run>@<T>``. Under ``[serve] memory = "base"`` the served run is the trained run itself and the rating
+    does not say which key's tenant sent it: ``run:<run>`` (one tenant only, ``apps.server.check_base_memory``).
+
+    Example:
+        >>> served_writer("codes@Zürich-Nordhafen"), served_writer("codes")
+        ('tenant:Zürich-Nordhafen', 'run:codes')
+    """
+    _, at, tenant = run.partition("@")
+    return writer_name("tenant", tenant) if at else writer_name("run", run)
+
+
 def _write(
-    store: MemoryStore, team: Team, r: Mapping[str, Any], steps: Sequence[Step], writer: ChatModel | None
+    store: MemoryStore,
+    team: Team,
+    r: Mapping[str, Any],
+    steps: Sequence[Step],
+    writer: ChatModel | None,
+    who: str,
 ) -> None:
     success = r["score"] >= 0.5
     feedback, trajectory = rating_text(r["score"], r["comment"]), condense(steps)
@@ -201,10 +230,11 @@ def _write(
             provenance={"response": r["response_id"], "feedback": r["id"], "score": r["score"]},
             id=fit_id(f"served:{r['response_id']}/{view.namespace}"),  # the same id every time: written once
             failure_keeps=keeps,
+            writer=who,
         )
 
 
 __all__ = [
     "feedback_traces", "learn_from_feedback", "learn_served", "namespace_of", "promote", "rating_text",
-    "reinforce_recalls",
+    "reinforce_recalls", "served_writer",
 ]  # fmt: skip

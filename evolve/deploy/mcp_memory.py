@@ -45,7 +45,7 @@ from evolve.build import agent_namespace, build_store, spec_prompts
 from evolve.deploy.chat_requests import has_head, trained_prompts
 from evolve.prompts.graph import PromptGraph
 from evolve.spec import RunSpec
-from memory import MAX_FEEDBACK_ID, MemoryItem, MemoryStore, Recall, fit_id
+from memory import MAX_FEEDBACK_ID, MemoryItem, MemoryStore, Recall, fit_id, writer_name
 
 MAX_K = 50
 """The most memories one recall returns."""
@@ -140,7 +140,9 @@ class TenantMemory:
         agent: str | None = None,
     ) -> dict[str, Any]:
         """Write one experience of ``task``: what was done (``what_worked``) and, for a failure, what to
-        do ``instead``. Stored as every attempt is (``MemoryStore.write``), at the store's initial Q."""
+        do ``instead``. Stored as every attempt is (``MemoryStore.write``), at the store's initial Q, written by
+        ``mcp:<tenant>`` (``mcp:<run>`` without one): under ``[memory] trust = "quarantine"`` with the default
+        trusted writers it is held back from recalls until an operator releases it (``evolve memory release``)."""
         if not isinstance(success, bool):
             raise ConfigError(f"success must be true or false, got {success!r:.80}")
         where = self.namespaces(tenant, agent)
@@ -151,6 +153,7 @@ class TenantMemory:
             success=success,
             namespace=where.own,
             provenance={"via": "mcp"},
+            writer=writer_name("mcp", tenant if tenant is not None else self.run_name(None)),
         )
         return {"id": item.id, "namespace": where.agent, **memory_fields(item, where)}
 

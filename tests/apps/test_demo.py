@@ -27,6 +27,11 @@ def test_the_demo_reports_every_condition_over_seeds(tmp_path: Path) -> None:
     assert all(len(per_seed) == 3 and len(per_seed[0]) == 3 for per_seed in saved["curves"].values())
     assert (tmp_path / "demo" / "learning_curve.png").stat().st_size > 10_000
     assert sorted(p.name for p in (tmp_path / "demo").iterdir() if p.is_dir()) == ["seed-4", "seed-5", "seed-6"]
+    noisy = result["noisy"]  # the second regime: a fifth of the ratings wrong, success still the checker's
+    assert noisy["rho"] == 0.2 and noisy["table"].splitlines()[0].split() == ["round", "similarity", "q-memory"]
+    assert "q-memory − similarity, round 3, paired over 3 seeds:" in noisy["verdict"]
+    assert set(saved["noisy"]["curves"]) == {"similarity", "q-memory"}
+    assert (tmp_path / "demo" / "learning_curve_noisy.png").stat().st_size > 10_000
 
 
 def test_one_seed_says_it_is_a_draw_and_no_seeds_is_refused(tmp_path: Path) -> None:

@@ -90,3 +90,29 @@ def test_an_unknown_durability_or_a_control_character_in_a_run_name_is_refused(t
     spec.write_text(text + '\n[environment]\ntasks = "t.jsonl"\n' if "[run]" in text else text)
     with pytest.raises(ConfigError, match="durability|name|failure_keeps"):
         load_spec(spec)
+
+
+def test_memory_trust_reaches_the_store_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    from connectors import ConfigError
+    from evolve.build import build_store
+
+    folder = tmp_path / "Équipe support — nuit (fr)"
+    folder.mkdir()
+    spec = folder / "spec.toml"
+    head = '[environment]\ntasks = "t.jsonl"\n\n[embedder]\nname = "hash"\n\n[memory]\n'
+    spec.write_text(head + 'trust = "quarantine"\ntrusted = ["run:*", "import:Übernahme 2025 *.jsonl"]\n')
+    store = build_store(load_spec(spec))
+    assert store is not None
+    with store:
+        assert (store.config.trust.mode, store.config.trust.trusted) == (
+            "quarantine",
+            ("run:*", "import:Übernahme 2025 *.jsonl"),
+        )
+        held = store.add("Türcode Nordhafen?", "9999", writer="tenant:Zürich Nordhafen Logistik GmbH (Lager 7)")
+        assert store.quarantined() == [held] and store.items() == []
+    spec.write_text(head + 'trust = "paranoid"\n')
+    with pytest.raises(ConfigError, match="memory.trust: Input should be 'open', 'neutral' or 'quarantine'"):
+        load_spec(spec)
+    spec.write_text(head + 'trusted = ["tenat:*"]\n')
+    with pytest.raises(ConfigError, match=r"memory.trusted: .*'tenat:\*'"):
+        load_spec(spec)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,8 @@ import pytest
 
 from connectors import ConfigError
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
-from memory.context_q import context_values
+from memory.context_q import context_values, fold
+from memory.retrieval import QOver
 from tests.memory.conftest import sqlite_only
 
 
@@ -41,14 +43,15 @@ class TableEmbedder:
 QUARTZITE, QUARTZ = "Which badge colour do Quartzite visitors get?", "Which badge colour do Quartz visitors get?"
 
 
-def config(context_q: bool) -> MemoryConfig:
-    return MemoryConfig(retrieval=RetrievalConfig(k1=5, k2=1, delta=-1.0, lam=0.7, context_q=context_q), alpha=0.5)
+def config(context_q: bool, start: str = "neutral") -> MemoryConfig:
+    retrieval = RetrievalConfig(k1=5, k2=1, delta=-1.0, lam=0.7, context_q=context_q, context_start=start)  # type: ignore[arg-type]
+    return MemoryConfig(retrieval=retrieval, alpha=0.5)
 
 
 @pytest.fixture
 def twins(open_store: Callable[..., MemoryStore]) -> Callable[[bool], tuple[MemoryStore, str, str]]:
-    def make(context_q: bool) -> tuple[MemoryStore, str, str]:
-        store = open_store(config(context_q), embedder=TableEmbedder())
+    def make(context_q: bool, start: str = "neutral") -> tuple[MemoryStore, str, str]:
+        store = open_store(config(context_q, start), embedder=TableEmbedder())
         white = store.add("Visitor badge colour at Quartzite", "Quartzite badges are white.").id
         grey = store.add("Visitor badge colour at Quartz", "Quartz badges are grey.").id
         return store, white, grey
@@ -76,9 +79,9 @@ def test_a_failure_on_a_look_alike_does_not_push_a_memory_down_for_its_own_task(
 
 
 def test_the_q_in_a_context_is_its_rewards_folded_from_the_q_it_was_first_recalled_with(
-    twins: Callable[[bool], tuple[MemoryStore, str, str]],
+    twins: Callable[..., tuple[MemoryStore, str, str]],
 ) -> None:
-    store, white, _ = twins(True)
+    store, white, _ = twins(True, "global")  # the neutral start folds from q_init: test_memory_context_q's neutral tests
     store.reinforce(store.retrieve(QUARTZITE, context="badge-quartzite"), 1.0, feedback_id="answer-1")
     wrong = store.retrieve(QUARTZ, context="badge-quartz")
     for _ in range(2):  # the same feedback twice counts once
@@ -149,3 +152,113 @@ def test_a_store_from_before_contexts_gains_the_column_and_keeps_its_recalls(db_
 def test_context_q_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="context_q must be True or False"):
         RetrievalConfig(context_q="yes")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------- where a context has not rewarded a memory
+class DockEmbedder:
+    """Two look-alike tasks whose questions are their own memories' intents (similarity 1.000) and 0.788
+    from each other's (38° apart): the finding of issue 40, item 6, in two dimensions."""
+
+    name, dim = "table-docks", 2
+    VECTORS = {
+        "Gate code at Dock 4": direction(0),
+        "Gate code at Dock 14": direction(38),
+        "What is the gate code at Dock 4?": direction(0),
+        "What is the gate code at Dock 14?": direction(38),
+    }
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.array([self.VECTORS[t] for t in texts], dtype=np.float32)
+
+
+DOCK_4, DOCK_14 = "What is the gate code at Dock 4?", "What is the gate code at Dock 14?"
+
+
+def dock_config(context_q: bool, start: str) -> MemoryConfig:
+    retrieval = RetrievalConfig(k1=5, k2=1, delta=-1.0, lam=0.7, context_q=context_q, context_start=start)  # type: ignore[arg-type]
+    return MemoryConfig(retrieval=retrieval, alpha=0.5)
+
+
+def look_alike_failed(
+    open_store: Callable[..., MemoryStore], context_q: bool, start: str
+) -> tuple[MemoryStore, str, str]:
+    """Dock 14's memory is recalled for Dock 4 (the only memory yet) and fails there (global Q −0.5); then
+    Dock 4's own memory is written. Dock 14 never recalled anything."""
+    store = open_store(dock_config(context_q, start), embedder=DockEmbedder())
+    m14 = store.add("Gate code at Dock 14", "Dock 14's gate code is 7730.").id
+    store.reinforce(store.retrieve(DOCK_4, context="dock-4"), -1.0)
+    m4 = store.add("Gate code at Dock 4", "Dock 4's gate code is 1182.").id
+    assert store.get(m14).q == pytest.approx(-0.5)
+    return store, m4, m14
+
+
+@pytest.mark.parametrize(
+    ("context_q", "start", "own_wins"),
+    [(False, "global", False), (True, "global", False), (True, "neutral", True), (False, "neutral", False)],
+)
+def test_a_neutral_start_keeps_a_q_earned_on_a_look_alike_from_outweighing_similarity(
+    open_store: Callable[..., MemoryStore], context_q: bool, start: str, own_wins: bool
+) -> None:
+    store, m4, m14 = look_alike_failed(open_store, context_q, start)
+    recall = store.retrieve(DOCK_14, context="dock-14")
+    # global: Dock 14's own memory (similarity 1.000, Q −0.5 from Dock 4's failure) loses to Dock 4's
+    # (0.788, Q 0); neutral: Dock 14 never rewarded either, both rank at Q_init and similarity decides.
+    assert recall.ids == ((m14,) if own_wins else (m4,))
+    assert store.retrieve(DOCK_14, record=False).ids == (m4,)  # without a context: the global Q, any start
+    logged = store.explain(recall.id)
+    assert logged["candidates"][0]["q"] == pytest.approx(0.0 if own_wins else -0.5)
+
+
+def test_a_neutral_start_folds_a_context_from_q_init_not_from_the_q_that_ranked_the_memory(
+    open_store: Callable[..., MemoryStore],
+) -> None:
+    store, _, m14 = look_alike_failed(open_store, True, "neutral")
+    by_similarity = replace(store.config.retrieval, lam=0.0, context_start="global")  # logs Q −0.5 for m14
+    recall = store.retrieve(DOCK_14, context="dock-14", config=by_similarity)
+    assert recall.ids == (m14,) and "context_start" not in store.explain(recall.id)["config"]
+    store.reinforce(recall, 1.0)
+    with store.engine.connect() as conn:
+        from_then = context_values(conn, "default", ["dock-14"], alpha=0.5)
+        from_init = context_values(conn, "default", ["dock-14"], alpha=0.5, first=0.0)
+    assert from_then == {"dock-14": {m14: pytest.approx(-0.5 + 0.5 * (1 + 0.5))}}
+    assert from_init == {"dock-14": {m14: pytest.approx(0.5)}}
+    again = store.retrieve(DOCK_14, context="dock-14")  # the store's own setting: neutral
+    assert store.explain(again.id)["candidates"][0]["q"] == pytest.approx(0.5)
+    assert store.explain(again.id)["config"]["context_start"] == "neutral"
+
+
+def test_fold_from_a_start_is_the_closed_form_of_the_rewards() -> None:
+    rng = np.random.default_rng(7)
+    alpha = 0.3
+    rows = [(f"ctx-{c}", f"m{i}", float(rng.uniform(-1, 1)), float(rng.choice([-1.0, 1.0])))
+            for c, i in rng.integers(0, 3, size=(200, 2))]  # fmt: skip
+    for first in (None, 0.0, 0.25):
+        folded_q = fold(rows, alpha=alpha, first=first)
+        for context, values in folded_q.items():
+            for item, q in values.items():
+                mine = [(q_then, r) for c, i, q_then, r in rows if (c, i) == (context, item)]
+                start = mine[0][0] if first is None else first
+                rewards = np.array([r for _, r in mine])
+                n = len(rewards)
+                closed = (1 - alpha) ** n * start + (alpha * (1 - alpha) ** (n - 1 - np.arange(n)) * rewards).sum()
+                assert q == pytest.approx(closed)
+    assert fold(rows, alpha=alpha) == fold(rows, alpha=alpha, first=None)
+
+
+def test_q_over_matches_a_vectorised_lookup() -> None:
+    rng = np.random.default_rng(3)
+    ids = np.array([f"m{i}" for i in range(10)])
+    stored = rng.uniform(-1, 1, size=10)
+    values = {f"m{i}": float(rng.uniform(-1, 1)) for i in rng.choice(14, size=6, replace=False)}
+    named = np.array([i in values for i in ids])
+    mapped = np.array([values.get(i, np.nan) for i in ids])
+    for rest in (None, 0.0, -0.2):
+        expected = np.where(named, mapped, stored if rest is None else rest)
+        np.testing.assert_array_equal(QOver(values, rest=rest).of(ids, stored), expected)
+    np.testing.assert_array_equal(QOver({}).of(ids, stored), stored)
+
+
+@pytest.mark.parametrize("bad", ["zero", "", None, 0, ["neutral"]])
+def test_context_start_must_be_named(bad: object) -> None:
+    with pytest.raises(ConfigError, match="context_start must be one of \\('global', 'neutral'\\)"):
+        RetrievalConfig(context_start=bad)  # type: ignore[arg-type]

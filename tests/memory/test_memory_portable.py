@@ -163,7 +163,8 @@ def test_import_keeps_every_number_of_the_file_bit_exact(store: MemoryStore, tmp
     store.import_(write(tmp_path / "n.jsonl", header(), rec))
     (row,) = stored_rows(store)
     assert row[4:9] == ((q + 0.0).hex(), 2**31 - 1, True, rec["created_at"].hex(), (-1.5e-7).hex())  # -0.0 reads as 0.0
-    assert json.loads(row[9]) == rec["meta"] and row[10] == base64.b64decode(rec["embedding"])
+    assert json.loads(row[9]) == {**rec["meta"], "writer": "import:n.jsonl"}  # a record without a writer gets one
+    assert row[10] == base64.b64decode(rec["embedding"])
 
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -183,7 +183,8 @@ def test_export_import_round_trip(store: MemoryStore, tmp_path: Path, embedder: 
     want = {i.id: i for i in store.items()}
     got = {i.id: i for i in other.items()}
     assert got == want
-    assert got[a.id].q == 0.3 and got[a.id].visits == 1 and got[a.id].meta == {"k": [1, 2], "success": True}
+    assert got[a.id].q == 0.3 and got[a.id].visits == 1
+    assert got[a.id].meta == {"k": [1, 2], "writer": "user:local", "success": True}
     assert other.retrieve("sort numbers").ids == (a.id,)
     assert store.export(tmp_path / "travel.jsonl", namespace="travel") == 1
     other.close()
@@ -267,7 +268,7 @@ def test_recalled_items_are_fresh_copies(store: MemoryStore) -> None:
     first.items[0].meta["tags"] = "changed by the caller"  # type: ignore[index]
     store.reinforce(first, 1.0)
     again = store.retrieve("sort numbers").items[0]  # served from the text cache
-    assert again.meta == {"tags": "py", "success": None} and (again.q, again.visits) == (0.3, 1)
+    assert again.meta == {"tags": "py", "writer": "user:local", "success": None} and (again.q, again.visits) == (0.3, 1)
 
 
 def test_item_cache_keeps_the_most_recently_used() -> None:

@@ -83,7 +83,7 @@ def test_write_many_uses_the_llm_and_keeps_namespaces_apart(store: MemoryStore) 
     chat = ScriptedChat(lambda messages: "1. look\n2. act")
     out = store.write_many(ENTRIES, llm=chat)
     assert len(chat.calls) == len(ENTRIES)
-    assert all(item.meta["writer"] == "llm" for item in out)
+    assert all(item.meta["composed"] == "llm" and item.meta["writer"] == "user:local" for item in out)
     assert {i.namespace for i in out} == {"default", "b"}
     assert [i.id for i in store.items("b")] == [out[2].id, out[3].id]
     assert out[2].meta["provenance"] == {"episode": "e3"}

@@ -132,7 +132,9 @@ def test_failing_llm_falls_back_to_cheap_and_the_store_keeps_the_attempt(
             provenance={"episode": "ep-1"},
         )
     assert "model server down" in caplog.text
-    assert item.meta == {"writer": "cheap", "provenance": {"episode": "ep-1"}, "success": False}
+    assert item.meta == {
+        "writer": "user:local", "composed": "cheap", "provenance": {"episode": "ep-1"}, "success": False
+    }  # fmt: skip
     assert store.get(item.id).experience.startswith("Task: open the door\nOutcome: failure")
     assert store.retrieve("open the door").ids == (item.id,)
 

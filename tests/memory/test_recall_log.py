@@ -154,6 +154,7 @@ def test_explain_of_a_new_recall_shows_what_it_always_showed(tmp_path: Path) -> 
         "epsilon": 0.0,
         "z_clip": 3.0,
         "context_q": True,
+        "context_start": "neutral",  # logged since it is the default: a context's Q starts at q_init
     }
     assert info["selected"] == list(recall.ids) and info["pool_size"] == recall.pool_size == len(info["candidates"])
     cands = info["candidates"]
