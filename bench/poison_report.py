@@ -11,7 +11,9 @@ from typing import Any
 
 from evolve.figures import Interval, paired_interval, seed_interval
 
-NAMES = {"similarity": "similarity", "q_memory": "Q-memory", "q_context": "Q in context"}
+NAMES = {"similarity": "similarity", "q_memory": "one Q per memory", "q_context": "Q-memory (default: in context)"}
+DEFAULT = "q_context"
+"""The default memory's condition (``RetrievalConfig``: Q in context, neutral start)."""
 DEFENCE_KEYS = {"none": "", "neutral": "_neutral", "quarantine": "_trust"}
 Cells = Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
 
@@ -67,16 +69,16 @@ def expectations(result: Mapping[str, Any]) -> list[str]:
         cells: Cells = fam["cells"]
         for path in ("import", "promote"):
             q, s = (
-                cells.get("q_memory", {}).get(f"pi3/{path}/none"),
+                cells.get(DEFAULT, {}).get(f"pi3/{path}/none"),
                 cells.get("similarity", {}).get(f"pi3/{path}/none"),
             )
             if q and s:
                 qr, sr = _mean(q, "poison_recall"), _mean(s, "poison_recall")
                 half = "at most half" if qr <= sr / 2 else "more than half"
                 diff = paired_interval(baseline=[r["last"] for r in s], treatment=[r["last"] for r in q])
-                out.append(f"- {name}, {path}: poison recall in the last epoch, Q {qr:.3f} vs similarity {sr:.3f} "
-                           f"({half} of similarity's); success Q − similarity {diff.text()}")  # fmt: skip
-            for cond in ("q_memory", "similarity"):
+                out.append(f"- {name}, {path}: poison recall in the last epoch, Q-memory {qr:.3f} vs similarity {sr:.3f} "
+                           f"({half} of similarity's); success Q-memory − similarity {diff.text()}")  # fmt: skip
+            for cond in (DEFAULT, "similarity"):
                 clean, trust = cells.get(cond, {}).get("pi0"), cells.get(cond, {}).get(f"pi3/{path}/quarantine")
                 if clean and trust:
                     c, t = stat(clean, "last"), stat(trust, "last")

@@ -15,8 +15,9 @@ serving) learns the rated answers into the tenant's memory; its own round runs o
 environment, so what it learns comes from the app's ratings. Seeds draw the tasks; mean and 95%
 interval over seeds, differences paired by seed (``evolve.figures``).
 
-Run: ``python -m bench.serve_closed_loop [--category simple_python] [--tasks 12] [--epochs 3] [--seeds 3]``
-→ bench/results/serve_closed_loop.{json,md} and the ``closed_loop_*`` keys of bench/results/summary.json.
+Run: ``python -m bench.serve_closed_loop [--category simple_python] [--tasks 12] [--epochs 3] [--seeds 3] [--rho 0.2]``
+→ bench/results/serve_closed_loop.{json,md} and the ``closed_loop_*`` keys of bench/results/summary.json; with
+``--rho`` (the app's ratings wrong that often) serve_closed_loop_rho<k>.{json,md} and ``noise_closed_loop_*`` keys.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ import openai
 
 from bench.bfcl_learning import SYSTEM
 from bench.common import machine, merge_summary
-from connectors import ToolCall
+from connectors import ConfigError, ToolCall
 from connectors.prompted_tools import call_text
 from evolve.envs.bfcl.data import tool_of
 from evolve.envs.bfcl.single import bfcl_tasks, grade
+from evolve.envs.ratings import SAID_CORRECT, SAID_WRONG, check_probability, flipped
 from evolve.envs.tasks import Task
 from evolve.figures import paired_interval, seed_interval
 from tests.support.serve import serving
@@ -97,8 +99,10 @@ def bfcl_text(calls: Sequence[Any] | None) -> str:
     return "[" + ", ".join(call_text(c) for c in read) + "]" if read else ""
 
 
-def epoch(url: str, tasks: Sequence[Task], *, rate: bool, seed: int) -> list[float]:
-    """The app's pass over its tasks: ask, check, and (evolve arm) rate; one reward per task."""
+def epoch(url: str, tasks: Sequence[Task], *, rate: bool, seed: int, rho: float = 0.0, n: int = 0) -> list[float]:
+    """The app's pass over its tasks (its ``n``-th): ask, check, and (evolve arm) rate; one reward per task.
+    With ``rho`` the app's rating is wrong that often (``evolve.envs.ratings.flipped``): a failure rated 1 with
+    "Correct.", a success rated 0 with "Wrong."; the reward counted is always the checker's."""
     client = openai.OpenAI(base_url=url, api_key=next(iter(KEYS)), max_retries=0, timeout=300)
     rewards = []
     for task in tasks:
@@ -115,7 +119,10 @@ def epoch(url: str, tasks: Sequence[Task], *, rate: bool, seed: int) -> list[flo
         graded = grade(task, bfcl_text(completion.choices[0].message.tool_calls))
         rewards.append(graded.reward)
         if rate:
-            body = {"response_id": completion.id, "score": graded.reward, "comment": graded.feedback}
+            score, comment = graded.reward, graded.feedback
+            if flipped(rho, seed, task.id, n):
+                score, comment = (0.0, SAID_WRONG) if graded.reward >= 1.0 else (1.0, SAID_CORRECT)
+            body = {"response_id": completion.id, "score": score, "comment": comment}
             headers = {"Authorization": f"Bearer {next(iter(KEYS))}"}
             rated = httpx.post(f"{url}/feedback", json=body, headers=headers, timeout=60)
             rated.raise_for_status()
@@ -132,7 +139,7 @@ def job(spec: Path) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def run_arm(arm: str, tasks: Sequence[Task], epochs: int, seed: int) -> dict[str, Any]:
+def run_arm(arm: str, tasks: Sequence[Task], epochs: int, seed: int, rho: float = 0.0) -> dict[str, Any]:
     started = time.perf_counter()
     jobs: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,7 +147,7 @@ def run_arm(arm: str, tasks: Sequence[Task], epochs: int, seed: int) -> dict[str
         per_epoch = []
         with serving(spec, KEYS) as served:
             for e in range(1, epochs + 1):
-                rewards = epoch(served.url, tasks, rate=arm == "evolve", seed=seed)
+                rewards = epoch(served.url, tasks, rate=arm == "evolve", seed=seed, rho=rho, n=e - 1)
                 per_epoch.append(sum(rewards) / len(rewards))
                 print(f"{arm} seed {seed} epoch {e}: {per_epoch[-1]:.3f}", flush=True)
                 if arm == "evolve" and e < epochs:
@@ -148,7 +155,7 @@ def run_arm(arm: str, tasks: Sequence[Task], epochs: int, seed: int) -> dict[str
     return {"success": per_epoch, "jobs": jobs, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def run(category: str, n_tasks: int, epochs: int, seeds: int) -> dict[str, Any]:
+def run(category: str, n_tasks: int, epochs: int, seeds: int, rho: float = 0.0) -> dict[str, Any]:
     everything = bfcl_tasks(category)
     cells: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     drawn = []
@@ -156,7 +163,7 @@ def run(category: str, n_tasks: int, epochs: int, seeds: int) -> dict[str, Any]:
         tasks = random.Random(seed).sample(everything, n_tasks)
         drawn.append([t.id for t in tasks])
         for arm in ARMS:
-            cells[arm].append(run_arm(arm, tasks, epochs, seed))
+            cells[arm].append(run_arm(arm, tasks, epochs, seed, rho))
     figures: dict[str, Any] = {}
     for arm in ARMS:
         for e in range(epochs):
@@ -174,7 +181,7 @@ def run(category: str, n_tasks: int, epochs: int, seeds: int) -> dict[str, Any]:
             "mean": round(d.mean, 4), "low": round(d.low, 4), "high": round(d.high, 4),
         }  # fmt: skip
     return {
-        "category": category, "tasks": n_tasks, "epochs": epochs, "seeds": seeds, "task_ids": drawn,
+        "category": category, "tasks": n_tasks, "epochs": epochs, "seeds": seeds, "rho": rho, "task_ids": drawn,
         "cells": cells, "figures": figures,
     }  # fmt: skip
 
@@ -196,7 +203,13 @@ def markdown(r: dict[str, Any]) -> str:
         f"SmolLM2-135M + MiniLM on the CPU; {r['tasks']} tasks per seed, each asked once per epoch; {r['seeds']} seeds, "
         "mean and 95% interval; differences paired by seed. *direct*: the same API with memory off and no job; "
         "*evolve*: memory, the app's ratings (verdict and the checker's message) and `evolve job --tenant` "
-        "between epochs.",
+        "between epochs."
+        + (
+            f' A share ρ = {r.get("rho", 0.0):g} of the app\'s ratings is wrong (a failure rated 1 "Correct.", a '
+            'success rated 0 "Wrong."); success is the checker\'s.'
+            if r.get("rho")
+            else ""
+        ),
         "",
         "| epoch | direct | evolve | evolve − direct |",
         "|---|---|---|---|",
@@ -217,14 +230,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tasks", type=int, default=12)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rho", type=float, default=0.0, help="the share of the app's ratings that are wrong")
     args = parser.parse_args(argv)
-    result = {**run(args.category, args.tasks, args.epochs, args.seeds), "machine": machine()}
+    try:
+        rho = check_probability("--rho", args.rho)
+    except ConfigError as e:
+        parser.error(str(e))
+    result = {**run(args.category, args.tasks, args.epochs, args.seeds, rho), "machine": machine()}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "serve_closed_loop.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "serve_closed_loop.md").write_text(markdown(result))
+    stem = "serve_closed_loop" + (f"_rho{round(rho * 10)}" if rho else "")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(result))
     keys: dict[str, float] = {}
     for name, x in result["figures"].items():
-        base = f"closed_loop_{args.category}_{name}"
+        base = (
+            f"noise_closed_loop_{args.category}_rho{round(rho * 10)}_{name}"
+            if rho
+            else f"closed_loop_{args.category}_{name}"
+        )
         keys |= {f"{base}_mean": x["mean"], f"{base}_ci_low": x["low"], f"{base}_ci_high": x["high"]}
     merge_summary(RESULTS / "summary.json", keys)
     print(markdown(result))

@@ -31,6 +31,8 @@ IndexKind = Literal["auto", "adaptive", "flat", "hnsw", "ivf", "pgvector"]
 CREDIT_MODES: tuple[str, ...] = ("uniform", "score")
 DrawFrom = Literal["both", "episodes", "strategies"]
 DRAW_FROM: tuple[str, ...] = ("both", "episodes", "strategies")
+AlphaSchedule = Literal["constant", "visits"]
+ALPHA_SCHEDULES: tuple[str, ...] = ("constant", "visits")
 ContextStart = Literal["global", "neutral"]
 CONTEXT_STARTS: tuple[str, ...] = ("global", "neutral")
 INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")  # the in-process (FAISS / NumPy) kinds
@@ -200,7 +202,14 @@ class MemoryConfig:
 
     Attributes:
         retrieval: the default ``RetrievalConfig`` (a recall may pass its own).
-        alpha: α, the Q learning rate in ``Q ← Q + α·(r − Q)``.
+        alpha: α, the Q learning rate in ``Q ← Q + α·(r − Q)`` (with ``alpha_schedule="constant"``).
+        alpha_schedule: how big a step one reward takes. ``"constant"`` (the default, the MemRL paper's):
+            α every time. ``"visits"``: ``α_n = max(alpha_floor, 1/(n + 2))`` with n the rewards the memory
+            had before this one (its ``visits``; in a context, the rewards of that context's recalls:
+            ``memory.context_q``): a running mean with one pseudo-observation at the starting Q, so one
+            wrong rating moves a memory with evidence less, floored so a fact that changes can still be
+            followed (``memory.scoring.alpha_for``). ``alpha`` is then unused.
+        alpha_floor: the smallest step of ``alpha_schedule="visits"``, in [0, 1] (0: a plain running mean).
         q_init: the Q a new memory starts with (unless ``add(q=...)`` says otherwise).
         group_threshold: for writes that name no task, a new intent whose cosine with an existing
             intent key of the same namespace is >= this joins that key's group and is stored with the
@@ -275,6 +284,8 @@ class MemoryConfig:
 
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     alpha: float = 0.3
+    alpha_schedule: AlphaSchedule = "constant"
+    alpha_floor: float = 0.1
     q_init: float = 0.0
     group_threshold: float = 0.98
     credit: CreditMode = "uniform"
@@ -300,6 +311,12 @@ class MemoryConfig:
         if not isinstance(self.retrieval, RetrievalConfig):
             raise ConfigError(f"{owner}.retrieval must be a RetrievalConfig, got {type(self.retrieval).__name__}")
         _check_range(owner, "alpha", self.alpha, 0.0, 1.0)
+        if self.alpha_schedule not in ALPHA_SCHEDULES:
+            raise ConfigError(
+                f"{owner}.alpha_schedule must be one of {ALPHA_SCHEDULES} (a step of alpha per reward, or"
+                f" max(alpha_floor, 1/(visits + 2))), got {self.alpha_schedule!r}"
+            )
+        _check_range(owner, "alpha_floor", self.alpha_floor, 0.0, 1.0)
         _check_range(owner, "q_init", self.q_init, -1e12, 1e12)  # memory.inserts.MAX_VALUE: Q stays finite
         ok = isinstance(self.group_threshold, (int, float)) and not isinstance(self.group_threshold, bool)
         if not ok or not 0.0 < self.group_threshold <= 1.0:
@@ -320,9 +337,9 @@ class MemoryConfig:
 
 
 def similarity_only(cfg: MemoryConfig | None = None) -> MemoryConfig:
-    """The RAG/MemP baseline: λ = 0 (rank by similarity alone) and α = 0 (Q never moves).
+    """The RAG/MemP baseline: λ = 0 (rank by similarity alone) and α = 0 (Q never moves: the constant schedule).
 
     Exploration is switched off too (ε = 0): the baseline retrieves deterministically. Everything else (k1, k2, δ, grouping, index) is kept, so a benchmark compares like with like.
     """
     cfg = cfg if cfg is not None else MemoryConfig()
-    return replace(cfg, alpha=0.0, retrieval=replace(cfg.retrieval, lam=0.0, epsilon=0.0))
+    return replace(cfg, alpha=0.0, alpha_schedule="constant", retrieval=replace(cfg.retrieval, lam=0.0, epsilon=0.0))

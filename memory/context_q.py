@@ -19,9 +19,18 @@ kept (``memory_recall_summary``) and the fold goes on from it with the rewards a
 folded from the Q that ranked each memory then: under ``"neutral"``, ``q_init``, or the tenant's overlay
 Q of a shared memory it rated).
 
+With ``MemoryConfig.alpha_schedule="visits"`` the fold's step is ``max(floor, 1/(n + 2))`` where n counts
+the rewards that memory had in that context (in the tenant's overlay: the tenant's rewards of it) before
+this one (``memory.scoring.alpha_for``), not its visits anywhere. The summary of expired recalls keeps
+values, not counts: a memory whose fold goes on from one is taken to have had one reward there (the least
+it had); ``memory.recall_expiry`` itself still folds what expires at the constant α.
+
 Example:
     >>> fold([("task-a", "m1", 0.3, -1.0), ("task-a", "m1", 0.3, 1.0), ("task-b", "m1", 0.0, 1.0)], alpha=0.5)
     {'task-a': {'m1': 0.325}, 'task-b': {'m1': 0.5}}
+    >>> fold([("a", "m1", 0.0, 1.0), ("a", "m1", 0.0, 1.0), ("a", "m1", 0.0, -1.0)], alpha=0.3,
+    ...      schedule="visits", floor=0.0)   # the mean of (0, 1, 1, −1): Q₀ = 0 counts once
+    {'a': {'m1': 0.25}}
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from memory.config import RetrievalConfig
 from memory.recall_log import candidates_of, expired_through
 from memory.retrieval import QOver
 from memory.schema import feedback, recall_summary, recalls
+from memory.scoring import alpha_for
 from memory.statements import chunks
 
 MAX_CONTEXT = 200
@@ -50,26 +60,44 @@ def fold(
     alpha: float,
     start: Mapping[str, Mapping[str, float]] | None = None,
     first: float | None = None,
+    schedule: str = "constant",
+    floor: float = 0.0,
 ) -> dict[str, dict[str, float]]:
     """(context, memory id, Q when first recalled there, reward) rows in the order applied → Q in context;
     ``start``: the Q-values folded so far (from rewards applied before ``rows``); ``first``: the Q a
-    memory's fold starts from in a context that has none for it (None: the Q it was recalled with there).
+    memory's fold starts from in a context that has none for it (None: the Q it was recalled with there);
+    ``schedule`` and ``floor``: the step's (``memory.scoring.alpha_for``), n counted per context and memory.
 
-    After rewards r_1..r_n from a start s the fold is (1−α)^n·s + Σ_i α·(1−α)^(n−i)·r_i (α capped at 1).
+    After rewards r_1..r_n from a start s the fold is (1−α)^n·s + Σ_i α·(1−α)^(n−i)·r_i (α capped at 1);
+    under ``"visits"`` with ``floor = 0`` it is (s + Σ_i r_i)/(n + 1).
     """
     out: dict[str, dict[str, float]] = {context: dict(values) for context, values in (start or {}).items()}
-    for context, item, q_then, reward in rows:
+    rows = list(rows)
+    seen = {(context, item): 1 for context, values in out.items() for item in values}
+    counts = []  # the rewards each row's memory had in its context before this one
+    for context, item, _, _ in rows:
+        counts.append(seen.get((context, item), 0))
+        seen[(context, item)] = counts[-1] + 1
+    steps = alpha_for(counts, alpha=min(alpha, 1.0), schedule=schedule, floor=floor).tolist()
+    for (context, item, q_then, reward), step in zip(rows, steps, strict=True):
         values = out.setdefault(context, {})
         q = values.get(item, q_then if first is None else first)
-        values[item] = q + min(alpha, 1.0) * (reward - q)
+        values[item] = q + step * (reward - q)
     return out
 
 
 def context_values(
-    conn: Connection, namespace: str, contexts: Sequence[str], *, alpha: float, first: float | None = None
+    conn: Connection,
+    namespace: str,
+    contexts: Sequence[str],
+    *,
+    alpha: float,
+    first: float | None = None,
+    schedule: str = "constant",
+    floor: float = 0.0,
 ) -> dict[str, dict[str, float]]:
     """Each context's memories and their Q there (contexts that never recalled a rewarded memory are absent);
-    ``first``: as ``fold``'s."""
+    ``first``, ``schedule``, ``floor``: as ``fold``'s."""
     start: dict[str, dict[str, float]] = {}
     rows: list[tuple[str, str, float, float]] = []
     for part in chunks(sorted(set(contexts))):
@@ -77,16 +105,18 @@ def context_values(
         heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
         rows.extend((context, item, q, reward) for context, _, reward, c in heads_of(conn, heads)
                     for item, q in c.selected_where(None))  # fmt: skip
-    return fold(rows, alpha=alpha, start=start, first=first)
+    return fold(rows, alpha=alpha, start=start, first=first, schedule=schedule, floor=floor)
 
 
-def overlay_values(conn: Connection, namespace: str, shared: str, *, alpha: float) -> dict[str, float]:
+def overlay_values(
+    conn: Connection, namespace: str, shared: str, *, alpha: float, schedule: str = "constant", floor: float = 0.0
+) -> dict[str, float]:
     """A tenant's overlay Q on the shared memories it rated: the rewards its recalls in ``namespace`` gave
     memories of ``shared``, folded as ``fold`` does from the Q each had when first recalled there."""
     heads = rewarded(conn, namespace).where(recalls.c.shared == shared)
     rows = (("", item, q, reward) for _, _, reward, c in heads_of(conn, heads) for item, q in c.selected_where(True))
     start = {"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}
-    return fold(rows, alpha=alpha, start=start).get("", {})
+    return fold(rows, alpha=alpha, start=start, schedule=schedule, floor=floor).get("", {})
 
 
 def rewarded(conn: Connection, namespace: str) -> Select[Any]:
@@ -154,20 +184,30 @@ def q_in_context(
     alpha: float,
     shared: str | None = None,
     q_init: float = 0.0,
+    schedule: str = "constant",
+    floor: float = 0.0,
 ) -> list[QOver]:
     """Per query, the Q-values that replace the stored ones in its ranking: the tenant's overlay on the
     ``shared`` memories it rated, and the Q its context earned (``RetrievalConfig.context_q``), which
     wins where both speak; with ``context_start="neutral"`` a query made for a context ranks every other
     memory at ``q_init``. Empty when none of this applies. No more SQL for a neutral start than for a
-    global one: the same rows, folded from another start."""
+    global one: the same rows, folded from another start. ``schedule``, ``floor``: the step's, as ``fold``'s."""
     named = [c for c in contexts if c is not None] if cfg.context_q else []
     if not named and shared is None:
         return []
     neutral = cfg.context_start == "neutral"
     with db.transaction(write=False) as conn:
-        overlay = overlay_values(conn, namespace, shared, alpha=alpha) if shared is not None else {}
+        overlay = (
+            overlay_values(conn, namespace, shared, alpha=alpha, schedule=schedule, floor=floor)
+            if shared is not None
+            else {}
+        )
         first = q_init if neutral else None
-        values = context_values(conn, namespace, named, alpha=alpha, first=first) if named else {}
+        values = (
+            context_values(conn, namespace, named, alpha=alpha, first=first, schedule=schedule, floor=floor)
+            if named
+            else {}
+        )
     return [
         QOver(overlay | values.get(c, {}), rest=q_init if neutral else None)
         if c is not None and named

@@ -8,6 +8,9 @@ the recalled ones were written (``memory.provenance``), each at ``min(1, α·w)`
 ``memory.credit.traced_credit`` gives it (``w = (γλ)^d`` for an ancestor ``d`` edges up; the worked
 example is in ``memory.credit``), in the same statement, without ``visits += 1``.
 
+With ``MemoryConfig.alpha_schedule="visits"`` the step is ``min(1, max(floor, 1/(visits + 2))·w)``
+(``memory.scoring.alpha_for``), also computed by the database, from the row's ``visits`` before this reward.
+
 ``reinforcements`` builds the entries that reward the recalls one answer used (the loop's episodes,
 served responses, LangChain runs): one feedback id per recall, ``<answer's feedback id>/<recall id>``.
 """
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
-from sqlalchemy import Connection, bindparam, case, insert, select, update
+from sqlalchemy import Connection, Float, bindparam, case, cast, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from connectors.errors import ConfigError
@@ -42,7 +45,7 @@ from memory.provenance import ancestors
 from memory.records import Recall
 from memory.retrieval import RECENT
 from memory.schema import bump, feedback, memory_items, recalls, state
-from memory.scoring import credit_weights
+from memory.scoring import alpha_for, credit_weights
 from memory.statements import compile_for, execute_many
 
 
@@ -104,17 +107,28 @@ def reinforcements(recalls: Iterable[tuple[str, str | None]], reward: float, fee
 # updates run in the order planned, exactly as the same reinforce calls one after another would.
 # The new Q is kept within ±MAX_VALUE: from q = -9.95e10 and a reward of 1e12 at α = 1 the rule's
 # rounding gave 1e12 + 0.0001, a Q that export and the checks refuse (found by a property test).
-_TD = memory_items.c.q + bindparam("b_rate") * (bindparam("b_reward") - memory_items.c.q)
-Q_UPDATE = (
-    update(memory_items)
-    .where(memory_items.c.id == bindparam("b_item"), memory_items.c.namespace == bindparam("b_ns"))
-    .values(
-        q=case((_TD > MAX_VALUE, MAX_VALUE), (_TD < -MAX_VALUE, -MAX_VALUE), else_=_TD),
-        visits=memory_items.c.visits + bindparam("b_visit"),
-        updated_gen=bindparam("b_gen"),
-        updated_at=bindparam("b_at"),
+def q_update(rate: Any) -> Any:
+    """The UPDATE applying ``Q ← Q + rate·(r − Q)`` and ``visits += b_visit`` to one memory."""
+    td = memory_items.c.q + rate * (bindparam("b_reward") - memory_items.c.q)
+    return (
+        update(memory_items)
+        .where(memory_items.c.id == bindparam("b_item"), memory_items.c.namespace == bindparam("b_ns"))
+        .values(
+            q=case((td > MAX_VALUE, MAX_VALUE), (td < -MAX_VALUE, -MAX_VALUE), else_=td),
+            visits=memory_items.c.visits + bindparam("b_visit"),
+            updated_gen=bindparam("b_gen"),
+            updated_at=bindparam("b_at"),
+        )
     )
-)
+
+
+Q_UPDATE = q_update(bindparam("b_rate"))
+# alpha_schedule="visits": min(1, max(floor, 1/(n + 2))·w) from the row's visits n (SET reads the row as it was
+# before this statement changed it), in the operations' order of ``alpha_for`` so both round alike.
+_STEP = 1.0 / (cast(memory_items.c.visits, Float) + 2.0)
+_FLOORED = case((_STEP < bindparam("b_floor", type_=Float), bindparam("b_floor", type_=Float)), else_=_STEP)
+_WEIGHTED = _FLOORED * bindparam("b_weight", type_=Float)
+Q_UPDATE_VISITS = q_update(case((_WEIGHTED > 1.0, 1.0), else_=_WEIGHTED))
 FEEDBACK_INSERT = insert(feedback)
 LOGGED_IN = select(recalls.c.id, recalls.c.namespace)
 # On SQLite the generation is bumped and read in one statement (``apply_updates``).
@@ -156,6 +170,7 @@ class Updates:
 
     params: list[dict[str, Any]] = field(default_factory=list)
     feedback_rows: list[dict[str, Any]] = field(default_factory=list)
+    statement: Any = Q_UPDATE  # Q_UPDATE_VISITS under alpha_schedule="visits" (rows carry b_weight, b_floor)
 
 
 class Target(NamedTuple):
@@ -177,9 +192,13 @@ def plan_updates(
     namespace: str | None,
     depth: int = 0,
     decay: float = 0.0,
+    schedule: str = "constant",
+    floor: float = 0.0,
 ) -> Updates:
     """Resolve recalls to items and rates ``min(1, α·w)``, skipping feedback ids already applied (under
-    their own id or one of their ``applied_as``).
+    their own id or one of their ``applied_as``). With ``schedule="visits"`` α is each memory's
+    ``max(floor, 1/(visits + 2))`` (``memory.scoring.alpha_for``), left to the database to compute from
+    the row's visits: the rows carry ``w`` and ``floor`` instead of a rate.
 
     Recall ids are looked up in the entry's namespace, else ``namespace``, else ``"default"``;
     ``Recall`` objects in their own (``reads.recall_targets``); every update is bound to the
@@ -188,7 +207,8 @@ def plan_updates(
     with ``w`` from ``memory.credit.traced_credit`` (its docstring has the rule and a worked example),
     without counting a visit; the selected memories keep exactly their update of ``depth = 0``.
     """
-    plan = Updates()
+    alpha_for(0, alpha=alpha, schedule=schedule, floor=floor)  # a ConfigError for an unknown schedule, first
+    plan = Updates(statement=Q_UPDATE_VISITS if schedule == "visits" else Q_UPDATE)
     keys = [e.feedback_id for e in entries if e.feedback_id is not None]
     seen = reads.feedback_applied(conn, keys + [old for e in entries for old in e.applied_as])
     now = time.time()
@@ -204,16 +224,19 @@ def plan_updates(
         targets.append(Target(fid, reward, ns, item_ids, credit_weights(scores, credit)))
         plan.feedback_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
     tree = provenance_of(conn, targets, depth) if depth > 0 and decay > 0 else {}
+    def rate(w: float) -> dict[str, float]:
+        return {"b_weight": w, "b_floor": floor} if schedule == "visits" else {"b_rate": min(1.0, alpha * w)}
+
     for t in targets:
         base = {"b_ns": t.namespace, "b_reward": t.reward, "b_fb": t.feedback_id}
-        for item_id, rate in zip(t.item_ids, np.minimum(1.0, alpha * t.weights), strict=True):
-            plan.params.append({**base, "b_item": item_id, "b_rate": float(rate), "b_visit": 1})
+        for item_id, w in zip(t.item_ids, t.weights.tolist(), strict=True):
+            plan.params.append({**base, "b_item": item_id, **rate(w), "b_visit": 1})
         if tree.get(t.namespace):
             direct = dict(zip(t.item_ids, t.weights.tolist(), strict=True))
             traced = traced_credit(direct, tree[t.namespace], gamma_lambda=decay, depth=depth)
             for item_id, w in traced.items():
                 if item_id not in direct:  # an ancestor: the selected memories moved above
-                    plan.params.append({**base, "b_item": item_id, "b_rate": min(1.0, alpha * w), "b_visit": 0})
+                    plan.params.append({**base, "b_item": item_id, **rate(w), "b_visit": 0})
     return plan
 
 
@@ -261,7 +284,7 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
         rows = [{**p, "b_gen": generation, "b_at": now} for p in plan.params]
         # One executemany and one read of the final values: on SQLite about a quarter cheaper than a RETURNING
         # statement per row (each its own DB-API call).
-        execute_many(conn, Q_UPDATE, rows)
+        execute_many(conn, plan.statement, rows)
         after = reads.read_values(conn, sorted({p["b_item"] for p in plan.params}))
     present = {row[0] for row in after}
     applied = Counter(p["b_fb"] for p in plan.params if p["b_item"] in present and p["b_visit"])

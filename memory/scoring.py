@@ -4,7 +4,8 @@ Retrieval is MemRL's two phases (arXiv 2601.03192, DESIGN §4):
 
 * phase A keeps the ``k1`` items most similar to the query among those with cosine > δ;
 * phase B scores the pool by ``(1 − λ)·ẑ(sim) + λ·ẑ(Q)``, z-scores taken inside the pool and clipped;
-* the update after a reward r is the temporal-difference rule ``Q ← Q + α·(r − Q)``.
+* the update after a reward r is the temporal-difference rule ``Q ← Q + α·(r − Q)``, α constant or, with
+  ``MemoryConfig.alpha_schedule="visits"``, ``max(floor, 1/(n + 2))`` after n rewards (``alpha_for``).
 
 Ties are broken deterministically everywhere: by higher similarity, then by lower index (the store
 keeps rows oldest first, so a lower index is an older item).
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from connectors.errors import ConfigError
-from memory.config import CREDIT_MODES, RetrievalConfig
+from memory.config import ALPHA_SCHEDULES, CREDIT_MODES, RetrievalConfig
 
 # A spread below this (relative to the values' size) is rounding noise, not signal: ẑ is then 0.
 _STD_EPS = 1e-12
@@ -131,6 +132,29 @@ def td_update(q: np.ndarray | float, r: np.ndarray | float, alpha: np.ndarray | 
     """The Q update ``q + α·(r − q)``, vectorised and broadcasting (α may be per item: α·w)."""
     q = np.asarray(q, dtype=np.float64)
     return q + np.asarray(alpha, dtype=np.float64) * (np.asarray(r, dtype=np.float64) - q)
+
+
+def alpha_for(
+    visits: np.ndarray | float, *, alpha: float, schedule: str = "constant", floor: float = 0.0
+) -> np.ndarray:
+    """The step α of a memory's next reward, given the rewards ``visits`` (n) it had before this one.
+
+    ``"constant"``: ``alpha`` whatever n. ``"visits"``: ``max(floor, 1/(n + 2))``. From a start Q₀ with
+    ``floor = 0`` this is the running mean with Q₀ as one pseudo-observation: after rewards r_1..r_n,
+    ``Q = (Q₀ + Σ r_i) / (n + 1)``, so one wrong rating among n moves Q by at most 2/(n + 2) (rewards in
+    [−1, 1]) instead of 2α whatever the evidence; the floor keeps a fact that changes learnable
+    (``MemoryConfig.alpha_schedule``). Vectorised over ``visits``.
+
+    Example:
+        >>> alpha_for([0, 1, 2, 8], alpha=0.3, schedule="visits", floor=0.2).tolist()
+        [0.5, 0.3333333333333333, 0.25, 0.2]
+    """
+    n = np.asarray(visits, dtype=np.float64)
+    if schedule == "constant":
+        return np.full_like(n, alpha)
+    if schedule != "visits":
+        raise ConfigError(f"alpha schedule must be one of {ALPHA_SCHEDULES}, got {schedule!r}")
+    return np.maximum(floor, 1.0 / (n + 2.0))
 
 
 def credit_weights(scores: np.ndarray, mode: str) -> np.ndarray:

@@ -327,8 +327,9 @@ class MemoryStore(StoreUpkeep):
         with self._open.locked():
             names, plans, view, texts = (namespace, shared), None, None, self._texts
             own = q_in_context(
-                self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared, q_init=self.config.q_init
-            )
+                self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared, q_init=self.config.q_init,
+                schedule=self.config.alpha_schedule, floor=self.config.alpha_floor,
+            )  # fmt: skip
             planner = Planner(vecs, cfg, self._rng, own)
             if as_of is None:  # optimistic: search the mirrors as this process last saw them, check in the
                 # transaction that logs the recall (read-only if none); repeated only if another process wrote
@@ -378,7 +379,7 @@ class MemoryStore(StoreUpkeep):
                 cfg = self.config
                 plan = plan_updates(
                     conn, entries, alpha=cfg.alpha, credit=cfg.credit, namespace=namespace,
-                    depth=cfg.credit_depth, decay=cfg.credit_decay,
+                    depth=cfg.credit_depth, decay=cfg.credit_decay, schedule=cfg.alpha_schedule, floor=cfg.alpha_floor,
                 )  # fmt: skip
                 generation, after, updated = apply_updates(conn, plan)
             if generation is not None:

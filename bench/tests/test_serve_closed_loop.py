@@ -40,3 +40,12 @@ def test_the_report_has_a_row_per_epoch_with_intervals() -> None:
     report = markdown(result)
     assert "| 2 | 0.250 [0.100, 0.400] | 0.250 [0.100, 0.400] | 0.100 [-0.050, +0.250] |" in report
     assert "`ran r@t round 1: success 1.00`" in report
+
+
+def test_a_run_with_wrong_ratings_says_so() -> None:
+    cell = {"mean": 0.25, "low": 0.1, "high": 0.4}
+    figures = {f"{arm}_epoch1": cell for arm in ("direct", "evolve")} | {"evolve_minus_direct_epoch1": cell}
+    result = {"category": "simple_python", "tasks": 12, "epochs": 1, "seeds": 3, "rho": 0.2, "figures": figures,
+              "cells": {"evolve": [{"jobs": []}]}}  # fmt: skip
+    assert "A share ρ = 0.2 of the app's ratings is wrong" in markdown(result)
+    assert "is wrong" not in markdown({**result, "rho": 0.0})

@@ -39,8 +39,7 @@ SAID_WRONG = "Wrong."
 
 def check_probability(name: str, value: object) -> float:
     """A probability (or a share) in [0, 1] as a float; ConfigError naming ``name`` otherwise."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) <= 1.0
-    if not ok:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
         raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 

@@ -225,3 +225,11 @@ def test_rounds_report_the_share_of_tasks_solved_at_least_once(tmp_path: Path) -
 
     assert run_table(metrics).splitlines()[0].split()[:3] == ["round", "success", "solved"]
     assert run_table(metrics).splitlines()[2].split()[:3] == ["2", "0.25", "0.75"]
+
+
+def test_every_memory_a_run_writes_names_the_run_as_its_writer(tmp_path: Path) -> None:
+    run = "Türcodes Pilot 2026 — Zürich Nordhafen (Lager 7)"
+    ev, store = make_evolver(f"sqlite:///{tmp_path / 'm.db'}", run=run)
+    ev.run(rounds=1)
+    assert store is not None
+    assert {m.meta["writer"] for m in store.items()} == {f"run:{run}"} and len(store.items()) == len(TASKS)

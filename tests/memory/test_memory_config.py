@@ -16,6 +16,7 @@ def test_defaults_are_the_papers() -> None:
     r = cfg.retrieval
     assert (cfg.alpha, cfg.q_init, r.lam, r.k1, r.k2, r.epsilon, r.z_clip) == (0.3, 0.0, 0.5, 10, 5, 0.0, 3.0)
     assert (cfg.group_threshold, cfg.credit, cfg.index, cfg.capacity) == (0.98, "uniform", "auto", None)
+    assert cfg.alpha_schedule == "constant"  # Q ← Q + α·(r − Q) with the same α every reward
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,12 @@ def test_retrieval_config_errors_name_field_range_and_value(kwargs: dict[str, ob
         ({"capacity": 0}, r"capacity must be an integer >= 1, got 0"),
         ({"failure_keeps": "answer"}, r"failure_keeps must be one of \('feedback', 'attempt', 'both'\), got 'answer'"),
         ({"retrieval": {"k1": 3}}, r"retrieval must be a RetrievalConfig, got dict"),
+        ({"alpha_schedule": "bayes"}, r"alpha_schedule must be one of \('constant', 'visits'\) .*got 'bayes'"),
+        ({"alpha_schedule": None}, r"alpha_schedule must be one of .*got None"),
+        ({"alpha_floor": 1.5}, r"MemoryConfig.alpha_floor must be a number in \[0.0, 1.0\], got 1.5"),
+        ({"alpha_floor": -0.1}, r"MemoryConfig.alpha_floor must be a number in \[0.0, 1.0\], got -0.1"),
+        ({"alpha_floor": True}, r"MemoryConfig.alpha_floor must be a number"),
+        ({"alpha_floor": float("nan")}, r"MemoryConfig.alpha_floor must be a number"),
     ],
 )
 def test_memory_config_errors_name_field_range_and_value(kwargs: dict[str, object], message: str) -> None:
@@ -68,6 +75,7 @@ def test_similarity_only_keeps_everything_but_the_learning() -> None:
     assert (base.alpha, base.retrieval.lam, base.retrieval.epsilon) == (0.0, 0.0, 0.0)
     assert (base.retrieval.k1, base.retrieval.k2, base.retrieval.delta, base.capacity) == (20, 3, 0.4, 9)
     assert similarity_only().retrieval.k1 == 10
+    assert similarity_only(replace(cfg, alpha_schedule="visits")).alpha_schedule == "constant"  # Q stays frozen
 
 
 def test_recall_helpers() -> None:

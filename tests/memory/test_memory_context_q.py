@@ -245,6 +245,36 @@ def test_fold_from_a_start_is_the_closed_form_of_the_rewards() -> None:
     assert fold(rows, alpha=alpha) == fold(rows, alpha=alpha, first=None)
 
 
+@pytest.mark.parametrize("floor", [0.0, 0.15])
+def test_the_visits_schedule_folds_with_each_contexts_own_count(floor: float) -> None:
+    """n is the rewards that memory had in that context, not anywhere: a loop over the rows, counting."""
+    rng = np.random.default_rng(11)
+    rows = [(f"ctx-{c}", f"m{i}", float(rng.uniform(-1, 1)), float(rng.choice([-1.0, 1.0])))
+            for c, i in rng.integers(0, 3, size=(300, 2))]  # fmt: skip
+    start = {"ctx-0": {"m0": 0.4}}  # what an expired recall left folded: counted as one reward there
+    for first in (None, 0.0):
+        expected: dict[str, dict[str, float]] = {"ctx-0": {"m0": 0.4}}
+        counts = {("ctx-0", "m0"): 1}
+        for context, item, q_then, reward in rows:
+            q = expected.setdefault(context, {}).get(item, q_then if first is None else first)
+            n = counts.get((context, item), 0)
+            counts[(context, item)] = n + 1
+            expected[context][item] = q + max(floor, 1 / (n + 2)) * (reward - q)
+        assert fold(rows, alpha=0.3, start=start, first=first, schedule="visits", floor=floor) == expected
+    if floor == 0.0:  # the running mean with the start counted once
+        for context, values in fold(rows, alpha=0.3, first=0.0, schedule="visits").items():
+            for item, q in values.items():
+                mine = [r for c, i, _, r in rows if (c, i) == (context, item)]
+                assert q == pytest.approx(sum(mine) / (len(mine) + 1), abs=1e-12)
+
+
+def test_the_constant_schedule_folds_as_before() -> None:
+    rows = [("a", "m1", 0.2, 1.0), ("a", "m1", 0.2, -1.0), ("b", "m1", 0.0, 1.0)]
+    assert fold(rows, alpha=0.3, schedule="constant", floor=0.9) == fold(rows, alpha=0.3)
+    with pytest.raises(ConfigError, match="alpha schedule must be one of"):
+        fold(rows, alpha=0.3, schedule="mean")
+
+
 def test_q_over_matches_a_vectorised_lookup() -> None:
     rng = np.random.default_rng(3)
     ids = np.array([f"m{i}" for i in range(10)])

@@ -11,6 +11,7 @@ import pytest
 from connectors.errors import ConfigError
 from memory.config import RetrievalConfig
 from memory.scoring import (
+    alpha_for,
     assign_groups,
     calibrate_threshold,
     credit_weights,
@@ -193,6 +194,39 @@ def test_td_update_paper_numbers() -> None:
     assert q1 == 0.3
     assert float(td_update(q1, 1.0, 0.3)) == pytest.approx(0.51, abs=1e-15)
     assert float(td_update(0.7, 0.0, 0.0)) == 0.7  # α = 0 freezes Q (the similarity-only baseline)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_alpha_for_matches_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    visits, floor = rng.integers(0, 40, size=16), float(rng.uniform(0, 0.5))
+    got = alpha_for(visits, alpha=0.3, schedule="visits", floor=floor)
+    assert got.tolist() == [max(floor, 1.0 / (int(n) + 2)) for n in visits]
+    assert alpha_for(visits, alpha=0.3).tolist() == [0.3] * 16  # constant: α whatever the visits
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_visits_schedule_is_a_running_mean_with_the_start_counted_once(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    q0, rewards = float(rng.uniform(-1, 1)), rng.choice([-1.0, 1.0], size=25)
+    q = q0
+    for n, r in enumerate(rewards):
+        q = float(td_update(q, r, alpha_for(n, alpha=0.3, schedule="visits", floor=0.0)))
+        assert q == pytest.approx((q0 + rewards[: n + 1].sum()) / (n + 2), abs=1e-12)
+
+
+def test_one_wrong_rating_moves_a_memory_with_evidence_less_until_the_floor() -> None:
+    """After 8 good ratings one wrong one moves Q by 2/10 (visits) instead of 2·0.3 (constant); at the
+    floor a changed fact is still followed at that rate."""
+    steps = alpha_for([0, 1, 8, 100], alpha=0.3, schedule="visits", floor=0.1).tolist()
+    assert steps == [0.5, 1 / 3, 0.1, 0.1]
+    assert float(alpha_for(3, alpha=0.3, schedule="visits", floor=0.1)) == 0.2
+
+
+@pytest.mark.parametrize("bad", ["bayes", "", None])
+def test_alpha_for_refuses_an_unknown_schedule(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"alpha schedule must be one of \('constant', 'visits'\)"):
+        alpha_for(0, alpha=0.3, schedule=bad, floor=0.1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
