@@ -4,7 +4,8 @@ Keys come from the same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repe
 ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]``
 table; each maps a bearer key to its tenant. The socket is bound before the models load, so a busy port
 fails fast and the printed agent card URL is the real one; ``--url`` names the address clients reach it at
-when that differs (a proxy, ``--host 0.0.0.0``).
+when that differs (a proxy, ``--host 0.0.0.0``). An A2A agent has no operator routes: it reads no operator
+key (``--admin-key`` is ``evolve serve``'s and ``evolve mcp``'s), and one is refused as any unknown key.
 
 Example:
     >>> # evolve a2a data/facility_codes.toml --port 8100 --key sk-alice-3f9c=alice
@@ -19,8 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from apps.keys import load_keys
 from apps.options import count
-from apps.serve_cli import base_url, listen, load_keys, serve_until_stopped, tenants_line
+from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
 
 INSTALL_HINT = "evolve a2a needs the a2a-sdk with its HTTP server and uvicorn: pip install 'evolve[a2a]'"
@@ -29,8 +31,8 @@ CARD_PATH = "/.well-known/agent-card.json"
 
 def tenant_lookup(keys: Mapping[str, str]) -> Callable[[Any], str | None]:
     """``tenant_of(request)`` for ``create_a2a_app``: the tenant of the request's bearer key (checked with
-    ``apps.server.check_keys``, compared in constant time by ``apps.server.tenant_for``), else None."""
-    from apps.server import check_keys, tenant_for
+    ``apps.keys.check_keys``, compared in constant time by ``apps.keys.tenant_for``), else None."""
+    from apps.keys import check_keys, tenant_for
 
     table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
     return lambda request: tenant_for(request.headers.get("authorization"), table)
@@ -56,7 +58,7 @@ def cmd_a2a(args: argparse.Namespace) -> None:
             f"--url must be the base URL clients reach this agent at (http(s)://host:port), got {args.url!r}"
         )
     spec = load_spec(args.spec)
-    from apps.server import check_base_memory
+    from apps.keys import check_base_memory
 
     check_base_memory(spec.serve.memory, keys)
     tenant_of = tenant_lookup(keys)

@@ -10,7 +10,14 @@ Two transports:
 - ``--transport http``: streamable HTTP at ``http://HOST:PORT/mcp``; every request carries
   ``Authorization: Bearer <key>`` and the key names the tenant (401 otherwise). Keys come from the
   same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS``
-  (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]`` table.
+  (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]`` table (``apps.keys``).
+
+The operator (``evolve.deploy.mcp_operator``: distrust a writer, undo it, list and release held memories)
+gets a server of its own at the same endpoint: over HTTP, a session whose bearer key is an operator key
+(``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS``, the keys file's ``[admin]`` table) sees those four tools and
+no tenant's, and a tenant's session never sees them; without an operator key nobody does. Over stdio,
+``--admin`` instead of ``--tenant`` serves them: whoever starts the process can open its database anyway
+(``evolve memory distrust``), so its owner is the operator, and no key is asked.
 
 A tenant's memories are those ``evolve serve`` keeps for it (run ``<run>@<tenant>``): what an MCP
 client remembers and rates is what the served team recalls, and the other way round.
@@ -18,6 +25,7 @@ client remembers and rates is what the served team recalls, and the other way ro
 Example:
     >>> # evolve mcp data/facility_codes.toml --tenant Zürich-Nordhafen-Logistik-Team-07
     >>> # evolve mcp data/facility_codes.toml --transport http --port 8200 --key sk-zurich-3f9c=Zürich-Nordhafen
+    >>> # evolve mcp data/facility_codes.toml --admin   # the operator's tools, over stdio
 """
 
 from __future__ import annotations
@@ -26,14 +34,15 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
-from contextlib import redirect_stdout
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, redirect_stdout
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apps.options import count
-from apps.serve_cli import base_url, listen, load_keys, serve_until_stopped, tenants_line
+from apps.keys import ADMIN_ENV, load_admin_keys, load_keys
+from apps.options import add_admin_key, count
+from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,23 +53,29 @@ TENANT: ContextVar[str | None] = ContextVar("evolve_mcp_tenant", default=None)
 """The tenant of the HTTP request being served: set by ``bearer_tenants``; the SDK carries it into handlers."""
 
 
-def bearer_tenants(app: Any, keys: Mapping[str, str]) -> Any:
+def bearer_tenants(app: Any, keys: Mapping[str, str], *, operator: Any = None, admin_keys: Sequence[str] = ()) -> Any:
     """``app`` behind bearer keys: a request without a valid ``Authorization: Bearer <key>`` gets a 401;
-    one with a key is served with ``TENANT`` set to the key's tenant (keys compared in constant time)."""
-    from apps.server import check_keys, tenant_for
+    one with a tenant's key is served by ``app`` with ``TENANT`` set to the key's tenant, one with an operator
+    key (``admin_keys``) by ``operator`` (the operator's app). Keys are compared in constant time."""
+    from apps.keys import check_keys, is_admin, tenant_for
 
     table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
+    admins = [key.encode() for key in load_admin_keys(tenants=keys, keys=admin_keys)] if operator is not None else []
+    lifespan = app if operator is None else both_lifespans(app, operator)
     denied = json.dumps(
         {"error": {"message": "missing or invalid API key: send 'Authorization: Bearer <key>'",
                    "type": "invalid_request_error", "code": "invalid_api_key"}}
     ).encode()  # fmt: skip
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":  # the lifespan: the SDK's session manager starts and stops
-            await app(scope, receive, send)
+        if scope["type"] != "http":  # the lifespan: the SDK's session managers start and stop
+            await lifespan(scope, receive, send)
             return
-        given = [v for k, v in scope["headers"] if k == b"authorization"]
-        tenant = tenant_for(given[0].decode("latin-1"), table) if len(given) == 1 else None
+        given = [v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"]
+        tenant = tenant_for(given[0], table) if len(given) == 1 else None
+        if tenant is None and len(given) == 1 and is_admin(given[0], admins):
+            await operator(scope, receive, send)
+            return
         if tenant is None:
             headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
             await send({"type": "http.response.start", "status": 401, "headers": headers})
@@ -75,11 +90,26 @@ def bearer_tenants(app: Any, keys: Mapping[str, str]) -> Any:
     return guarded
 
 
-def http_app(memory: TenantMemory, keys: Mapping[str, str], *, host: str = "127.0.0.1") -> Any:
-    """The streamable HTTP app (endpoint ``/mcp``) over ``memory``, each bearer key serving its tenant.
-    ``host`` is the interface it listens on: on a loopback one the SDK refuses other Host headers (DNS
-    rebinding). One app per server: the SDK's session manager runs once."""
-    from apps.server import check_base_memory
+def both_lifespans(first: Any, second: Any) -> Any:
+    """An app that only runs the lifespans of two Starlette apps (each starts its SDK session manager)."""
+    from starlette.applications import Starlette
+
+    @asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        async with first.router.lifespan_context(first), second.router.lifespan_context(second):
+            yield
+
+    return Starlette(lifespan=lifespan)
+
+
+def http_app(
+    memory: TenantMemory, keys: Mapping[str, str], *, host: str = "127.0.0.1", admin_keys: Sequence[str] = ()
+) -> Any:
+    """The streamable HTTP app (endpoint ``/mcp``) over ``memory``, each bearer key serving its tenant, each of
+    ``admin_keys`` the operator's tools. ``host`` is the interface it listens on: on a loopback one the SDK
+    refuses other Host headers (DNS rebinding). One app per server: the SDK's session managers run once."""
+    from apps.keys import check_base_memory
+    from evolve.deploy.mcp_operator import create_operator_server
     from evolve.deploy.mcp_server import create_mcp_server
 
     check_base_memory(memory.spec.serve.memory, keys)
@@ -91,7 +121,11 @@ def http_app(memory: TenantMemory, keys: Mapping[str, str], *, host: str = "127.
         return tenant
 
     server = create_mcp_server(memory, tenant_of=tenant_of)
-    return bearer_tenants(server.streamable_http_app(streamable_http_path=ENDPOINT, host=host), keys)
+    app = server.streamable_http_app(streamable_http_path=ENDPOINT, host=host)
+    if not admin_keys:
+        return bearer_tenants(app, keys)
+    operator = create_operator_server(memory.store).streamable_http_app(streamable_http_path=ENDPOINT, host=host)
+    return bearer_tenants(app, keys, operator=operator, admin_keys=admin_keys)
 
 
 def cmd_mcp(args: argparse.Namespace) -> None:
@@ -111,51 +145,55 @@ def cmd_mcp(args: argparse.Namespace) -> None:
 
 def serve_stdio(args: argparse.Namespace) -> None:
     from evolve.deploy.mcp_memory import TenantMemory
+    from evolve.deploy.mcp_operator import create_operator_server
     from evolve.deploy.mcp_server import create_mcp_server
     from evolve.spec import check_tenant, load_spec
 
-    if args.tenant is None:
+    if (args.tenant is None) == (not args.admin):
         raise ConfigError(
             "evolve mcp over stdio serves one tenant: name it with --tenant NAME (its memories are those "
-            "`evolve serve` keeps for that tenant); or serve many with --transport http and bearer keys"
+            "`evolve serve` keeps for that tenant), or the operator's tools with --admin (one of the two); "
+            "or serve many tenants with --transport http and bearer keys"
         )
-    if (
-        args.key
-        or args.keys is not None
-        or args.port is not None
-        or args.host is not None
-        or args.log_level is not None
-    ):
+    http_only = [args.key, args.admin_key, args.keys, args.port, args.host, args.log_level]
+    if any(v not in (None, []) for v in http_only):
         raise ConfigError(
-            "--key, --keys, --host, --port and --log-level are for --transport http; over stdio --tenant names the "
-            "tenant and the client reads the server's messages"
+            "--key, --keys, --admin-key, --host, --port and --log-level are for --transport http; over stdio "
+            "--tenant names the tenant (or --admin the operator) and the client reads the server's messages"
         )
-    tenant = check_tenant(args.tenant)
+    tenant = None if args.admin else check_tenant(args.tenant)
     with redirect_stdout(sys.stderr):  # stdout is the protocol's: nothing else may reach it
         spec = load_spec(args.spec)
         memory = TenantMemory(spec)
     try:
-        server = create_mcp_server(memory, tenant_of=lambda: tenant)
-        run = memory.run_name(tenant)
-        print(f"evolve mcp: memory of run {run!r} for tenant {tenant!r} on stdio", file=sys.stderr, flush=True)
+        if tenant is None:
+            server = create_operator_server(memory.store)
+            print(f"evolve mcp: the operator's tools over run {spec.run.name!r} on stdio", file=sys.stderr, flush=True)
+        else:
+            server = create_mcp_server(memory, tenant_of=lambda: tenant)
+            run = memory.run_name(tenant)
+            print(f"evolve mcp: memory of run {run!r} for tenant {tenant!r} on stdio", file=sys.stderr, flush=True)
         server.run("stdio")  # until the client closes stdin
     finally:
         memory.close()  # saves the vector index
 
 
 def serve_http(args: argparse.Namespace) -> None:
-
     from evolve.deploy.mcp_memory import TenantMemory
     from evolve.spec import load_spec
 
-    if args.tenant is not None:
-        raise ConfigError("--tenant is for --transport stdio; over HTTP each bearer key names its tenant (--key)")
+    if args.tenant is not None or args.admin:
+        raise ConfigError(
+            "--tenant and --admin are for --transport stdio; over HTTP each bearer key names its tenant (--key) "
+            "or the operator (--admin-key)"
+        )
     try:
         keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
+        admin = load_admin_keys(tenants=keys, file=args.keys, keys=args.admin_key, env=os.environ.get(ADMIN_ENV))
     except ConfigError as e:  # the key sources and checks are evolve serve's: say which command it was
         raise ConfigError(str(e).replace("evolve serve", "evolve mcp --transport http")) from None
     spec = load_spec(args.spec)
-    from apps.server import check_base_memory
+    from apps.keys import check_base_memory
 
     check_base_memory(spec.serve.memory, keys)
     port = 8200 if args.port is None else args.port
@@ -163,22 +201,27 @@ def serve_http(args: argparse.Namespace) -> None:
     with listen(host, port) as sock:  # before the store opens: a busy port fails fast
         memory = TenantMemory(spec)
         url = base_url(sock).removesuffix("/v1") + ENDPOINT
-        banner = [f"evolve mcp: memory of run {spec.run.name!r} at {url}", tenants_line(keys)]
-        serve_until_stopped(sock, lambda: http_app(memory, keys, host=host), banner, log_level, memory.close)
+        banner = [f"evolve mcp: memory of run {spec.run.name!r} at {url}", tenants_line(keys, admin)]
+        make_app = lambda: http_app(memory, keys, host=host, admin_keys=admin)  # noqa: E731
+        serve_until_stopped(sock, make_app, banner, log_level, memory.close)
 
 
 def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``evolve mcp SPEC [--transport stdio|http] [--tenant NAME] [--host] [--port] [--keys] [--key]``."""
+    """Register ``evolve mcp SPEC [--transport stdio|http] [--tenant NAME | --admin] [--host] [--port] [--keys]
+    [--key] [--admin-key]``."""
     s = sub.add_parser("mcp", help="serve the spec's memory to MCP clients (recall, remember, feedback), per tenant")
     s.add_argument("spec", type=Path, help="the run's TOML spec (database, embedder, memory, agents)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default: an MCP client starts this command) or streamable HTTP")  # fmt: skip
-    s.add_argument("--tenant", default=None, help="stdio: the tenant whose memories to serve (required)")
+    s.add_argument("--tenant", default=None, help="stdio: the tenant whose memories to serve (or --admin)")
+    s.add_argument("--admin", action="store_true",
+                   help="stdio: serve the operator's tools (distrust, undo, release, quarantined), not a tenant's")  # fmt: skip
     s.add_argument("--host", default=None, help="http: interface to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=count(0, 65535), default=None, help="http: port (default 8200; 0 picks a free one)")
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='http: TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="http: an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
+    add_admin_key(s, only="http: ")
     levels = ["critical", "error", "warning", "info", "debug"]
     s.add_argument("--log-level", default=None, choices=levels, help="http: the server's log level (default warning)")
     s.set_defaults(func=cmd_mcp)

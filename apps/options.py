@@ -57,6 +57,16 @@ __all__ = ["count", "seconds"]
 SERVE_INSTALL_HINT = "evolve serve needs FastAPI and uvicorn: pip install 'evolve[serve]'"
 
 
+def add_admin_key(parser: argparse.ArgumentParser, *, only: str = "") -> None:
+    """``--admin-key KEY`` (repeatable), as ``evolve serve`` and ``evolve mcp`` take it (``apps.keys``);
+    ``only`` prefixes the help (``"http: "``)."""
+    parser.add_argument(
+        "--admin-key", action="append", default=[], metavar="KEY",
+        help=f"{only}an operator key: opens the memory's defences (distrust, undo, release) and no tenant's "
+        "routes (repeatable; also $EVOLVE_ADMIN_KEYS='k1,k2' or [admin] keys = [...] in --keys FILE)",
+    )  # fmt: skip
+
+
 def quiet_loading(quiet: bool) -> None:
     """``--quiet`` also hides the model loaders' progress bars (transformers, hub)."""
     if quiet:

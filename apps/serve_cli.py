@@ -1,11 +1,15 @@
 """``evolve serve SPEC``: load the API keys and the spec, then serve ``apps.server``'s app with uvicorn.
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
-a TOML file (``--keys FILE``) with one table::
+a TOML file (``--keys FILE``); the operator's (``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS``, the file's
+``[admin]`` table) open ``apps.server_admin``'s routes (``apps.keys``)::
 
     [keys]
     "sk-alice-3f9c..." = "alice"
     "sk-bob-77ad..." = "bob"
+
+    [admin]
+    keys = ["sk-ops-b81e..."]
 
 Building the parser imports nothing heavy; FastAPI, uvicorn and the models load when the command runs.
 """
@@ -18,57 +22,16 @@ import os
 import signal
 import socket
 import threading
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from apps.keys import ADMIN_ENV, load_admin_keys, load_keys
 from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
-from apps.options import count
+from apps.options import add_admin_key, count
 from connectors import ConfigError
 
 log = logging.getLogger(__name__)
-
-
-def parse_pairs(items: Sequence[str], where: str) -> list[tuple[str, str]]:
-    """``KEY=TENANT`` items (the tenant follows the last '='; keys may contain '='). Errors never echo a key."""
-    pairs = []
-    for i, item in enumerate(items, 1):
-        if not item.strip():
-            continue
-        key, sep, tenant = item.strip().rpartition("=")
-        if not sep or not key or not tenant:
-            raise ConfigError(f"{where} entry #{i} must look like KEY=TENANT")
-        pairs.append((key, tenant))
-    return pairs
-
-
-def keys_file(path: Path) -> list[tuple[str, str]]:
-    """The ``[keys]`` table of a TOML file: ``"KEY" = "TENANT"`` lines."""
-    if not path.is_file():
-        raise ConfigError(f'keys file {path} does not exist (expected TOML with a [keys] table of "KEY" = "TENANT")')
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("keys")
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"keys file {path}: not valid TOML: {e}") from None
-    if not isinstance(table, dict) or not all(isinstance(t, str) for t in table.values()):
-        raise ConfigError(f'keys file {path} must hold a [keys] table of "KEY" = "TENANT" strings')
-    return list(table.items())
-
-
-def load_keys(*, file: Path | None = None, pairs: Sequence[str] = (), env: str | None = None) -> dict[str, str]:
-    """``{key: tenant}`` from a keys file, ``$EVOLVE_API_KEYS`` and ``--key`` items; at least one is required."""
-    sources = [(str(file), keys_file(file))] if file is not None else []
-    sources += [("$EVOLVE_API_KEYS", parse_pairs((env or "").split(","), "$EVOLVE_API_KEYS"))]
-    sources += [("--key", parse_pairs(pairs, "--key"))]
-    found: dict[str, str] = {}
-    for where, items in sources:
-        for key, tenant in items:
-            if found.setdefault(key, tenant) != tenant:
-                raise ConfigError(f"{where}: one API key is given to two tenants ({found[key]!r} and {tenant!r})")
-    from apps.server import check_keys
-
-    return check_keys(found)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -109,15 +72,21 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from evolve.spec import load_spec
 
     keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
+    admin = load_admin_keys(tenants=keys, file=args.keys, keys=args.admin_key, env=os.environ.get(ADMIN_ENV))
     spec = load_spec(args.spec)
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
         deployment = Deployment(spec)
-        banner = [f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", tenants_line(keys)]
-        serve_until_stopped(sock, lambda: create_app(deployment, keys), banner, args.log_level, deployment.close)
+        banner = [f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", tenants_line(keys, admin)]
+        make_app = lambda: create_app(deployment, keys, admin_keys=admin)  # noqa: E731
+        serve_until_stopped(sock, make_app, banner, args.log_level, deployment.close)
 
 
-def tenants_line(keys: Mapping[str, str]) -> str:
-    return f"tenants: {', '.join(sorted(set(keys.values())))}"
+def tenants_line(keys: Mapping[str, str], admin: Sequence[str] | None = None) -> str:
+    """The served tenants; with ``admin`` (the operator keys), whether the operator's routes are on."""
+    line = f"tenants: {', '.join(sorted(set(keys.values())))}"
+    if admin is not None:
+        line += f"; operator: {len(admin)} key{'s' if len(admin) != 1 else ''}" if admin else "; operator: off"
+    return line
 
 
 def serve_until_stopped(
@@ -156,7 +125,7 @@ def exit_on_signals() -> dict[int, Any]:
 
 
 def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``evolve serve SPEC [--host] [--port] [--keys FILE] [--key KEY=TENANT ...]``."""
+    """Register ``evolve serve SPEC [--host] [--port] [--keys FILE] [--key KEY=TENANT ...] [--admin-key KEY ...]``."""
     s = sub.add_parser("serve", help="an OpenAI-compatible API over the spec's team; bearer keys map to tenants")
     s.add_argument("spec", type=Path, help="the run's TOML spec (model, embedder, database, agents)")
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
@@ -164,6 +133,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
+    add_admin_key(s)
     levels = ["critical", "error", "warning", "info", "debug"]
     s.add_argument("--log-level", default="info", choices=levels, help="the server's log level (default info)")
     s.set_defaults(func=cmd_serve)

@@ -10,9 +10,12 @@ Any app that speaks the OpenAI API talks to an evolved team by changing its base
   ``Idempotency-Key`` header) and queues it for the prompt optimizer's next job;
 - ``GET /v1/models`` lists the one served model (its id is the run's name, and ``model`` must name it:
   anything else is a 404 ``model_not_found``, as OpenAI answers); ``GET /healthz`` (no key) is for
-  liveness probes.
+  liveness probes;
+- ``/v1/admin/memory/...`` are the operator's (``apps.server_admin``): distrust a writer, undo it, list and
+  release held memories, opened by an operator key only.
 
-A bearer key maps to a tenant; each tenant has its own memories, prompts and responses. Errors use
+A bearer key maps to a tenant; each tenant has its own memories, prompts and responses. An operator key
+(``apps.keys``) is no tenant's: on a tenant route it is a 403 ``operator_key``. Errors use
 OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 401 for a missing or wrong key, 400
 for a malformed body, 404 for a response id the tenant does not own, 429 (with ``Retry-After`` when the
 provider gave one) when the team's model is rate limited, 504 when it timed out, 502 when it failed
@@ -41,11 +44,15 @@ log-probabilities (a local model computes them, an OpenAI-compatible one is aske
 then comes whole, its logprobs on the first content chunk).
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
-a TOML file (``--keys FILE``) with one table::
+a TOML file (``--keys FILE``); operator keys from ``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS`` and the
+file's ``[admin]`` table (``apps.keys``)::
 
     [keys]
     "sk-alice-3f9c..." = "alice"
     "sk-bob-77ad..." = "bob"
+
+    [admin]
+    keys = ["sk-ops-b81e..."]
 
 Example:
     >>> # evolve serve data/facility_codes.toml --port 8000 --key sk-alice-3f9c=alice
@@ -57,21 +64,21 @@ Example:
 # endpoints are closures over names imported lazily inside ``create_app``.
 
 import dataclasses
-import hmac
 import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from apps.keys import check_base_memory, check_keys, is_admin, load_admin_keys, tenant_for
 from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
+from apps.server_admin import add_admin_routes
 from apps.server_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
 from connectors import ConfigError, ConnectorError, EvolveError, ParseError, ProviderTimeout, RateLimited
 from connectors.streaming import split_words
 from evolve.deploy.serving import Answer, Deployment, UnknownResponse
 from evolve.deploy.streaming import AnswerStream, stream_answer
-from evolve.spec import check_tenant
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -241,58 +248,6 @@ async def relay(events: Iterator[str]) -> AsyncIterator[str]:
                 await anyio.to_thread.run_sync(close)
 
 
-# ---- keys ---------------------------------------------------------------------------------------------------
-
-
-def check_keys(keys: Mapping[str, str]) -> dict[str, str]:
-    """Validated ``{key: tenant}``; at least one, since an open server would mix every user in one namespace."""
-    if not keys:
-        raise ConfigError(
-            "evolve serve needs at least one API key (--key KEY=TENANT, --keys FILE or $EVOLVE_API_KEYS): "
-            "without keys every caller would share one tenant's memories"
-        )
-    for i, (key, tenant) in enumerate(keys.items()):
-        if not isinstance(key, str) or not key or len(key) > 512 or any(c.isspace() for c in key):
-            raise ConfigError(f"API key #{i + 1} (tenant {tenant!r:.80}) must be 1-512 characters without spaces")
-        check_tenant(tenant)
-    check_distinct(keys.values())
-    return dict(keys)
-
-
-def check_base_memory(memory: str, keys: Mapping[str, str]) -> None:
-    """``[serve] memory = "base"`` serves the trained run to every key: refused for keys of several tenants,
-    whose ratings would move each other's ranking (``evolve serve``, ``evolve mcp``, ``evolve a2a``)."""
-    tenants = sorted(set(keys.values()))
-    if memory == "base" and len(tenants) > 1:
-        raise ConfigError(
-            f'[serve] memory = "base" serves the trained run to every key, so one tenant\'s ratings would move '
-            f"every other's ranking; these keys name {len(tenants)} tenants ({', '.join(tenants)}). Give every key "
-            'one tenant, or serve each tenant its own memory (memory = "tenant")'
-        )
-
-
-def check_distinct(tenants: Iterable[str]) -> None:
-    """Refuse tenants that differ only in case: a case-insensitive database collation would merge them."""
-    seen: dict[str, str] = {}
-    for tenant in tenants:
-        other = seen.setdefault(tenant.casefold(), tenant)
-        if other != tenant:
-            raise ConfigError(f"tenants {other!r} and {tenant!r} differ only in case; give them distinct names")
-
-
-def tenant_for(authorization: str | None, keys: Sequence[tuple[bytes, str]]) -> str | None:
-    """The tenant of ``Authorization: Bearer <key>``, or None; every key is compared in constant time."""
-    scheme, _, token = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    given = token.strip().encode()
-    found = None
-    for key, tenant in keys:
-        if hmac.compare_digest(given, key) and found is None:
-            found = tenant
-    return found
-
-
 # ---- the app ------------------------------------------------------------------------------------------------
 
 
@@ -334,8 +289,9 @@ def upstream_error(e: ConnectorError) -> ApiError:
     return ApiError(502, f"the team's model failed: {e}", kind="server_error", code="upstream_error")
 
 
-def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
-    """The OpenAI-compatible app over ``deployment``; ``keys`` maps each bearer key to its tenant.
+def create_app(deployment: Deployment, keys: Mapping[str, str], *, admin_keys: Sequence[str] = ()) -> "FastAPI":
+    """The OpenAI-compatible app over ``deployment``; ``keys`` maps each bearer key to its tenant, ``admin_keys``
+    are the operator's (``apps.server_admin``: without one, its routes are off).
 
     Example:
         >>> # app = create_app(Deployment(load_spec("spec.toml")), {"sk-alice-3f9c": "alice"})
@@ -350,6 +306,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
         raise ConfigError(INSTALL_HINT) from e
 
     table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
+    admins = [key.encode() for key in load_admin_keys(tenants=keys, keys=admin_keys)]
     check_base_memory(deployment.spec.serve.memory, keys)
     card = {"id": deployment.model_id, "object": "model", "created": int(time.time()), "owned_by": "evolve"}
     app = FastAPI(title="evolve serve", docs_url=None, redoc_url=None)
@@ -363,6 +320,9 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
 
     def authorize(request: Request) -> str:
         tenant = tenant_for(request.headers.get("authorization"), table)
+        if tenant is None and is_admin(request.headers.get("authorization"), admins):
+            message = "an operator key is no tenant's: it opens /v1/admin/... only; send a tenant's API key here"
+            raise ApiError(403, message, code="operator_key")
         if tenant is None:
             message = "missing or invalid API key: send 'Authorization: Bearer <key>'"
             raise ApiError(401, message, code="invalid_api_key")
@@ -385,6 +345,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str]) -> "FastAPI":
         return card
 
     add_team_routes(app, deployment, authorize)
+    add_admin_routes(app, deployment.store, admins, table)
     return app
 
 

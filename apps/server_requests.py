@@ -2,19 +2,21 @@
 
 Unknown fields are ignored (OpenAI clients send many); a field that is read is honoured or refused with
 a 400 that says why, never dropped: ``ChatRequest.request_tools`` turns the app's tools and tool choice
-into described-only ``Tool``s and refuses what a team cannot serve.
+into described-only ``Tool``s and refuses what a team cannot serve. The operator's bodies and queries
+(``apps.server_admin``) are ours alone: an unknown field there is a 400 naming the fields they take.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from connectors import ConfigError, Message, Tool
 from connectors.types import as_messages
+from memory import MAX_ID, MAX_NAMESPACE, check_writer
 
 # ---- request bodies (unknown fields are ignored: OpenAI clients send many) ------------------------------
 
@@ -145,6 +147,52 @@ class FeedbackRequest(_Lenient):
     key: str | None = Field(None, min_length=1, max_length=200)
 
 
+# ---- the operator's bodies (``apps.server_admin``; unknown fields are refused) --------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _writer(value: str) -> str:
+    try:
+        return check_writer(value)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+
+
+Writer = Annotated[str, AfterValidator(_writer)]
+StoreNamespace = Annotated[str, Field(min_length=1, max_length=MAX_NAMESPACE)]
+
+
+class QuarantinedQuery(_Strict):
+    namespace: StoreNamespace | None = None
+    writer: Writer | None = None
+
+
+class DistrustRequest(_Strict):
+    writer: Writer
+    namespace: StoreNamespace | None = None
+    action: Literal["remove", "reset"] = "remove"
+
+
+class UndoRequest(_Strict):
+    writer: Writer
+    namespace: StoreNamespace | None = None
+
+
+class ReleaseRequest(_Strict):
+    writer: Writer | None = None
+    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_ID)]] | None = Field(None, min_length=1)
+    namespace: StoreNamespace | None = None
+
+    @model_validator(mode="after")
+    def _says_which(self) -> ReleaseRequest:
+        if self.writer is None and self.ids is None and self.namespace is None:
+            raise ValueError("say which held memories to release: writer, ids and/or namespace")
+        return self
+
+
 # ---- errors and bodies ------------------------------------------------------------------------------------
 
 
@@ -161,13 +209,16 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
-def validation_error(e: ValidationError | Any) -> ApiError:
-    """A 400 that names each offending field and what was expected (pydantic's or FastAPI's errors)."""
+def validation_error(e: ValidationError | Any, fields: Sequence[str] = ()) -> ApiError:
+    """A 400 that names each offending field and what was expected (pydantic's or FastAPI's errors); an
+    unknown field names the ``fields`` the body takes."""
     problems = e.errors()
     if problems and problems[0].get("type") == "json_invalid":
         return ApiError(400, "the request body is not valid JSON", code="invalid_json")
     where = [field_path(p.get("loc", ())) for p in problems]
-    message = "; ".join(f"{w}: {p.get('msg', 'invalid')}" for w, p in zip(where, problems, strict=True))
+    unknown = f"unknown field: this takes only {', '.join(fields)}" if fields else "unknown field"
+    said = [unknown if p.get("type") == "extra_forbidden" else p.get("msg", "invalid") for p in problems]
+    message = "; ".join(f"{w}: {m}" for w, m in zip(where, said, strict=True))
     return ApiError(400, f"invalid request: {message}", param=where[0] if where else None)
 
 
@@ -177,13 +228,18 @@ def field_path(loc: Sequence[Any]) -> str:
     return path or "body"
 
 
-def parse(model: type[_Lenient], raw: bytes) -> Any:
+def parse(model: type[BaseModel], raw: bytes) -> Any:
     """Validate a JSON body against ``model``; a malformed one is a 400 with a readable message."""
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
+    return validate(model, data)
+
+
+def validate(model: type[BaseModel], data: Any) -> Any:
+    """``data`` (a parsed body, a query's parameters) as ``model``; else a 400 naming what was expected."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise validation_error(e) from None
+        raise validation_error(e, list(model.model_fields)) from None

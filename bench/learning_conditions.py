@@ -41,7 +41,7 @@ from evolve import (
 from evolve.build import memory_config
 from evolve.spec import load_spec
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
-from memory.config import DrawFrom, FailureKeeps
+from memory.config import AlphaSchedule, DrawFrom, FailureKeeps, StrategyStart
 from optimizers.types import PromptOptimizer
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -257,6 +257,9 @@ class Condition:
     draw_from: DrawFrom | None = None  # which kinds recall draws (RetrievalConfig.draw_from); None: the env's
     consolidate: bool = False  # distil strategies after every round, as evolve job does (bench.strategy_memory)
     consolidate_min: int = 3  # episodes an intent group needs before it is consolidated (MemoryStore.consolidate)
+    strategy_start: StrategyStart = MemoryConfig.strategy_start  # a new strategy's Q (MemoryConfig.strategy_start)
+    alpha_schedule: AlphaSchedule = MemoryConfig.alpha_schedule  # the Q update's step (MemoryConfig.alpha_schedule)
+    alpha_floor: float = MemoryConfig.alpha_floor  # its smallest step under "visits"
 
 
 CONDITIONS = (
@@ -359,7 +362,10 @@ def memory_for(cond: Condition, retrieval: RetrievalConfig) -> MemoryConfig | No
     retrieval = replace(retrieval, lam=0.5, context_q=cond.memory == "q_context")
     if cond.draw_from is not None:
         retrieval = replace(retrieval, draw_from=cond.draw_from)
-    config = MemoryConfig(retrieval=retrieval, alpha=0.3, failure_keeps=cond.failure_keeps)
+    config = MemoryConfig(
+        retrieval=retrieval, alpha=0.3, failure_keeps=cond.failure_keeps, strategy_start=cond.strategy_start,
+        alpha_schedule=cond.alpha_schedule, alpha_floor=cond.alpha_floor,
+    )  # fmt: skip
     return similarity_only(config) if cond.memory == "similarity" else config
 
 

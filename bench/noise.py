@@ -18,8 +18,14 @@ local/smollm2`` puts the real model back (hours on 2 cores: run a family or a ρ
 Per cell: success in the last epoch, at epochs 2 and 4, the area under the curve (mean success over epochs)
 and the share solved at least once, with 95% intervals over seeds, and Q − similarity paired by seed.
 
+Another Q update: ``--alpha-schedule visits --alpha-floor F`` runs every memory condition with
+``MemoryConfig.alpha_schedule="visits"`` (step ``max(F, 1/(n + 2))`` after n rewards) instead of today's
+constant α; its files and summary keys carry ``_visits<F in hundredths>`` (``noise_visits10.json``,
+``…_rule_visits10``), so the constant rule's results are never touched. ``python -m bench.noise_alpha`` pairs
+the two by seed.
+
 Run: python -m bench.noise [--families ...] [--conditions ...] [--rhos 0 0.1 0.2 0.3] [--seeds 5]
-     [--reader rule | local/smollm2] [--out bench/results]
+     [--reader rule | local/smollm2] [--alpha-schedule constant | visits --alpha-floor F] [--out bench/results]
 Writes bench/results/noise.{json,md} and noise_<family>.png (a model's run: noise_<model>.*) and the noise_*
 keys of bench/results/summary.json (the rule reader's end in ``_rule``).
 """
@@ -33,6 +39,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,8 @@ from bench.noise_report import markdown, plot_family, summary_keys
 from connectors import ChatClient, ConfigError, Embedder, Message, load_chat, load_embedder
 from evolve import Task
 from evolve.envs.ratings import NoisyRatings, check_probability
+from memory import MemoryConfig
+from memory.config import AlphaSchedule
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUNDLED = ("facility_codes", "lookalikes", "procedures", "changing_facts")
@@ -107,13 +116,16 @@ def family_env(name: str) -> tuple[EnvSpec, Callable[[int], list[Task]], int]:
 
 def run_seed(
     env: EnvSpec, cond: str, tasks: Sequence[Task], rho: float, seed: int, epochs: int, *,
-    chat: ChatClient, embedder: Embedder, folder: Path,
+    chat: ChatClient, embedder: Embedder, folder: Path, schedule: AlphaSchedule = "constant",
+    floor: float = MemoryConfig.alpha_floor,
 ) -> dict[str, Any]:  # fmt: skip
-    """One (family, condition, ρ, seed): ``epochs`` rounds with the noisy rater; true rewards per epoch."""
+    """One (family, condition, ρ, seed): ``epochs`` rounds with the noisy rater; true rewards per epoch.
+    ``schedule``, ``floor``: the memory's Q update (``MemoryConfig.alpha_schedule``, ``alpha_floor``)."""
     here = folder / f"{env.name}-{cond}-{rho}-{seed}"
     here.mkdir(parents=True)
+    condition = replace(BY_NAME[cond], alpha_schedule=schedule, alpha_floor=floor)
     evolver, store = build_evolver(
-        env, BY_NAME[cond], tasks, chat=chat, embedder=embedder, folder=here, optimizer=OptimizerSettings(),
+        env, condition, tasks, chat=chat, embedder=embedder, folder=here, optimizer=OptimizerSettings(),
         batch_size=len(tasks), seed=seed, paraphrases=True,
     )  # fmt: skip
     rated = NoisyRatings(evolver.env_factory, rho=rho, seed=seed)
@@ -141,10 +153,13 @@ def curve_points(per_epoch: Sequence[float]) -> dict[str, float | None]:
 def run(
     families: Sequence[str], conditions: Sequence[str], rhos: Sequence[float], seeds: int, *,
     chat: ChatClient, embedder: Embedder, reader: str, earlier: Mapping[str, Any] | None = None, progress: bool = True,
+    schedule: AlphaSchedule = "constant", floor: float = MemoryConfig.alpha_floor,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every (family, condition, ρ) over ``seeds`` seeds; cells of ``earlier`` (a report of the same reader
-    and seeds) are kept unless run again. No memory learns nothing from ratings: it runs at ρ = 0 only."""
+    """Every (family, condition, ρ) over ``seeds`` seeds; cells of ``earlier`` (a report of the same reader,
+    seeds and Q update) are kept unless run again. No memory learns nothing from ratings: it runs at ρ = 0 only."""
     result: dict[str, Any] = {"reader": reader, "seeds": list(range(seeds)), "families": {}}
+    if schedule != "constant":
+        result.update(alpha_schedule=schedule, alpha_floor=floor)
     for name, cells in (earlier or {}).get("families", {}).items():
         result["families"][name] = json.loads(json.dumps(cells))
     plan = [(f, c, r) for f in families for c in conditions for r in rhos if c != "no_memory" or r == 0.0]
@@ -160,11 +175,18 @@ def run(
                 per_seed = []
                 for seed in range(seeds):
                     per_seed.append(run_seed(env, cond, tasks_of(seed), rho, seed, epochs, chat=chat,
-                                             embedder=embedder, folder=Path(tmp)))  # fmt: skip
+                                             embedder=embedder, folder=Path(tmp), schedule=schedule,
+                                             floor=floor))  # fmt: skip
                     bar.update(1)
                 into["cells"].setdefault(cond, {})[rho_key(rho)] = per_seed
     bar.close()
     return result
+
+
+def alpha_tag(schedule: str, floor: float) -> str:
+    """What a Q update adds to the files' and keys' names: nothing for today's constant α, ``_visits10`` for
+    ``"visits"`` with floor 0.10."""
+    return "" if schedule == "constant" else f"_{schedule}{round(floor * 100):02d}"
 
 
 def rho_key(rho: float) -> str:
@@ -191,6 +213,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reader", default="rule", help="rule (reads what the best memory shows) or a chat model")
     p.add_argument("--embedder", default="minilm")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--alpha-schedule",
+        choices=("constant", "visits"),
+        default="constant",
+        help="the memory's Q update: constant α (today's) or max(floor, 1/(visits + 2))",
+    )
+    p.add_argument("--alpha-floor", type=float, default=MemoryConfig.alpha_floor, help="the floor of 'visits'")
     p.add_argument("--fresh", action="store_true", help="drop the cells of an earlier report of this reader")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -200,8 +229,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         p.error(str(e))
     if args.seeds < 2:
         p.error("--seeds must be >= 2: every figure carries an interval over seeds")
-    suffix = "_rule" if args.reader == "rule" else ""  # the summary keys' (a model's carry none)
-    stem = "noise" if args.reader == "rule" else "noise_" + re.sub(r"\W+", "_", args.reader.split("/")[-1])
+    try:
+        MemoryConfig(alpha_schedule=args.alpha_schedule, alpha_floor=args.alpha_floor)
+    except ConfigError as e:
+        p.error(str(e))
+    tag = alpha_tag(args.alpha_schedule, args.alpha_floor)
+    suffix = ("_rule" if args.reader == "rule" else "") + tag  # the summary keys' (a model's carry only the tag)
+    stem = ("noise" if args.reader == "rule" else "noise_" + re.sub(r"\W+", "_", args.reader.split("/")[-1])) + tag
     path = args.out / f"{stem}.json"
     earlier = None if args.fresh or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
     if earlier is not None and earlier.get("seeds") != list(range(args.seeds)):
@@ -211,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     chat, embedder = reader_chat(args.reader), CachedEmbedder(load_embedder(args.embedder))
     result = run(args.families, args.conditions, rhos, args.seeds, chat=chat, embedder=embedder,
-                 reader=args.reader, earlier=earlier, progress=not args.quiet)  # fmt: skip
+                 reader=args.reader, earlier=earlier, progress=not args.quiet, schedule=args.alpha_schedule,
+                 floor=args.alpha_floor)  # fmt: skip
     result.update(machine=machine(), seconds=round(time.perf_counter() - started, 1), suffix=suffix)
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -20,8 +20,19 @@ adds one episode per task, so with 3 epochs a group has 2 episodes after round 2
 recalls strategies distilled from the first two; at 3 (``evolve job``'s default) the first strategy would
 appear after the last epoch and no epoch of a 3-epoch run would ever recall one.
 
+``--strategy-start`` (default ``q_init``): the Q a task's first strategy starts with
+(``MemoryConfig.strategy_start``: ``q_init``, or ``sources``, the Q its source episodes earned); a refined
+strategy takes over its predecessor's either way. ``--memory`` (default ``q``): one Q per memory, the MemRL
+paper's rule, under which a strategy's stored Q ranks it; ``q_context``: Q in context with the neutral start
+(``RetrievalConfig``'s default), under which a task's recalls never read a strategy's stored Q.
+
+``--model rule``: no model; the reader answers with what the best recalled memory shows (``rule_reader``:
+``bench.noise.rule_reply`` for an episode, the answer or calls a rule-written strategy's Do line names), so
+a figure measures what memory hands the model, not the model's reading of it.
+
 Run: python -m bench.strategy_memory [--families ...] [--bfcl] [--seeds N] [--epochs E] [--model local/smollm2]
      [--critic MODEL] [--min-size 2] [--bfcl-train 12] [--bfcl-test 12] [--bfcl-seeds 3]
+     [--strategy-start q_init|sources] [--memory q|q_context]
 Writes bench/results/strategy_memory.{json,md} and the strategy_* keys of bench/results/summary.json.
 """
 
@@ -32,9 +43,10 @@ import functools
 import json
 import logging
 import os
+import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,14 +57,25 @@ from bench.bfcl_learning import category_env
 from bench.bfcl_splits import split
 from bench.common import machine, merge_summary
 from bench.learning import load_model
-from bench.learning_conditions import ENVS, Condition, EnvSpec, OptimizerSettings, build_evolver, pick, seed_order
+from bench.learning_conditions import (
+    ENVS,
+    Condition,
+    EnvSpec,
+    MemoryKind,
+    OptimizerSettings,
+    build_evolver,
+    pick,
+    seed_order,
+)
 from bench.learning_report import cell_metrics, seed_cell
+from bench.noise import rule_reply
 from bench.strategy_memory_report import markdown, summarise_family, summary_keys
-from connectors import ChatClient, ConfigError, Embedder, load_embedder
+from connectors import ChatClient, ConfigError, Embedder, Message, load_chat, load_embedder
 from evolve import Episode, Evolver, Task
 from evolve.deploy.upkeep import memory_upkeep
 from evolve.run_log import episode_from_row
-from memory import MemoryStore
+from memory import MemoryStore, prompts
+from memory.config import STRATEGY_STARTS, StrategyStart
 from memory.strategies import Consolidation
 
 log = logging.getLogger(__name__)
@@ -60,22 +83,34 @@ RESULTS = Path(__file__).resolve().parent / "results"
 FAMILIES = ("facility_codes", "lookalikes", "changing_facts", "procedures", "format_rules")
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")  # single-turn ones
 MIN_SIZE = 2
-PROTOCOL = ("model", "embedder", "epochs", "min_size", "consolidation", "paraphrases")
+MEMORIES = ("q", "q_context")  # bench.learning_conditions.memory_for's kinds with a learned Q
+PROTOCOL = ("model", "embedder", "epochs", "min_size", "consolidation", "paraphrases", "strategy_start", "memory")
 """Settings every family of one report shares (``--add`` refuses a report that ran others)."""
+BEFORE_FLAGS = {"strategy_start": "q_init", "memory": "q"}
+"""What a report written before these settings were recorded ran."""
 
 
-def conditions(min_size: int = MIN_SIZE, by: str = "rule") -> tuple[Condition, ...]:
+def conditions(
+    min_size: int = MIN_SIZE, by: str = "rule", *, start: StrategyStart = "q_init", memory: MemoryKind = "q"
+) -> tuple[Condition, ...]:
     """The three conditions; the consolidating ones distil intent groups of at least ``min_size`` episodes
-    (``by`` rule or by a critic model, named)."""
-    upkeep = f"consolidated by {by} after every round (memory_upkeep, min_size {min_size})"
+    (``by`` rule or by a critic model, named), a task's first strategy starting at ``start``; ``memory``:
+    ``"q"`` (one Q per memory) or ``"q_context"`` (Q in context, neutral start)."""
+    kind = "Q-memory" if memory == "q" else "Q-in-context memory"
+    upkeep = f"consolidated by {by} after every round (memory_upkeep, min_size {min_size}, start {start})"
     return (
-        Condition("episodic", "Q-memory recalling episodes only, never consolidated (today)", memory="q",
+        Condition("episodic", f"{kind} recalling episodes only, never consolidated (today)", memory=memory,
                   draw_from="episodes"),
-        Condition("strategies", f"Q-memory {upkeep}; recall draws strategies only", memory="q",
-                  draw_from="strategies", consolidate=True, consolidate_min=min_size),
-        Condition("both", f"Q-memory {upkeep}; recall draws episodes and strategies", memory="q",
-                  draw_from="both", consolidate=True, consolidate_min=min_size),
+        Condition("strategies", f"{kind} {upkeep}; recall draws strategies only", memory=memory,
+                  draw_from="strategies", consolidate=True, consolidate_min=min_size, strategy_start=start),
+        Condition("both", f"{kind} {upkeep}; recall draws episodes and strategies", memory=memory,
+                  draw_from="both", consolidate=True, consolidate_min=min_size, strategy_start=start),
     )  # fmt: skip
+
+
+def settings_conditions(s: Settings) -> tuple[Condition, ...]:
+    """The conditions a run's settings ask for."""
+    return conditions(s.min_size, s.critic or "rule", start=s.strategy_start, memory=s.memory)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +130,10 @@ class Settings:
     bfcl_batch_size: int = 16
     critic: str | None = None
     """A model that writes strategies (``--critic``); None: consolidation by rule."""
+    strategy_start: StrategyStart = "q_init"
+    """The Q a task's first strategy starts with (``MemoryConfig.strategy_start``)."""
+    memory: MemoryKind = "q"
+    """``"q"``: one Q per memory; ``"q_context"``: Q in context with the neutral start (the store's default)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +146,36 @@ class Family:
     paraphrases: bool
     batch_size: int
     protocol: str  # "memrl" or "transfer"
+
+
+# ---------------------------------------------------------------- the rule reader
+_BLOCK = re.compile(r"<experience>\n?(.*?)\n?</experience>", re.S)
+_DO_ANSWER = re.compile(
+    "|".join(re.escape(t).replace(re.escape("{answer}"), "(.+)") for t in (prompts.RULE_DO_ANSWER,
+                                                                           prompts.RULE_DO_REVEALED))
+)  # fmt: skip
+_CALLED = re.compile(r"^Called (.+?)(?: -> .*)?$", re.M)
+
+
+def rule_reader(messages: Sequence[Message]) -> str:
+    """``bench.noise.rule_reply``, which reads what the best recalled episode shows, reading strategies too:
+    when the best recalled memory (rendered last) is a strategy written by rule, the answer its Do line
+    names, else the calls it names (``[f(x=1)]``), else "unknown".
+
+    Example:
+        >>> block = 'Strategy: Door\\nWhen: a task like: Door?\\nDo: answer "4471", as the successful attempts did'
+        >>> rule_reader([Message("user", f"<experience>\\n{block}\\n</experience>\\nDoor?")])
+        '4471'
+    """
+    blocks = _BLOCK.findall(messages[-1].content)
+    if not blocks or not blocks[-1].startswith("Strategy: "):
+        return rule_reply(messages)
+    do = blocks[-1].split("\nDo: ", 1)[-1].split("\nAvoid: ", 1)[0]
+    named = _DO_ANSWER.fullmatch(do)
+    if named:
+        return next(g for g in named.groups() if g is not None)
+    calls = _CALLED.findall(do)
+    return "[" + ", ".join(calls) + "]" if calls else "unknown"
 
 
 # ---------------------------------------------------------------- measuring what recall drew
@@ -224,7 +293,7 @@ def run_family(
 ) -> dict[str, Any]:  # fmt: skip
     """Every condition on one family over its seeds; the cells, the paired differences and the verdicts."""
     cells: dict[str, Any] = {}
-    for cond in conditions(s.min_size, s.critic or "rule"):
+    for cond in settings_conditions(s):
         per_seed = []
         for seed in fam.seeds:
             here = folder / name / f"seed-{seed}"
@@ -269,7 +338,7 @@ def run(
     critic: ChatClient | None = None,
     out: Path = RESULTS,
     model: str | None = None,
-    families: dict[str, Callable[[], Family]] | None = None,
+    families: Mapping[str, Callable[[], Family]] | None = None,
     add: bool = False,
 ) -> dict[str, Any]:
     """Run every family (``families``: name → builder; default the settings' bundled families and BFCL
@@ -277,8 +346,9 @@ def run(
     families of the report already at ``out`` (run with the same protocol: ``PROTOCOL``)."""
     started = time.perf_counter()
     if families is None:
-        families = {n: functools.partial(bundled, n, s) for n in s.families}
-        families.update({f"bfcl_{c}": functools.partial(bfcl, c, s) for c in s.bfcl})
+        families = {n: functools.partial(bundled, n, s) for n in s.families} | {
+            f"bfcl_{c}": functools.partial(bfcl, c, s) for c in s.bfcl
+        }
     result: dict[str, Any] = {
         "settings": {
             **vars(s),
@@ -287,7 +357,7 @@ def run(
             "consolidation": s.critic or "rule",
         },  # fmt: skip
         "machine": machine(),
-        "conditions": {c.name: c.about for c in conditions(s.min_size, s.critic or "rule")},
+        "conditions": {c.name: c.about for c in settings_conditions(s)},
         "families": {},
     }
     if add:
@@ -308,7 +378,8 @@ def earlier_report(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"--add: there is no earlier report at {path} to add to")
     found: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    differ = {k: found["settings"].get(k) for k in PROTOCOL if found["settings"].get(k) != settings[k]}
+    ran = {k: found["settings"].get(k, BEFORE_FLAGS.get(k)) for k in PROTOCOL}
+    differ = {k: v for k, v in ran.items() if v != settings[k]}
     if differ:
         raise ConfigError(f"--add: the report at {path} ran {differ}; this run { ({k: settings[k] for k in differ}) }")
     return found
@@ -332,11 +403,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--bfcl-test", type=int, default=12, help="BFCL unseen test tasks per seed (transfer)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--min-size", type=int, default=MIN_SIZE, help="episodes a task needs before it is consolidated")
-    p.add_argument("--model", default="local/smollm2", help="local/smollm2, openai/<name>, ...")
+    p.add_argument("--model", default="local/smollm2", help="local/smollm2, openai/<name>, ..., or rule (no model: "
+                   "answers with what the best recalled memory shows)")  # fmt: skip
     p.add_argument("--base-url", help="an OpenAI-compatible server for --model openai/<name>")
     p.add_argument("--critic", help="a model that writes the strategies (default: consolidation by rule)")
     p.add_argument("--embedder", default="minilm")
     p.add_argument("--no-paraphrases", action="store_true", help="ask the bundled tasks as written")
+    p.add_argument("--strategy-start", choices=STRATEGY_STARTS, default="q_init",
+                   help="the Q a task's first strategy starts with: q_init, or its source episodes' (sources)")  # fmt: skip
+    p.add_argument("--memory", choices=MEMORIES, default="q",
+                   help="q: one Q per memory; q_context: Q in context with the neutral start")  # fmt: skip
     p.add_argument("--add", action="store_true", help="keep the other families of the report at --out")
     p.add_argument("--out", type=Path, default=RESULTS)
     return p.parse_args(argv)
@@ -351,7 +427,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(
         families=tuple(families), bfcl=tuple(categories), epochs=args.epochs, seeds=args.seeds,
         bfcl_seeds=args.bfcl_seeds, bfcl_train=args.bfcl_train, bfcl_test=args.bfcl_test, min_size=args.min_size,
-        paraphrases=not args.no_paraphrases, critic=args.critic,
+        paraphrases=not args.no_paraphrases, critic=args.critic, strategy_start=args.strategy_start,
+        memory=args.memory,
     )  # fmt: skip
 
 
@@ -361,7 +438,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     args = parse_args(argv)
     s = settings_from(args)
-    chat = load_model(args.model, args.base_url, max(s.batch_size, s.bfcl_batch_size))
+    if args.model == "rule":
+        chat = load_chat("fake/scripted", replies=rule_reader)
+    else:
+        chat = load_model(args.model, args.base_url, max(s.batch_size, s.bfcl_batch_size))
     critic = None if s.critic is None else chat if s.critic == args.model else load_model(s.critic, None, 1)
     embedder = load_embedder(args.embedder)
     result = run(s, chat=chat, embedder=embedder, critic=critic, out=args.out, model=args.model, add=args.add)

@@ -35,6 +35,8 @@ AlphaSchedule = Literal["constant", "visits"]
 ALPHA_SCHEDULES: tuple[str, ...] = ("constant", "visits")
 ContextStart = Literal["global", "neutral"]
 CONTEXT_STARTS: tuple[str, ...] = ("global", "neutral")
+StrategyStart = Literal["q_init", "sources"]
+STRATEGY_STARTS: tuple[str, ...] = ("q_init", "sources")
 INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")  # the in-process (FAISS / NumPy) kinds
 SERVER_INDEX_KINDS: tuple[str, ...] = ("pgvector",)  # kinds the database itself serves
 INDEX_CHOICES: tuple[str, ...] = ("auto", "adaptive", *INDEX_KINDS, *SERVER_INDEX_KINDS)
@@ -276,6 +278,13 @@ class MemoryConfig:
             default) stores every writer's alike; ``"neutral"`` starts an untrusted writer's memories at
             ``q_init`` with no visits; ``"quarantine"`` holds them where no recall finds them until
             ``MemoryStore.release``.
+        strategy_start: the Q a strategy that consolidation distils for a group without one starts with
+            (``memory.strategies``; a refined strategy always takes over its predecessor's Q and visits).
+            ``"q_init"`` (the default): ``q_init``, like any new memory. ``"sources"``: the Q its source
+            episodes earned, their mean weighted by visits (unweighted when none was rewarded yet), with no
+            visits of its own. Under ``RetrievalConfig.context_q`` with the ``"neutral"`` start a task's
+            recalls never read a memory's stored Q, so there the choice only moves recalls made without a
+            context (served requests).
 
     Example:
         >>> MemoryConfig(alpha=0.5, capacity=1000).capacity
@@ -299,9 +308,12 @@ class MemoryConfig:
     credit_decay: float = 0.5
     forget: ForgetConfig = field(default_factory=ForgetConfig)
     trust: TrustPolicy = field(default_factory=TrustPolicy)
+    strategy_start: StrategyStart = "q_init"
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
+        if self.strategy_start not in STRATEGY_STARTS:
+            raise ConfigError(f"{owner}.strategy_start must be one of {STRATEGY_STARTS}, got {self.strategy_start!r}")
         if not isinstance(self.trust, TrustPolicy):
             raise ConfigError(f"{owner}.trust must be a memory.trust.TrustPolicy, got {type(self.trust).__name__}")
         check_int(owner, "credit_depth", self.credit_depth, 0)

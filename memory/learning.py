@@ -224,6 +224,7 @@ def plan_updates(
         targets.append(Target(fid, reward, ns, item_ids, credit_weights(scores, credit)))
         plan.feedback_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
     tree = provenance_of(conn, targets, depth) if depth > 0 and decay > 0 else {}
+
     def rate(w: float) -> dict[str, float]:
         return {"b_weight": w, "b_floor": floor} if schedule == "visits" else {"b_rate": min(1.0, alpha * w)}
 

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,7 +136,7 @@ def td_update(q: np.ndarray | float, r: np.ndarray | float, alpha: np.ndarray | 
 
 
 def alpha_for(
-    visits: np.ndarray | float, *, alpha: float, schedule: str = "constant", floor: float = 0.0
+    visits: np.ndarray | Sequence[int] | float, *, alpha: float, schedule: str = "constant", floor: float = 0.0
 ) -> np.ndarray:
     """The step α of a memory's next reward, given the rewards ``visits`` (n) it had before this one.
 

@@ -11,7 +11,9 @@ lives in the store*:
   finds it stored and does nothing (no model call). When a group's valid episodes change (new attempts,
   superseded or removed ones), the group is distilled again and the new strategy **supersedes** the old
   one (kept, marked, out of recall, like a changed fact: ``memory.lifecycle``), taking over its Q and
-  visits: a refined strategy keeps the utility its predecessor earned rather than starting again.
+  visits: a refined strategy keeps the utility its predecessor earned rather than starting again. A
+  strategy for a group that had none starts as ``MemoryConfig.strategy_start`` says: at ``q_init`` (the
+  default) or at the Q its source episodes earned (``source_q``), with no visits either way.
 - ``memory_links`` rows (relation ``"source"``) link it to the episodes it came from.
 
 The model calls happen before anything is written; the strategies, their links and the superseding of
@@ -32,6 +34,7 @@ from sqlalchemy import Connection, insert, select
 
 from connectors.chat import ChatModel
 from memory.checks import MAX_ID
+from memory.config import StrategyStart
 from memory.consolidation import Strategy, distil, group_episodes
 from memory.inserts import NewItems
 from memory.reads import ITEM_FIELDS
@@ -127,11 +130,14 @@ def plan(
     llm: ChatModel | None,
     min_size: int,
     q_init: float,
+    start: StrategyStart = "q_init",
 ) -> Plan:
-    """Group, compare with the stored strategies, and distil the groups whose episodes changed."""
+    """Group, compare with the stored strategies, and distil the groups whose episodes changed; a new
+    strategy starts at its predecessor's Q and visits, else as ``start`` says (``MemoryConfig.strategy_start``)."""
     episodes, vecs, keys, current = read
     groups = group_episodes(episodes, vecs, min_size=min_size, similarity=1.0, intents=keys)
     new: list[tuple[Strategy, str, np.ndarray, MemoryItem | None]] = []
+    first_q: list[float] = []  # the Q of each new strategy without a predecessor
     unchanged = skipped = 0
     for g in groups:
         key, sources = keys[g[0]], tuple(sorted(episodes[i].id for i in g))
@@ -144,6 +150,7 @@ def plan(
             skipped += 1
             continue
         new.append((found, key, vecs[g[0]], old))
+        first_q.append(source_q([episodes[i] for i in g], q_init=q_init) if start == "sources" else q_init)
     ids = [strategy_id(namespace, s.sources) for s, *_ in new]
     replaced = {old.id: i for i, (_, _, _, old) in zip(ids, new, strict=True) if old is not None}
     report = Consolidation(namespace, len(groups), ids, replaced, unchanged, skipped)
@@ -153,7 +160,7 @@ def plan(
         [s.applies_when for s, *_ in new],
         [s.text() for s, *_ in new],
         np.stack([v for _, _, v, _ in new]).astype(np.float32),
-        q=[q_init if old is None else old.q for *_, old in new],
+        q=[q if old is None else old.q for q, (*_, old) in zip(first_q, new, strict=True)],
         success=[None] * len(new),
         meta=[_meta(s, key) for s, key, _, _ in new],
         ids=ids,
@@ -161,6 +168,26 @@ def plan(
         kinds=[STRATEGY] * len(new),
     )
     return Plan(batch, replaced, {i: s.sources for i, (s, *_) in zip(ids, new, strict=True)}, report)
+
+
+def source_q(sources: Sequence[MemoryItem], *, q_init: float) -> float:
+    """The Q a strategy's source episodes earned: their mean Q weighted by visits (an episode never rewarded
+    still holds the Q it was written with, which says nothing of its use), or their plain mean when none was
+    rewarded yet; ``q_init`` for no sources.
+
+    Example:
+        >>> def episode(q, visits):
+        ...     return MemoryItem("m", "default", "Door code?", "Answer given: 4471", q, visits, 0.0, {})
+        >>> round(source_q([episode(0.6, 3), episode(-0.3, 1), episode(0.0, 0)], q_init=0.0), 4)
+        0.375
+        >>> round(source_q([episode(0.2, 0), episode(0.4, 0)], q_init=0.0), 4)
+        0.3
+    """
+    if not sources:
+        return q_init
+    q = np.array([s.q for s in sources], dtype=np.float64)
+    visits = np.array([s.visits for s in sources], dtype=np.float64)
+    return float(np.average(q, weights=visits)) if visits.sum() > 0 else float(q.mean())
 
 
 def _meta(strategy: Strategy, key: str) -> dict[str, Any]:

@@ -48,13 +48,15 @@ class StoreUpkeep(StoreReading):
 
         Idempotent: a group whose episodes are the ones its stored strategy came from costs nothing; a
         group that changed gets a new strategy superseding the old one (which hands over its Q and
-        visits). Killed midway, the store is as before or complete (one write transaction after the
-        model calls).
+        visits); a group's first strategy starts as ``MemoryConfig.strategy_start`` says. Killed midway, the
+        store is as before or complete (one write transaction after the model calls).
         """
         namespace = check_namespace(namespace)
         check_int("consolidate", "min_size", min_size, 1)
         read = self._open.read(partial(strategies.read_groups, namespace=namespace))
-        planned = strategies.plan(namespace, read, llm=llm, min_size=min_size, q_init=self.config.q_init)
+        planned = strategies.plan(
+            namespace, read, llm=llm, min_size=min_size, q_init=self.config.q_init, start=self.config.strategy_start
+        )
         if planned.batch is None:
             return planned.report
         with self._open.locked():

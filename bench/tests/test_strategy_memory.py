@@ -9,15 +9,20 @@ import functools
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench.learning_conditions import EnvSpec, memory_for
-from bench.strategy_memory import Family, Settings, bfcl, conditions, parse_args, run, settings_from
+from bench.noise import rule_reply
+from bench.strategy_memory import Family, Settings, bfcl, conditions, parse_args, rule_reader, run, settings_from
 from connectors import ConfigError, HashEmbedder, Message, load_chat
+from connectors.quoting import quote
 from evolve import Task
 from memory import RetrievalConfig
+from memory.consolidation import Strategy, rule_strategy
+from memory.records import MemoryItem
 
 SITES = ("Zürich-Nordhafen-Logistik-Lager-07", "Basel-Rheinhafen-Kühlhaus-Süd-12", "Genève-Cointrin-Fracht-Ost-03")
 TASKS = [Task(id=f"door-{i}", prompt=f"What is the door code of {site}?", answer=f"{4471 + 7 * i}")
@@ -137,3 +142,54 @@ def test_add_keeps_the_earlier_families_and_refuses_another_protocol(result: tup
     with pytest.raises(ConfigError, match="--add: the report at .* ran {'epochs': 3}"):
         run(Settings(families=(), epochs=2, seeds=2), chat=chat, embedder=HashEmbedder(), out=tmp_path,
             model="fake/scripted", families=again, add=True)  # fmt: skip
+
+
+def test_the_rule_reader_answers_with_the_best_memory_be_it_an_episode_or_a_strategy() -> None:
+    def ask(*experiences: str) -> str:  # rendered as the agent does: best last
+        return rule_reader([Message("user", "\n".join(quote(e, "experience") for e in experiences) + "\nCode?")])
+
+    def episode(i: int, answer: str, ok: bool) -> MemoryItem:  # as the cheap writer stores it
+        kept, outcome = (f"Answer given: {answer}", "success") if ok else ("(not kept)", "failure")
+        feedback = "Correct." if ok else f"Wrong. The expected answer is: {answer}"
+        text = f"Task: Code?\nOutcome: {outcome}\nTrajectory (condensed):\n{kept}\nFeedback: {feedback}"
+        return MemoryItem(f"m{i}", "default", "Code?", text, 0.0, 0, 0.0, {"success": ok})
+
+    won, revealed = episode(1, "4471", True), episode(2, "5210", False)
+    by_wins, by_failures = rule_strategy([won, episode(3, "4471", True)]), rule_strategy([revealed])
+    assert by_wins is not None and by_failures is not None
+    assert ask(revealed.experience, by_wins.text()) == "4471"  # the strategy is the best: its Do line
+    assert ask(by_wins.text(), revealed.experience) == "5210"  # the episode is the best: rule_reply reads it
+    assert ask(won.experience, by_failures.text()) == "5210"  # a strategy of revealed answers
+    assert ask(revealed.experience) == rule_reply([Message("user", quote(revealed.experience, "experience"))])
+    calls = Strategy("Weather", "asked for a forecast", "Called weather(city='Bern') -> ok\nCalled units(c=True)")
+    assert ask(calls.text()) == "[weather(city='Bern'), units(c=True)]"  # BFCL's calls, as rule_reply answers them
+    assert ask(won.experience, Strategy("Door", "asked for a door code", "say the code 4471").text()) == "unknown"
+
+
+def test_the_start_and_the_memory_reach_the_consolidating_conditions_stores() -> None:
+    s = settings_from(parse_args(["--model", "rule", "--strategy-start", "sources", "--memory", "q_context"]))
+    assert (s.strategy_start, s.memory) == ("sources", "q_context")
+    for cond in conditions(2, start=s.strategy_start, memory=s.memory):
+        config = memory_for(cond, ENV.retrieval)
+        assert config is not None and config.retrieval.context_q
+        assert config.strategy_start == ("q_init" if cond.name == "episodic" else "sources")
+    assert all(memory_for(c, ENV.retrieval).strategy_start == "q_init" for c in conditions(2))  # type: ignore[union-attr]
+    assert not any(memory_for(c, ENV.retrieval).retrieval.context_q for c in conditions(2))  # type: ignore[union-attr]
+    with pytest.raises(SystemExit):
+        parse_args(["--strategy-start", "mean"])
+
+
+def test_add_refuses_another_start_and_reads_an_older_report_as_the_default_start(
+    result: tuple[dict, Path], tmp_path: Path
+) -> None:
+    older = json.loads((result[1] / "strategy_memory.json").read_text())
+    del older["settings"]["strategy_start"], older["settings"]["memory"]  # written before they were recorded
+    (tmp_path / "strategy_memory.json").write_text(json.dumps(older))
+    s = Settings(families=(), epochs=3, seeds=2)
+    chat = load_chat("fake/scripted", replies=reader)
+    again = {"door_codes_again": functools.partial(door_codes, s)}
+    with pytest.raises(ConfigError, match="ran {'strategy_start': 'q_init'}; this run {'strategy_start': 'sources'}"):
+        run(replace(s, strategy_start="sources"), chat=chat, embedder=HashEmbedder(), out=tmp_path,
+            model="fake/scripted", families=again, add=True)  # fmt: skip
+    merged = run(s, chat=chat, embedder=HashEmbedder(), out=tmp_path, model="fake/scripted", families=again, add=True)
+    assert list(merged["families"]) == ["door_codes", "bfcl_simple_python", "door_codes_again"]

@@ -272,7 +272,7 @@ def create_a2a_app(
         deployment: the served team.
         url: the base URL clients reach this server at (``http://host:port``); the card names it.
         tenant_of: the tenant of a request, or None when its key is missing or wrong (``evolve a2a``
-            builds it from its keys with ``apps.server.tenant_for``, which compares keys in constant time).
+            builds it from its keys with ``apps.keys.tenant_for``, which compares keys in constant time).
         description: the card's description (default: the team's agents and roles).
         skill: the skill's description, i.e. the team's task (default: a generic one).
         history: the most earlier tasks of a context a new message sees.

@@ -193,7 +193,7 @@ def rating_text(score: float, comment: str) -> str:
 def served_writer(run: str) -> str:
     """Who wrote the memories a served run learns from its ratings: ``tenant:<T>`` in tenant T's run
     ``<run>@<T>``. Under ``[serve] memory = "base"`` the served run is the trained run itself and the rating
-    does not say which key's tenant sent it: ``run:<run>`` (one tenant only, ``apps.server.check_base_memory``).
+    does not say which key's tenant sent it: ``run:<run>`` (one tenant only, ``apps.keys.check_base_memory``).
 
     Example:
         >>> served_writer("codes@Zürich-Nordhafen"), served_writer("codes")

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import memory.strategies
@@ -17,7 +18,9 @@ from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError
 from connectors.fakes import ScriptedChat
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
-from memory.strategies import sources_of
+from memory.config import DrawFrom
+from memory.records import MemoryItem
+from memory.strategies import source_q, sources_of
 
 TENANT = "Zürich-Nordhafen-Logistik-Team-07/Türcodes"
 OTHER = "Équipe-Marseille-Vieux-Port-Entrepôt-Sud-12/solver"
@@ -38,7 +41,7 @@ def strategies_of(store: MemoryStore, namespace: str = TENANT, *, valid: bool = 
     return [i for i in store.items(namespace, include_superseded=not valid) if i.kind == "strategy"]
 
 
-def view(store: MemoryStore, draw_from: str, namespace: str = TENANT, query: str = DOOR) -> list[str]:
+def view(store: MemoryStore, draw_from: DrawFrom, namespace: str = TENANT, query: str = DOOR) -> list[str]:
     recall = store.retrieve(query, namespace=namespace, config=RetrievalConfig(k1=10, k2=5, draw_from=draw_from))
     return [i.kind for i in recall.items]
 
@@ -81,6 +84,50 @@ def test_a_strategy_learns_its_own_q_and_hands_it_over_when_its_group_changes() 
         assert view(store, "strategies") == ["strategy"]  # the superseded one left recall
 
 
+def rewarded_door_episodes(store: MemoryStore) -> list[MemoryItem]:
+    """Three door episodes with different Q and visits: one recalled alone twice and rewarded, then all
+    three recalled together and failed (Q, visits: -0.125, 3 and -0.5, 1 twice with α = 0.5)."""
+    attempts(store, DOOR, ["4471", "4471", "1234"], "4471")
+    alone = RetrievalConfig(k2=1, draw_from="episodes")
+    for _ in range(2):
+        store.reinforce(store.retrieve(DOOR, namespace=TENANT, config=alone), 1.0)
+    store.reinforce(store.retrieve(DOOR, namespace=TENANT, config=RetrievalConfig(k2=3, draw_from="episodes")), -1.0)
+    return [i for i in store.items(TENANT) if i.kind == "episode"]
+
+
+@pytest.mark.parametrize("start", ["q_init", "sources"])
+def test_a_first_strategy_starts_as_configured_and_a_refined_one_at_its_predecessors_q(start: str) -> None:
+    config = MemoryConfig(alpha=0.5, strategy_start=start)  # type: ignore[arg-type]
+    with MemoryStore("sqlite://", embedder=EMBEDDER, config=config) as store:
+        sources = rewarded_door_episodes(store)
+        assert sorted((round(i.q, 4), i.visits) for i in sources) == [(-0.5, 1), (-0.5, 1), (-0.125, 3)]
+        store.consolidate(TENANT)
+        [s] = strategies_of(store)
+        # sources: the visit-weighted mean (-0.125·3 − 0.5 − 0.5) / 5, not the plain mean -0.375
+        assert (s.q, s.visits) == ((pytest.approx(-0.275), 0) if start == "sources" else (0.0, 0))
+        best = RetrievalConfig(k2=1, draw_from="strategies")
+        store.reinforce(store.retrieve(DOOR, namespace=TENANT, config=best), 1.0)
+        earned = store.get(s.id, namespace=TENANT).q
+        attempts(store, DOOR, ["4471"], "4471")
+        [new] = store.consolidate(TENANT).written
+        assert (store.get(new, namespace=TENANT).q, store.get(new, namespace=TENANT).visits) == (earned, 1)
+
+
+def test_source_q_weights_each_episode_by_its_visits_and_falls_back_to_the_plain_mean() -> None:
+    def episode(q: float, visits: int) -> MemoryItem:
+        return MemoryItem(f"m{q}-{visits}", TENANT, DOOR, "Answer given: 4471", q, visits, 0.0, {})
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 12):
+        items = [episode(float(q), int(v)) for q, v in zip(rng.uniform(-1, 1, n), rng.integers(0, 6, n), strict=True)]
+        total = sum(i.visits for i in items)
+        loop = sum(i.q * i.visits for i in items) / total if total else sum(i.q for i in items) / n
+        assert source_q(items, q_init=0.25) == pytest.approx(loop)
+    assert source_q([episode(0.9, 0), episode(-0.4, 2)], q_init=0.0) == pytest.approx(-0.4)  # Q written, never used
+    assert source_q([episode(0.2, 0), episode(0.6, 0)], q_init=0.0) == pytest.approx(0.4)
+    assert source_q([], q_init=0.25) == 0.25
+
+
 def test_on_equal_similarity_a_strategy_is_not_crowded_out_by_its_own_episodes() -> None:
     with MemoryStore("sqlite://", embedder=EMBEDDER) as store:
         attempts(store, DOOR, ["4471"] * 14, "4471")
@@ -115,6 +162,8 @@ def test_bad_arguments_are_refused() -> None:
             store.consolidate(TENANT, min_size=0)
         with pytest.raises(ConfigError, match="draw_from"):
             RetrievalConfig(draw_from="lessons")  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"strategy_start must be one of \('q_init', 'sources'\), got 'mean'"):
+            MemoryConfig(strategy_start="mean")  # type: ignore[arg-type]
         assert store.consolidate("nothing-here").groups == 0
 
 

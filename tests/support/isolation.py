@@ -14,10 +14,10 @@ import pytest
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh EVOLVE_HOME under the test's temporary folder (returned), which is also the working
-    directory; the OpenAI environment variables unset."""
+    directory; the OpenAI environment variables and the operator's keys unset."""
     home = tmp_path / "evolve-home"
     monkeypatch.setenv("EVOLVE_HOME", str(home))
-    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID"):
+    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "EVOLVE_ADMIN_KEYS"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
     return home

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,14 +40,15 @@ class ServedMCP:
 
 
 @contextmanager
-def serving_mcp(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[ServedMCP]:
-    """``evolve mcp --transport http`` for ``spec``: uvicorn in a thread on a free port of 127.0.0.1."""
+def serving_mcp(spec: Path, keys: Mapping[str, str] = KEYS, *, admin_keys: Sequence[str] = ()) -> Iterator[ServedMCP]:
+    """``evolve mcp --transport http`` for ``spec`` (with the operator's ``admin_keys``): uvicorn in a thread on a
+    free port of 127.0.0.1."""
     from apps.mcp_cli import ENDPOINT, http_app
     from evolve.spec import load_spec
 
     memory = TenantMemory(load_spec(spec))
     try:
-        with running(lambda _: http_app(memory, dict(keys))) as url:
+        with running(lambda _: http_app(memory, dict(keys), admin_keys=admin_keys)) as url:
             yield ServedMCP(url + ENDPOINT, memory, dict(keys))
     finally:
         memory.close()

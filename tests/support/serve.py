@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,14 +89,15 @@ def running(app_at: Callable[[str], Any]) -> Iterator[str]:
 
 
 @contextmanager
-def serving(spec: Path, keys: Mapping[str, str] = KEYS) -> Iterator[Served]:
-    """``evolve serve`` for ``spec`` with ``keys`` (key → tenant): uvicorn in a thread on a free port of 127.0.0.1."""
+def serving(spec: Path, keys: Mapping[str, str] = KEYS, *, admin_keys: Sequence[str] = ()) -> Iterator[Served]:
+    """``evolve serve`` for ``spec`` with ``keys`` (key → tenant) and the operator's ``admin_keys``: uvicorn in a
+    thread on a free port of 127.0.0.1."""
     from apps.server import create_app
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))
     try:
-        with running(lambda _: create_app(deployment, dict(keys))) as url:
+        with running(lambda _: create_app(deployment, dict(keys), admin_keys=admin_keys)) as url:
             yield Served(f"{url}/v1", deployment)
     finally:
         deployment.close()
