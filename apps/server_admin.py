@@ -55,7 +55,7 @@ def operator_guard(
                 403, f"the operator routes are off: start evolve serve with {ENABLE_ADMIN} to turn them on",
                 code="admin_disabled",
             )  # fmt: skip
-        if False:
+        if not is_admin(authorization, admins):
             if tenant_for(authorization, tenants) is not None:
                 message = "a tenant's API key does not open the operator routes: send an operator key (--admin-key)"
                 raise ApiError(403, message, code="not_operator")
