@@ -89,8 +89,8 @@ def rule_reply(messages: Sequence[Message]) -> str:
     revealed = _REVEALED.search(best)
     if revealed is None:
         return "unknown"
-    answer, call, calls = revealed.groups()
-    return answer.strip() if answer else f"[{call.strip()}]" if call else calls.strip()
+    answer, call, listed = revealed.groups()
+    return answer.strip() if answer else f"[{call.strip()}]" if call else str(listed).strip()
 
 
 def family_env(name: str) -> tuple[EnvSpec, Callable[[int], list[Task]], int]:

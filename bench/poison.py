@@ -53,14 +53,14 @@ from evolve.deploy.feedback import promote
 from evolve.envs.ratings import check_probability
 from evolve.episode import Step, condense
 from memory import MemoryStore, Recall
-from memory.trust import TrustPolicy
+from memory.trust import TrustMode, TrustPolicy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONDITIONS = ("similarity", "q_memory", "q_context")
 PIS = (0.0, 0.1, 0.3)
 PATHS = ("import", "promote")
 DEFENCES = ("none", "neutral", "quarantine")
-MODES = {"-": "open", "none": "open", "neutral": "neutral", "quarantine": "quarantine"}
+MODES: dict[str, TrustMode] = {"-": "open", "none": "open", "neutral": "neutral", "quarantine": "quarantine"}
 POISON = "poison"
 """The provenance key that marks the second writer's memories (the bench's own label, kept by every path)."""
 
