@@ -169,7 +169,7 @@ def run_demo(
             **regime(
                 noisy,
                 folder / "learning_curve_noisy.png",
-                f"facility codes, {RHO:.0%} of ratings wrong: success per round",
+                f"facility codes, {RHO:.0%} wrong ratings: success",
             ),
         },  # fmt: skip
         "seconds": round(time.perf_counter() - started, 1),
