@@ -39,14 +39,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Select, select
+from sqlalchemy import Connection, Select, func, select
 
 from connectors.db import check_chars
 from connectors.errors import ConfigError
 from memory.config import RetrievalConfig
 from memory.recall_log import candidates_of, expired_through
 from memory.retrieval import QOver
-from memory.schema import feedback, recall_summary, recalls
+from memory.schema import feedback, recall_summary, recalls, resets
 from memory.scoring import alpha_for
 from memory.statements import chunks
 
@@ -100,11 +100,12 @@ def context_values(
     ``first``, ``schedule``, ``floor``: as ``fold``'s."""
     start: dict[str, dict[str, float]] = {}
     rows: list[tuple[str, str, float, float]] = []
+    reset = reset_since(conn, namespace)
     for part in chunks(sorted(set(contexts))):
-        start.update(folded(conn, namespace, "context", part))
+        start.update(forget_reset(folded(conn, namespace, "context", part), reset))
         heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
-        rows.extend((context, item, q, reward) for context, _, reward, c in heads_of(conn, heads)
-                    for item, q in c.selected_where(None))  # fmt: skip
+        rows.extend((context, item, q, reward) for context, _, reward, c, at in heads_of(conn, heads)
+                    for item, q in c.selected_where(None) if at > reset.get(item, -1.0))  # fmt: skip
     return fold(rows, alpha=alpha, start=start, first=first, schedule=schedule, floor=floor)
 
 
@@ -114,16 +115,33 @@ def overlay_values(
     """A tenant's overlay Q on the shared memories it rated: the rewards its recalls in ``namespace`` gave
     memories of ``shared``, folded as ``fold`` does from the Q each had when first recalled there."""
     heads = rewarded(conn, namespace).where(recalls.c.shared == shared)
-    rows = (("", item, q, reward) for _, _, reward, c in heads_of(conn, heads) for item, q in c.selected_where(True))
-    start = {"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}
+    reset = reset_since(conn, shared)
+    rows = (("", item, q, reward) for _, _, reward, c, at in heads_of(conn, heads)
+            for item, q in c.selected_where(True) if at > reset.get(item, -1.0))  # fmt: skip
+    start = forget_reset({"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}, reset)
     return fold(rows, alpha=alpha, start=start, schedule=schedule, floor=floor).get("", {})
+
+
+def reset_since(conn: Connection, namespace: str) -> dict[str, float]:
+    """The memories of ``namespace`` a distrust reset and no undo gave back (``memory.distrust``): id → when.
+    Rewards they got before then no longer count in any context or overlay; an undo brings them back."""
+    r = resets.c
+    query = select(r.item_id, func.max(r.reset_at)).where(r.namespace == namespace, r.undone_at.is_(None))
+    return {str(item): float(at) for item, at in conn.execute(query.group_by(r.item_id))}
+
+
+def forget_reset(values: dict[str, dict[str, float]], reset: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Folded values without the memories reset since (what expired recalls left folded predates the reset)."""
+    if not reset:
+        return values
+    return {key: {i: q for i, q in items.items() if i not in reset} for key, items in values.items()}
 
 
 def rewarded(conn: Connection, namespace: str) -> Select[Any]:
     """The rewards given to recalls of ``namespace`` that are still to fold (applied after what expired
-    recalls left folded), in the order applied: (context, id, reward, candidates) of each recall."""
+    recalls left folded), in the order applied: (context, id, reward, candidates, applied at) of each recall."""
     query = (
-        select(recalls.c.context, recalls.c.id, feedback.c.reward, recalls.c.candidates)
+        select(recalls.c.context, recalls.c.id, feedback.c.reward, recalls.c.candidates, feedback.c.applied_at)
         .select_from(recalls.join(feedback, feedback.c.recall_id == recalls.c.id))
         .where(recalls.c.namespace == namespace)
         .order_by(feedback.c.applied_at, feedback.c.id)
@@ -132,11 +150,12 @@ def rewarded(conn: Connection, namespace: str) -> Select[Any]:
     return query if through is None else query.where(feedback.c.applied_at > through)
 
 
-def heads_of(conn: Connection, query: Select[Any]) -> Iterator[tuple[Any, str, float, Any]]:
-    """``query``'s rows (``rewarded``'s columns) with each recall's ``recall_log.Candidates`` last."""
+def heads_of(conn: Connection, query: Select[Any]) -> Iterator[tuple[Any, str, float, Any, float]]:
+    """``query``'s rows (``rewarded``'s columns) with each recall's ``recall_log.Candidates`` in place of its
+    stored candidates."""
     rows = conn.execute(query).all()
     found = candidates_of(conn, list({r[1]: r[3] for r in rows}.items()))
-    return ((r[0], r[1], float(r[2]), found[r[1]]) for r in rows)
+    return ((r[0], r[1], float(r[2]), found[r[1]], float(r[4])) for r in rows)
 
 
 def folded(conn: Connection, namespace: str, kind: str, keys: Sequence[str]) -> dict[str, dict[str, float]]:

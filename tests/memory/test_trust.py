@@ -196,6 +196,24 @@ def test_distrust_reset_then_undo_gives_the_values_back(open_store: Open) -> Non
         store.distrust(TENANT_Z, action="delete")
 
 
+def test_a_reset_also_forgets_what_the_memory_earned_in_each_task_until_undone(open_store: Open) -> None:
+    store = open_store()  # the default memory ranks by Q in context: what a memory earned for the task at hand
+    task = f"Türcode Nordhafen — {ZURICH}"
+    bad = store.add(QUESTION, "9999", namespace=NS_ZURICH, writer=TENANT_Z)
+    good = store.add(QUESTION, "4471", namespace=NS_ZURICH, writer=TENANT_M)
+    for _ in range(2):
+        recall = store.retrieve(QUESTION, namespace=NS_ZURICH, context=task)
+        assert recall.ids[0] == bad.id  # the older of two equals, then its own good ratings
+        store.reinforce(recall, 1.0)
+    other = open_store()  # another process on the same database
+    assert other.retrieve(QUESTION, namespace=NS_ZURICH, context=task).ids[0] == bad.id
+
+    store.distrust(TENANT_Z, action="reset")
+    assert other.retrieve(QUESTION, namespace=NS_ZURICH, context=task).ids[0] == good.id  # no Q earned any more
+    store.undo_distrust(TENANT_Z)
+    assert other.retrieve(QUESTION, namespace=NS_ZURICH, context=task).ids[0] == bad.id
+
+
 @pytest.mark.parametrize("action", ["remove", "reset"])
 def test_distrusting_twice_writes_nothing_the_second_time(store: MemoryStore, action: str) -> None:
     store.add(QUESTION, "9999", namespace=NS_ZURICH, writer=TENANT_Z, q=0.7)
