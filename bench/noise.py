@@ -234,8 +234,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except ConfigError as e:
         p.error(str(e))
     tag = alpha_tag(args.alpha_schedule, args.alpha_floor)
-    suffix = ("_rule" if args.reader == "rule" else "") + tag  # the summary keys' (a model's carry only the tag)
-    stem = ("noise" if args.reader == "rule" else "noise_" + re.sub(r"\W+", "_", args.reader.split("/")[-1])) + tag
+    suffix, stem = (part + tag for part in reader_names("noise", args.reader))
     path = args.out / f"{stem}.json"
     earlier = None if args.fresh or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
     if earlier is not None and earlier.get("seeds") != list(range(args.seeds)):
@@ -248,14 +247,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                  reader=args.reader, earlier=earlier, progress=not args.quiet, schedule=args.alpha_schedule,
                  floor=args.alpha_floor)  # fmt: skip
     result.update(machine=machine(), seconds=round(time.perf_counter() - started, 1), suffix=suffix)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    (args.out / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
-    for family in result["families"]:
-        plot_family(result, family, args.out / f"{stem}_{family}.png")
-    merge_summary(args.out / "summary.json", summary_keys(result))
-    print(markdown(result))
+    write_report(result, args.out, stem, markdown=markdown, plot=plot_family, keys=summary_keys)
     return result
+
+
+def reader_names(bench: str, reader: str) -> tuple[str, str]:
+    """A run's summary-key suffix and file stem: the rule reader's keys end in ``_rule`` and its files are
+    ``<bench>.*``; a model's keys carry no suffix and its files are ``<bench>_<model>.*``."""
+    if reader == "rule":
+        return "_rule", bench
+    return "", f"{bench}_" + re.sub(r"\W+", "_", reader.split("/")[-1])
+
+
+def write_report(
+    result: Mapping[str, Any], out: Path, stem: str, *,
+    markdown: Callable[[Mapping[str, Any]], str], plot: Callable[[Mapping[str, Any], str, Path], Path],
+    keys: Callable[[Mapping[str, Any]], dict[str, float]],
+) -> None:  # fmt: skip
+    """``<stem>.json`` and ``.md``, a PNG per family, the summary keys merged; the markdown printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
+    for family in result["families"]:
+        plot(result, family, out / f"{stem}_{family}.png")
+    merge_summary(out / "summary.json", keys(result))
+    print(markdown(result))
 
 
 if __name__ == "__main__":

@@ -29,9 +29,7 @@ Writes bench/results/poison.{json,md}, poison_<family>.png and the poison_* keys
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -42,10 +40,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from bench.common import machine, merge_summary
+from bench.common import machine
 from bench.learning_conditions import BY_NAME, OptimizerSettings, build_evolver
 from bench.learning_report import cell_metrics
-from bench.noise import BUNDLED, curve_points, family_env, reader_chat
+from bench.noise import BUNDLED, curve_points, family_env, reader_chat, reader_names, write_report
 from bench.poison_report import markdown, plot_family, summary_keys
 from connectors import ChatClient, Embedder, load_embedder
 from evolve import Agent, MemoryView, Task, Team
@@ -236,16 +234,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     chat, embedder = reader_chat(args.reader), CachedEmbedder(load_embedder(args.embedder))
     result = run(args.families, args.conditions, pis, args.paths, args.defences, args.seeds, chat=chat,
                  embedder=embedder, reader=args.reader, progress=not args.quiet)  # fmt: skip
-    suffix = "_rule" if args.reader == "rule" else ""
-    stem = "poison" if args.reader == "rule" else "poison_" + re.sub(r"\W+", "_", args.reader.split("/")[-1])
+    suffix, stem = reader_names("poison", args.reader)
     result.update(machine=machine(), seconds=round(time.perf_counter() - started, 1), suffix=suffix)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    (args.out / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
-    for family in result["families"]:
-        plot_family(result, family, args.out / f"{stem}_{family}.png")
-    merge_summary(args.out / "summary.json", summary_keys(result))
-    print(markdown(result))
+    write_report(result, args.out, stem, markdown=markdown, plot=plot_family, keys=summary_keys)
     return result
 
 

@@ -26,7 +26,7 @@ strategy takes over its predecessor's either way. ``--memory`` (default ``q``): 
 paper's rule, under which a strategy's stored Q ranks it; ``q_context``: Q in context with the neutral start
 (``RetrievalConfig``'s default), under which a task's recalls never read a strategy's stored Q.
 
-``--model rule``: no model; the reader answers with what the best recalled memory shows (``rule_reader``:
+``--model rule``: no model; the reader answers with what the best recalled memory shows (``bench.strategy_reader``:
 ``bench.noise.rule_reply`` for an episode, the answer or calls a rule-written strategy's Do line names), so
 a figure measures what memory hands the model, not the model's reading of it.
 
@@ -43,7 +43,6 @@ import functools
 import json
 import logging
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -68,13 +67,13 @@ from bench.learning_conditions import (
     seed_order,
 )
 from bench.learning_report import cell_metrics, seed_cell
-from bench.noise import rule_reply
 from bench.strategy_memory_report import markdown, summarise_family, summary_keys
-from connectors import ChatClient, ConfigError, Embedder, Message, load_chat, load_embedder
+from bench.strategy_reader import rule_reader
+from connectors import ChatClient, ConfigError, Embedder, load_chat, load_embedder
 from evolve import Episode, Evolver, Task
 from evolve.deploy.upkeep import memory_upkeep
 from evolve.run_log import episode_from_row
-from memory import MemoryStore, prompts
+from memory import MemoryStore
 from memory.config import STRATEGY_STARTS, StrategyStart
 from memory.strategies import Consolidation
 
@@ -146,36 +145,6 @@ class Family:
     paraphrases: bool
     batch_size: int
     protocol: str  # "memrl" or "transfer"
-
-
-# ---------------------------------------------------------------- the rule reader
-_BLOCK = re.compile(r"<experience>\n?(.*?)\n?</experience>", re.S)
-_DO_ANSWER = re.compile(
-    "|".join(re.escape(t).replace(re.escape("{answer}"), "(.+)") for t in (prompts.RULE_DO_ANSWER,
-                                                                           prompts.RULE_DO_REVEALED))
-)  # fmt: skip
-_CALLED = re.compile(r"^Called (.+?)(?: -> .*)?$", re.M)
-
-
-def rule_reader(messages: Sequence[Message]) -> str:
-    """``bench.noise.rule_reply``, which reads what the best recalled episode shows, reading strategies too:
-    when the best recalled memory (rendered last) is a strategy written by rule, the answer its Do line
-    names, else the calls it names (``[f(x=1)]``), else "unknown".
-
-    Example:
-        >>> block = 'Strategy: Door\\nWhen: a task like: Door?\\nDo: answer "4471", as the successful attempts did'
-        >>> rule_reader([Message("user", f"<experience>\\n{block}\\n</experience>\\nDoor?")])
-        '4471'
-    """
-    blocks = _BLOCK.findall(messages[-1].content)
-    if not blocks or not blocks[-1].startswith("Strategy: "):
-        return rule_reply(messages)
-    do = blocks[-1].split("\nDo: ", 1)[-1].split("\nAvoid: ", 1)[0]
-    named = _DO_ANSWER.fullmatch(do)
-    if named:
-        return next(g for g in named.groups() if g is not None)
-    calls = _CALLED.findall(do)
-    return "[" + ", ".join(calls) + "]" if calls else "unknown"
 
 
 # ---------------------------------------------------------------- measuring what recall drew

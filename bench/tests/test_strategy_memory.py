@@ -16,7 +16,8 @@ import pytest
 
 from bench.learning_conditions import EnvSpec, memory_for
 from bench.noise import rule_reply
-from bench.strategy_memory import Family, Settings, bfcl, conditions, parse_args, rule_reader, run, settings_from
+from bench.strategy_memory import Family, Settings, bfcl, conditions, parse_args, run, settings_from
+from bench.strategy_reader import rule_reader
 from connectors import ConfigError, HashEmbedder, Message, load_chat
 from connectors.quoting import quote
 from evolve import Task
