@@ -13,7 +13,8 @@ tenant's well-rated memory does. It arrives by one of two paths:
 - ``promote``: he is a served tenant whose memories ``[serve] promote = true`` moves into the shared memory
   (``evolve.deploy.feedback.promote``, writer ``promoted:…``): his own two good ratings are enough today.
   With similarity-only memory Q never moves (α = 0), so nothing of his is ever promoted: that cell measures
-  the clean run, and says so.
+  the clean run, and says so. MCP ``remember`` writes into the tenant's own memory too
+  (``evolve.deploy.mcp_memory``), so it reaches other tenants only by this path.
 
 Defences (``MemoryConfig.trust``; the run's own writer ``run:*`` is trusted): ``none`` (mode ``open``, today),
 ``neutral`` (an untrusted writer's memory starts at Q_init whatever Q it carries), ``quarantine`` (it is not
