@@ -139,7 +139,7 @@ class MemorySection(_Strict):
     lam: float = Field(0.5, ge=0.0, le=1.0)
     alpha: float = Field(0.3, ge=0.0, le=1.0)
     epsilon: float = Field(0.0, ge=0.0, le=1.0)
-    context_q: bool = False  # rank memories by the Q they earned for the task at hand (RetrievalConfig.context_q)
+    context_q: bool = True  # rank memories by the Q they earned for the task at hand (RetrievalConfig.context_q)
     writer: Literal["cheap", "llm"] = "cheap"
     durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
     failure_keeps: FailureKeeps = "feedback"  # what a failure memory stores of its attempt
