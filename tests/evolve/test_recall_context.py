@@ -43,11 +43,11 @@ def test_every_recall_of_the_loop_names_the_task_it_was_for(tmp_path: Path) -> N
     assert all(context in by_task and query in by_task[context] for query, context in logged)
 
 
-def test_the_spec_turns_q_in_context_on(tmp_path: Path, repo_root: Path) -> None:
+def test_q_in_context_is_the_spec_default_and_the_spec_turns_it_off(tmp_path: Path, repo_root: Path) -> None:
     text = (repo_root / "data" / "lookalikes.toml").read_text(encoding="utf-8")
-    assert memory_config(load_spec_text(tmp_path, text)).retrieval.context_q is False
-    on = text.replace("alpha = 0.3\n", "alpha = 0.3\ncontext_q = true\n")
-    assert memory_config(load_spec_text(tmp_path, on)).retrieval.context_q is True
+    assert memory_config(load_spec_text(tmp_path, text)).retrieval.context_q is True
+    off = text.replace("alpha = 0.3\n", "alpha = 0.3\ncontext_q = false\n")
+    assert memory_config(load_spec_text(tmp_path, off)).retrieval.context_q is False
 
 
 def load_spec_text(folder: Path, text: str):  # type: ignore[no-untyped-def]
