@@ -107,15 +107,21 @@ def epoch(url: str, tasks: Sequence[Task], *, rate: bool, seed: int, rho: float 
     rewards = []
     for task in tasks:
         tools: Any = [tool_of(f).spec() for f in task.meta["functions"]]
-        completion = client.chat.completions.create(
-            model=RUN,
-            messages=[{"role": "user", "content": task.prompt}],
-            tools=tools,
-            tool_choice="required",
-            max_tokens=64,
-            stop=["\n\n"],
-            seed=seed,
-        )
+        try:
+            completion = client.chat.completions.create(
+                model=RUN,
+                messages=[{"role": "user", "content": task.prompt}],
+                tools=tools,
+                tool_choice="required",
+                max_tokens=64,
+                stop=["\n\n"],
+                seed=seed,
+            )
+        except openai.InternalServerError as e:  # 502: the model made no call after the server's retries
+            if e.status_code != 502:
+                raise
+            rewards.append(0.0)  # a failed answer, and nothing the app can rate
+            continue
         graded = grade(task, bfcl_text(completion.choices[0].message.tool_calls))
         rewards.append(graded.reward)
         if rate:
