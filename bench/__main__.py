@@ -2,11 +2,12 @@
 
 The quick profile (what `make bench` runs) keeps to about 31 minutes on a 2-core CPU machine: the memory
 engine at 10k/100k/1M items, the loop's overhead, the learning conditions on the bundled families and
-TextWorld with the local model, learning on BFCL (two categories, one seed: 15 minutes), the
-tiny MARFT relay, ``evolve serve``'s concurrency and added latency (about 2 minutes each), and what the MCP and A2A
+TextWorld with the local model, learning on BFCL (two categories, one seed: 15 minutes), learning
+under wrong ratings with the rule reader (``bench.noise``, about 3 minutes), the tiny MARFT relay, ``evolve serve``'s concurrency and added latency (about 2 minutes each), and what the MCP and A2A
 layers add over a library call (about 1 minute). The full
 profile (`make bench FULL=1`) adds more queries and index types, HumanEval and CHAMP, more epochs, prompt
-evolution, the closed loop of an app through ``evolve serve`` on BFCL (about 25 minutes), MARFT on
+evolution, the closed loop of an app through ``evolve serve`` on BFCL (about 25 minutes), poisoned memory
+(``bench.poison``, about 15 minutes), MARFT on
 SmolLM2 and, when a CUDA GPU is present, the GPU measurements.
 
 Each benchmark runs in its own process (a model or a 1M-item index is freed when it ends) and writes
@@ -51,6 +52,8 @@ BENCHES = (
     Bench("protocol_overhead", ("quick", "full")),
     Bench("changing_facts", ("quick", "full")),
     Bench("multistep_credit", ("quick", "full")),
+    Bench("noise", ("quick", "full")),
+    Bench("poison", ("full",)),
     Bench("memory_size", ("full",)),
     Bench("prompt_evolution", ("full",)),
     Bench("marft_smollm2", ("full",)),
