@@ -6,7 +6,7 @@ interval and verdict is computed here, so runs merged cell by cell are reported 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,22 +137,23 @@ def expectations(result: Mapping[str, Any]) -> list[str]:
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    seeds = result["seeds"]
-    lines = [
-        "# Learning under wrong ratings",
-        "",
-        f"Reader: {result['reader']}; seeds {seeds}; ρ = share of ratings flipped before memory sees them "
+    intro = (
+        f"Reader: {result['reader']}; seeds {result['seeds']}; ρ = share of ratings flipped before memory sees them "
         "(success scored by the true checker). Mean [95% interval over seeds]. A difference is called one only "
         "when its interval, paired by seed, excludes zero. No memory learns nothing from ratings: its ρ = 0 run "
-        "stands for every ρ. Run: `python -m bench.noise` (see bench/noise.py).",
-        "",
-        "## Expectations, as measured",
-        "",
-        *expectations(result),
-        "",
-    ]
+        "stands for every ρ. Run: `python -m bench.noise` (see bench/noise.py)."
+    )
+    return page("Learning under wrong ratings", intro, expectations(result), result, family_section)
+
+
+def page(
+    title: str, intro: str, expected: list[str], result: Mapping[str, Any],
+    section: Callable[[str, Mapping[str, Any]], list[str]],
+) -> str:  # fmt: skip
+    """A bench report: title, protocol, the expectations as measured, a section per family, the runtime."""
+    lines = [f"# {title}", "", intro, "", "## Expectations, as measured", "", *expected, ""]
     for name, fam in result["families"].items():
-        lines += family_section(name, fam)
+        lines += section(name, fam)
     lines.append(f"Runtime: {result.get('seconds', 0):.0f} s on {result.get('machine', {}).get('cpu', '?')}.")
     return "\n".join(lines) + "\n"
 

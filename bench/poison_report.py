@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.noise_report import page
 from evolve.figures import Interval, paired_interval, seed_interval
 
 NAMES = {"similarity": "similarity", "q_memory": "one Q per memory", "q_context": "Q-memory (default: in context)"}
@@ -89,23 +90,13 @@ def expectations(result: Mapping[str, Any]) -> list[str]:
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    lines = [
-        "# Poisoned memory",
-        "",
+    intro = (
         f"Reader: {result['reader']}; seeds {result['seeds']}. π = share of the memory written by a second writer "
         "whose wrong answers are stored as successes, rated good twice (Q ≈ 0.51). *last* = success in the last "
         "epoch, mean [95% interval over seeds]; *poison recall* = share of the last epoch's recalls that selected "
-        "a poisoned memory (mean over seeds). Paths and defences: see bench/poison.py. Run: `python -m bench.poison`.",
-        "",
-        "## Expectations, as measured",
-        "",
-        *expectations(result),
-        "",
-    ]
-    for name, fam in result["families"].items():
-        lines += family_section(name, fam)
-    lines.append(f"Runtime: {result.get('seconds', 0):.0f} s on {result.get('machine', {}).get('cpu', '?')}.")
-    return "\n".join(lines) + "\n"
+        "a poisoned memory (mean over seeds). Paths and defences: see bench/poison.py. Run: `python -m bench.poison`."
+    )
+    return page("Poisoned memory", intro, expectations(result), result, family_section)
 
 
 def summary_keys(result: Mapping[str, Any]) -> dict[str, float]:
