@@ -219,7 +219,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="constant",
         help="the memory's Q update: constant α (today's) or max(floor, 1/(visits + 2))",
     )
-    p.add_argument("--alpha-floor", type=float, default=MemoryConfig.alpha_floor, help="the floor of 'visits'")
+    p.add_argument(
+        "--alpha-floor", type=float, default=None, help=f"the floor of 'visits' ({MemoryConfig.alpha_floor})"
+    )
     p.add_argument("--fresh", action="store_true", help="drop the cells of an earlier report of this reader")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -229,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         p.error(str(e))
     if args.seeds < 2:
         p.error("--seeds must be >= 2: every figure carries an interval over seeds")
+    if args.alpha_floor is not None and args.alpha_schedule != "visits":
+        p.error("--alpha-floor is the floor of --alpha-schedule visits; the constant α has none")
+    args.alpha_floor = MemoryConfig.alpha_floor if args.alpha_floor is None else args.alpha_floor
     try:
         MemoryConfig(alpha_schedule=args.alpha_schedule, alpha_floor=args.alpha_floor)
     except ConfigError as e:

@@ -51,3 +51,5 @@ def test_a_run_reports_every_cell_with_keys_and_wrong_rho_is_refused(tmp_path: P
     assert (tmp_path / "noise_lookalikes.png").stat().st_size > 10_000
     with pytest.raises(SystemExit):
         main([*argv[:6], "--rhos", "1.5"])
+    with pytest.raises(SystemExit):  # a floor without the schedule it belongs to is refused, not dropped
+        main([*argv, "--alpha-floor", "0.2"])
