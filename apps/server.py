@@ -37,8 +37,9 @@ streams them); ``tool_choice`` may be ``auto``, ``none``, ``required`` or a name
 ``parallel_tool_calls: false`` keeps an answer's first call. The conversation may go on with ``tool``
 messages. ``finish_reason`` is ``length`` when ``max_tokens`` cut the answer. A request without a
 ``seed`` is sampled afresh. ``response_format`` (``json_object``, ``json_schema``) is told to the team
-and its answer checked and retried (``evolve.deploy.formats``); one that stays invalid is a 502
-``invalid_model_output``. What cannot be served is a 400 that says so: tools for a team of several
+and its answer checked and retried (``evolve.deploy.formats``); one that stays invalid (or still
+lacks the call ``tool_choice`` requires) is a 502 ``invalid_model_output`` whose error carries the
+``response_id`` it was recorded under: the app rates a failure as it rates any answer. What cannot be served is a 400 that says so: tools for a team of several
 agents, ``top_logprobs``, ``n`` > 1. ``logprobs: true`` gives the answering agent's chosen tokens and their
 log-probabilities (a local model computes them, an OpenAI-compatible one is asked; a streamed answer
 then comes whole, its logprobs on the first content chunk).
@@ -77,6 +78,7 @@ from apps.server_admin import add_admin_routes
 from apps.server_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
 from connectors import ConfigError, ConnectorError, EvolveError, ParseError, ProviderTimeout, RateLimited
 from connectors.streaming import split_words
+from evolve.deploy.answer_checks import FailedAnswer
 from evolve.deploy.serving import Answer, Deployment, UnknownResponse
 from evolve.deploy.streaming import AnswerStream, stream_answer
 
@@ -268,7 +270,9 @@ def as_api_error(e: Exception, method: str = "", path: str = "") -> ApiError:
     if isinstance(e, ConfigError):
         return ApiError(400, str(e))
     if isinstance(e, ParseError):  # the model could not give the answer in the format asked for
-        return ApiError(502, str(e), kind="server_error", code="invalid_model_output")
+        recorded = e.response_id if isinstance(e, FailedAnswer) else None  # recorded by the deployment: rateable
+        said = f"{e}; it was recorded as {recorded}: rate it with /v1/feedback" if recorded else str(e)
+        return ApiError(502, said, kind="server_error", code="invalid_model_output", response_id=recorded)
     if isinstance(e, ConnectorError):
         return upstream_error(e)
     log.error("request failed: %s: %s", type(e).__name__, e)  # uvicorn logs the traceback of non-Evolve errors

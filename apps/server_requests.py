@@ -200,13 +200,17 @@ class ApiError(Exception):
     """An HTTP error in OpenAI's shape."""
 
     def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None) -> None:  # fmt: skip
+                 param: str | None = None, response_id: str | None = None) -> None:  # fmt: skip
         super().__init__(message)
         self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+        self.response_id = response_id  # a failed answer that was recorded: the app may still rate it
         self.headers: dict[str, str] = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+        error = {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
+        if self.response_id is not None:
+            error["response_id"] = self.response_id
+        return {"error": error}
 
 
 def validation_error(e: ValidationError | Any, fields: Sequence[str] = ()) -> ApiError:

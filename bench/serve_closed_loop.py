@@ -117,18 +117,19 @@ def epoch(url: str, tasks: Sequence[Task], *, rate: bool, seed: int, rho: float 
                 stop=["\n\n"],
                 seed=seed,
             )
+            response_id, calls = completion.id, bfcl_text(completion.choices[0].message.tool_calls)
         except openai.InternalServerError as e:  # 502: the model made no call after the server's retries
-            if e.status_code != 502:
+            failed = e.body if isinstance(e.body, dict) else {}
+            if e.status_code != 502 or "response_id" not in failed:
                 raise
-            rewards.append(0.0)  # a failed answer, and nothing the app can rate
-            continue
-        graded = grade(task, bfcl_text(completion.choices[0].message.tool_calls))
+            response_id, calls = failed["response_id"], ""  # recorded all the same: the app rates the failure
+        graded = grade(task, calls)
         rewards.append(graded.reward)
         if rate:
             score, comment = graded.reward, graded.feedback
             if flipped(rho, seed, task.id, n):
                 score, comment = (0.0, SAID_WRONG) if graded.reward >= 1.0 else (1.0, SAID_CORRECT)
-            body = {"response_id": completion.id, "score": score, "comment": comment}
+            body = {"response_id": response_id, "score": score, "comment": comment}
             headers = {"Authorization": f"Bearer {next(iter(KEYS))}"}
             rated = httpx.post(f"{url}/feedback", json=body, headers=headers, timeout=60)
             rated.raise_for_status()

@@ -1,8 +1,9 @@
 """A served answer is checked before it goes out: the JSON a request's ``response_format`` asks for
 (``evolve.deploy.formats``) and the function call its ``tool_choice="required"`` (or a named function)
 demands. An answer that fails is asked for again, told what was wrong, up to ``formats.ATTEMPTS`` tries
-in all; one that still fails is a ``ParseError`` (``evolve serve`` answers 502 ``invalid_model_output``),
-never prose passed off as what was asked for.
+in all; one that still fails is a ``FailedAnswer`` (a ``ParseError`` that keeps the answer's steps:
+``evolve serve`` records it and answers 502 ``invalid_model_output`` with its ``response_id``, so the app
+can rate the failure like any answer), never prose passed off as what was asked for.
 
 Example:
     >>> from evolve.episode import Step
@@ -26,6 +27,16 @@ from evolve.episode import Step
 from evolve.tools.loop import DESCRIBED
 
 CALL_NOTE = "Your last reply could not be used: {problem}. You must call one of the functions."
+
+
+class FailedAnswer(ParseError):
+    """The team's answer that stayed invalid after every try: ``steps`` (with their recall ids) and ``usage``
+    keep it; ``response_id`` is the id it was recorded under, once it is (``Deployment.answer``)."""
+
+    def __init__(self, message: str, *, steps: tuple[Step, ...], usage: Usage) -> None:
+        super().__init__(message, raw=steps[-1].output if steps else "")
+        self.steps, self.usage = steps, usage
+        self.response_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ def checked_act(
 
     Raises:
         ConnectorError: the team's model failed (its own kind, after its retries).
-        ParseError: still no valid answer after ``formats.ATTEMPTS`` tries.
+        FailedAnswer: still no valid answer after ``formats.ATTEMPTS`` tries.
     """
     must_call = tools is not None and params.get("tool_choice") == "required"
     tries = formats.ATTEMPTS if fmt is not None or must_call else 1
@@ -78,9 +89,7 @@ def checked_act(
         asked = "a function call (tool_choice required)"
     else:
         asked = f"valid for response_format {fmt.kind if fmt else None}"
-    raise ParseError(
-        f"the team's answer is not {asked} after {tries} tries: {wrong}", raw=steps[-1].output if steps else ""
-    )
+    raise FailedAnswer(f"the team's answer is not {asked} after {tries} tries: {wrong}", steps=steps, usage=usage)
 
 
 def called(steps: Sequence[Step]) -> bool:
@@ -110,4 +119,4 @@ def cleaned(steps: tuple[Step, ...], fmt: formats.Format | None) -> tuple[Step, 
     return (*steps[:-1], dataclasses.replace(steps[-1], output=text))
 
 
-__all__ = ["Checked", "called", "checked_act", "cleaned", "problem"]
+__all__ = ["Checked", "FailedAnswer", "called", "checked_act", "cleaned", "problem"]

@@ -53,7 +53,7 @@ from connectors.embed_batching import BatchingEmbedder
 from evolve.agent import MemoryView, Team
 from evolve.build import build_chat, build_store, build_team, spec_prompts
 from evolve.deploy import formats
-from evolve.deploy.answer_checks import checked_act
+from evolve.deploy.answer_checks import Checked, FailedAnswer, checked_act
 from evolve.deploy.chat_requests import (
     check_request_tools,
     conversation,
@@ -223,7 +223,8 @@ class Deployment:
             ConfigError: no user message, a parameter the deployment does not take, tools for a team
                 of several agents, or a malformed ``response_format``.
             ConnectorError: the team's model failed (after its retries).
-            ParseError: the answer was still not in the ``response_format`` after ``formats.ATTEMPTS`` tries.
+            FailedAnswer: the answer still lacked the ``response_format`` or the required call after
+                ``formats.ATTEMPTS`` tries; it is recorded all the same, under ``response_id``, and takes feedback.
         """
         observation, query = conversation(messages)
         given = {k: v for k, v in (params or {}).items() if v is not None}
@@ -244,27 +245,49 @@ class Deployment:
             wants_logprobs = given.pop("logprobs", False) is True
             if wants_logprobs and api:
                 given["logprobs"] = True  # a local model computes them always; a server is asked
-            done = checked_act(team, observation, query, given, tools, fmt=fmt, parallel_tool_calls=parallel_tool_calls)
+            try:
+                done = checked_act(
+                    team, observation, query, given, tools, fmt=fmt, parallel_tool_calls=parallel_tool_calls
+                )
+            except FailedAnswer as failed:  # recorded all the same: the app may rate the failure
+                kept = Checked(failed.steps, failed.usage, failed.raw)
+                failed.response_id = self._record(kept, tenant, version, query, messages, spent, started).id
+                raise
             steps = done.steps
             if wants_logprobs and (not steps or steps[-1].logprobs is None):
                 raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
-            answer = Answer(
-                id=f"chatcmpl-{secrets.token_hex(12)}",
-                run=self.run_name(tenant),
-                text=done.text,
-                steps=steps,
-                usage=done.usage,
-                prompt_version=version,
-                created=int(time.time()),
-                timings={
-                    "recall": round(sum(spent) * 1000, 2),
-                    "answer": round((time.perf_counter() - started) * 1000, 2),
-                },
-                logprobs=steps[-1].logprobs if wants_logprobs else None,
-            )
-            with self.engine.begin() as conn:
-                conn.execute(insert(responses).values(**response_row(answer, query, messages)))
-            return answer
+            logprobs = steps[-1].logprobs if wants_logprobs else None
+            return self._record(done, tenant, version, query, messages, spent, started, logprobs)
+
+    def _record(
+        self,
+        done: Checked,
+        tenant: str | None,
+        version: str,
+        query: str,
+        messages: Sequence[Message],
+        spent: Sequence[float],
+        started: float,
+        logprobs: tuple[tuple[str, float], ...] | None = None,
+    ) -> Answer:
+        """The team's answer under a fresh response id, stored for feedback."""
+        answer = Answer(
+            id=f"chatcmpl-{secrets.token_hex(12)}",
+            run=self.run_name(tenant),
+            text=done.text,
+            steps=done.steps,
+            usage=done.usage,
+            prompt_version=version,
+            created=int(time.time()),
+            timings={
+                "recall": round(sum(spent) * 1000, 2),
+                "answer": round((time.perf_counter() - started) * 1000, 2),
+            },
+            logprobs=logprobs,
+        )
+        with self.engine.begin() as conn:
+            conn.execute(insert(responses).values(**response_row(answer, query, messages)))
+        return answer
 
     def _arriving(self) -> AbstractContextManager[None]:
         backend = self.chat.backend

@@ -47,6 +47,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield live
 
 
+def bearer(tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY_OF[tenant]}"}
+
+
 def post(served: Served, body: dict[str, Any]) -> httpx2.Response:
     headers = {"Authorization": f"Bearer {KEY_OF['alice']}"}
     return httpx2.post(f"{served.url}/chat/completions", content=json.dumps(body), headers=headers, timeout=30)
@@ -258,3 +262,22 @@ def test_a_required_call_the_model_never_makes_is_a_502_not_prose(served: Served
     assert error["code"] == "invalid_model_output" and "no function call" in error["message"]
     prompts = [call[0][-1].content for call in model_calls(served)[before:]]
     assert len(prompts) == 3 and "You must call one of the functions" in prompts[1]
+
+
+def test_a_failed_required_call_is_recorded_and_takes_feedback(served: Served) -> None:
+    """The app cannot use an answer without the call it required, but it can rate it: the 502 names the
+    response id the failure was recorded under, and feedback on it is taken like any answer's (the openai
+    SDK shows the error object as ``e.body``)."""
+    client = openai.OpenAI(base_url=served.url, api_key=KEY_OF["alice"], max_retries=0)
+    ask = [{"role": "user", "content": "Wetter in Zürich? never JSON"}]
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.chat.completions.create(model="codes", messages=ask, tools=[WEATHER_TOOL], tool_choice="required")  # type: ignore[arg-type,list-item]
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "invalid_model_output"
+    response_id = error["response_id"]
+    assert response_id.startswith("chatcmpl-") and response_id in error["message"]
+    rating = {"response_id": response_id, "score": 0.0, "comment": "Wrong: call get_weather(city='Zürich')."}
+    rated = httpx2.post(f"{served.url}/feedback", json=rating, headers=bearer("alice"), timeout=30)
+    assert rated.status_code == 200 and rated.json()["applied"] is True, rated.text
+    bob = httpx2.post(f"{served.url}/feedback", json=rating, headers=bearer("bob"), timeout=30)
+    assert bob.status_code == 404  # another tenant's failure is not bob's to rate
