@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-gpu test-vllm bench bench-peers .venv-peers reliability chromium clean
+.PHONY: demo docs test test-gpu test-vllm bench bench-peers .venv-peers reliability chromium clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -32,9 +32,14 @@ demo: $(STAMP)
 chromium:
 	scripts/install_chromium.sh
 
+# The docs site (MkDocs Material, docs/ and mkdocs.yml) into site/; `make test` builds it strict, into a temp folder.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 test: $(STAMP) $(BFCL) chromium
-	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench data
+	$(BIN)/ruff check connectors memory optimizers evolve apps tests bench data scripts
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$(mktemp -d)"
 	$(BIN)/python -m pytest -q -m 'not gpu and not vllm' $(PYTEST_ARGS)
 
 # On a machine with a CUDA GPU (and vLLM for the rollout-engine checks): peak memory, tokens/s, multi-LoRA.

@@ -100,7 +100,8 @@ class PromptEvolution:
     Args:
         graph: the versioned prompts (initialised from the team's prompts on first use).
         optimizer: any ``PromptOptimizer`` (``TextualGradientOptimizer``, ``TrainingFreeGRPO``, built with ``critic=``).
-        train_ids / val_ids: the minibatch pool and the validation set (see ``split_tasks``).
+        train_ids: the minibatch pool (see ``split_tasks``).
+        val_ids: the validation set the gate scores candidates on.
     """
 
     def __init__(

@@ -1,14 +1,17 @@
-"""Every Python example in README.md runs, as printed, with only the context it leaves to the reader.
+"""Every Python example in README.md and the docs (docs/**/*.md) runs, as printed, with only the context it
+leaves to the reader; every ``evolve …`` command they show is one the CLI takes.
 
 Each example gets the names it assumes (``tasks``, ``team``, a live ``evolve serve`` …) from a prelude,
-and a few documented substitutions where the README shows a production value (a port, a key, a long
-training run). A README example that no longer runs fails here, with the example's first line.
+and a few documented substitutions where a page shows a production value (a port, a key, a long
+training run). An example that no longer runs fails here, with its page and first line.
 """
 
 from __future__ import annotations
 
+import io
 import re
-from contextlib import ExitStack
+import shlex
+from contextlib import ExitStack, redirect_stderr
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import pytest
 
 from tests.support.serve import KEY_OF, Served
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 
 TEAM = """
 from connectors import HashEmbedder, load_chat
@@ -66,7 +71,10 @@ EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "from evolve import Agent, ParallelTeam, Task, compose, diagnose": (
         "",
         [
-            ('load_chat("local/smollm2")', "load_chat('fake/scripted', replies=['Dublin.', 'Madrid', 'Rome.', 'Oslo'], cycle=True)"),
+            (
+                'load_chat("local/smollm2")',
+                "load_chat('fake/scripted', replies=['Dublin.', 'Madrid', 'Rome.', 'Oslo'], cycle=True)",
+            ),
             ('load_embedder("minilm")', "__import__('connectors').HashEmbedder(64)"),
         ],
     ),
@@ -97,8 +105,23 @@ WEIGHTS_TEAM = TEAM.replace(
 EXAMPLES["from evolve import Evolver, WeightUpdates"] = (WEIGHTS_TEAM, [("run(rounds=10)", "run(rounds=1)")])
 
 
+def blocks(language: str) -> list[tuple[str, str]]:
+    """``(page, code)`` for every fenced block in ``language`` on the README and the docs pages."""
+    found = []
+    for page in PAGES:
+        name = page.relative_to(ROOT).as_posix()
+        found += [(name, code) for code in re.findall(rf"```{language}\n(.*?)```", page.read_text("utf-8"), re.S)]
+    return found
+
+
 def python_examples() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    return [code for _, code in blocks("python")]
+
+
+def slow(code: str) -> bool:
+    """Examples that load MiniLM or train adapters."""
+    first = first_line(code)
+    return "load_embedder" in first or "marft" in first
 
 
 def first_line(code: str) -> str:
@@ -107,25 +130,74 @@ def first_line(code: str) -> str:
 
 def run_example(code: str, prelude: str, substitutions: list[tuple[str, str]]) -> dict[str, Any]:
     for shown, runs in substitutions:
-        assert shown in code, f"the README example no longer contains {shown!r}: update this test's substitution"
+        assert shown in code, f"the example no longer contains {shown!r}: update this test's substitution"
         code = code.replace(shown, runs)
     scope: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(prelude + "\n" + code, "README.md example", "exec"), scope)  # noqa: S102 - the README's own code
+    exec(compile(prelude + "\n" + code, "docs example", "exec"), scope)  # noqa: S102 - the docs' own code
     return scope
 
 
 def test_every_example_is_covered_here() -> None:
-    firsts = [first_line(code) for code in python_examples()]
-    assert sorted(firsts) == sorted(EXAMPLES)
+    firsts = {first_line(code) for code in python_examples()}
+    assert firsts == set(EXAMPLES)
+    print(f"{len(python_examples())} Python examples on {len(PAGES)} pages, {len(commands())} evolve commands")
+
+
+def commands() -> list[tuple[str, str]]:
+    """``(page, command)`` for every ``evolve …`` line of a bash block (comments off, ``…|…`` choices split)."""
+    found = []
+    for page, code in blocks("bash"):
+        for line in code.splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith("evolve "):
+                found.append((page, line))
+    return found
+
+
+def test_every_evolve_command_in_the_docs_is_one_the_cli_takes() -> None:
+    """A command a page shows parses with the parser ``evolve`` runs. A synopsis's ``[…]`` counts as given,
+    and its ``a|b`` choices as any one of them (``log|rollback … --to ID``: the one that takes ``--to``)."""
+    from apps.cli import parser
+
+    assert len(commands()) >= 20
+    for page, line in commands():
+        words = shlex.split(line.replace("[", "").replace("]", "").replace("…", ""))[1:]
+        words = [NUMBER.get(w, w) for w in words if w != "..."]
+        choices = [w.split("|") if "|" in w and not w.startswith("-") else [w] for w in words]
+        if not any(parses(parser(), [options[min(i, len(options) - 1)] for options in choices]) for i in range(4)):
+            raise AssertionError(f"{page}: `{line}` is not a command evolve takes")
+
+
+NUMBER = {"N": "3", "K": "2"}  # a synopsis's number placeholders, as a number
+
+
+def parses(cli: Any, words: list[str]) -> bool:
+    try:
+        with redirect_stderr(io.StringIO()):
+            cli.parse_args(words)
+    except SystemExit:
+        return False
+    return True
+
+
+def test_the_readme_links_only_to_files_that_exist() -> None:
+    for target in re.findall(r"\]\(([^)#]+)", README.read_text("utf-8")):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README.md links to {target}, which is not in the repository"
 
 
 @pytest.mark.parametrize(
-    "first",
-    [pytest.param(f, marks=pytest.mark.slow) if "load_embedder" in f or "marft" in f else f for f in EXAMPLES],
+    ("page", "code"),
+    [
+        pytest.param(page, code, id=f"{page}: {first_line(code)[:60]}", marks=[pytest.mark.slow] if slow(code) else [])
+        for page, code in blocks("python")
+    ],
 )
-def test_the_example_runs(first: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_example_runs(
+    page: str, code: str, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    code = next(c for c in python_examples() if first_line(c) == first)
+    first = first_line(code)
     prelude, substitutions = EXAMPLES[first]
     if first == "from openai import OpenAI":
         substitutions = [
@@ -135,7 +207,7 @@ def test_the_example_runs(first: str, served: Served, tmp_path: Path, monkeypatc
         ]
         assert (
             'name = "facility-codes"' in (Path(__file__).parents[2] / "data/facility_codes.toml").read_text()
-        )  # the README's served model
+        )  # the docs' served model
     with ExitStack() as live:
         substitutions = substitutions + protocol_server(first, live, tmp_path)
         scope = run_example(code, prelude, substitutions)
