@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from apps.keys import load_keys
-from apps.options import count
+from apps.options import add_log_level_alias, count, server_log_level
 from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
+from connectors.install import extra_hint
 
-INSTALL_HINT = "evolve a2a needs the a2a-sdk with its HTTP server and uvicorn: pip install 'evolve[a2a]'"
+INSTALL_HINT = f"evolve a2a needs the a2a-sdk with its HTTP server and uvicorn: {extra_hint('a2a')}"
 CARD_PATH = "/.well-known/agent-card.json"
 
 
@@ -67,7 +68,7 @@ def cmd_a2a(args: argparse.Namespace) -> None:
         deployment = Deployment(spec)
         banner = [f"evolve a2a: agent {spec.run.name!r} at {url}{CARD_PATH}", tenants_line(keys)]
         make_app = lambda: create_a2a_app(deployment, url=url, tenant_of=tenant_of)  # noqa: E731
-        serve_until_stopped(sock, make_app, banner, args.log_level, deployment.close)
+        serve_until_stopped(sock, make_app, banner, server_log_level(args, "info"), deployment.close)
 
 
 def add_a2a_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,6 +81,5 @@ def add_a2a_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
-    levels = ["critical", "error", "warning", "info", "debug"]
-    s.add_argument("--log-level", default="info", choices=levels, help="the server's log level (default info)")
+    add_log_level_alias(s)
     s.set_defaults(func=cmd_a2a)

@@ -20,6 +20,7 @@ faster than five of 24), so batching the seeds together would not make the demo 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import time
@@ -39,11 +40,12 @@ from connectors import (
     make_engine,
 )
 from evolve import Agent, Evolver, MemoryView, RoundMetrics, Team, load_tasks, paraphrase_schedule
+from evolve.envs.bundled import bundled_root
 from evolve.envs.ratings import NoisyRatings
 from evolve.evolver import task_envs
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "facility_codes.jsonl"
+DATA = bundled_root() / "facility_codes.jsonl"
 SYSTEM = (
     "You are the assistant of the Acme facilities team. Reply with the code only. Past experiences may show "
     "the correct code in their feedback: the feedback is always right, the answer given may be wrong."
@@ -173,6 +175,7 @@ def run_demo(
             ),
         },  # fmt: skip
         "seconds": round(time.perf_counter() - started, 1),
+        "json": str(folder / "demo.json"),
     }
     (folder / "demo.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
@@ -185,5 +188,10 @@ def regime(runs: dict[str, list[list[RoundMetrics]]], png: Path, title: str) -> 
         "table": seeded_table(runs),
         "solved": solved_line(runs),
         "verdict": paired_verdict(runs, "q-memory", "similarity"),
-        "plot": str(plot_bands(runs, png, title=title)),
+        "plot": str(plot_bands(runs, png, title=title)) if can_plot() else None,
     }
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``plots`` extra) is there: without it the demo reports its tables, no PNG."""
+    return importlib.util.find_spec("matplotlib") is not None

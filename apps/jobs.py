@@ -189,8 +189,10 @@ def cmd_scheduler(args: argparse.Namespace) -> None:
             if args.max_runs is not None and runs >= args.max_runs:
                 break
             time.sleep(max(0.0, started + every - time.monotonic()))  # the interval is between job starts
-    except KeyboardInterrupt:  # the job in flight was recorded as failed and its lease released
-        print(f"scheduler stopped after {runs} job(s)", flush=True)
+    except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, SIGTERM: the job in flight was recorded as failed
+        print(f"scheduler stopped after {runs} job(s)", flush=True)  # and its lease released
+        if isinstance(stop, SystemExit):
+            raise  # SIGTERM's exit status (143)
     finally:
         _close(evolver)
 
@@ -208,7 +210,6 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             default=LEASE_TTL,
             help=f"seconds before a killed job's lease may be taken over (default {LEASE_TTL:.0f})",
         )
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
     j.add_argument("--once", action="store_true", help="run one round and exit (required)")
     j.set_defaults(func=cmd_job)
     s.add_argument("--every", required=True, help="the interval between job starts: 30s, 15m, 1h, 1d")

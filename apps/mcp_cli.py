@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apps.keys import ADMIN_ENV, load_admin_keys, load_keys
-from apps.options import add_admin_key, count
+from apps.options import add_admin_key, add_log_level_alias, count, server_log_level
 from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
 
@@ -165,6 +166,7 @@ def serve_stdio(args: argparse.Namespace) -> None:
     with redirect_stdout(sys.stderr):  # stdout is the protocol's: nothing else may reach it
         spec = load_spec(args.spec)
         memory = TenantMemory(spec)
+    stopped: SystemExit | None = None
     try:
         if tenant is None:
             server = create_operator_server(memory.store)
@@ -174,8 +176,16 @@ def serve_stdio(args: argparse.Namespace) -> None:
             run = memory.run_name(tenant)
             print(f"evolve mcp: memory of run {run!r} for tenant {tenant!r} on stdio", file=sys.stderr, flush=True)
         server.run("stdio")  # until the client closes stdin
+    except SystemExit as e:  # SIGTERM (apps.cli turns it into SystemExit(143))
+        stopped = e
     finally:
         memory.close()  # saves the vector index
+    if stopped is not None:
+        # The SDK's stdin reader is a non-daemon worker thread blocked in read(): the interpreter would wait
+        # for it until the client closes stdin. The store is closed; leave without waiting.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(stopped.code if isinstance(stopped.code, int) else 1)
 
 
 def serve_http(args: argparse.Namespace) -> None:
@@ -197,7 +207,7 @@ def serve_http(args: argparse.Namespace) -> None:
 
     check_base_memory(spec.serve.memory, keys)
     port = 8200 if args.port is None else args.port
-    host, log_level = args.host or "127.0.0.1", args.log_level or "warning"
+    host, log_level = args.host or "127.0.0.1", server_log_level(args, "warning")
     with listen(host, port) as sock:  # before the store opens: a busy port fails fast
         memory = TenantMemory(spec)
         url = base_url(sock).removesuffix("/v1") + ENDPOINT
@@ -222,6 +232,5 @@ def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="http: an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
     add_admin_key(s, only="http: ")
-    levels = ["critical", "error", "warning", "info", "debug"]
-    s.add_argument("--log-level", default=None, choices=levels, help="http: the server's log level (default warning)")
+    add_log_level_alias(s)
     s.set_defaults(func=cmd_mcp)

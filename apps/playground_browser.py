@@ -28,10 +28,12 @@ from typing import Any
 
 from apps.playground_cli import playground_env, streamlit_argv
 from connectors import ConfigError, EvolveError
+from connectors.install import extra_hint
 
 log = logging.getLogger(__name__)
 
-# Headless Chromium as root in a container, with nothing phoning home (REFERENCE.md, browser tests).
+# Headless Chromium as root in a container (no sandbox, no GPU), with nothing phoning home: no background
+# networking, component updates or sync.
 CHROMIUM_ARGS = (
     "--no-sandbox",
     "--disable-gpu",
@@ -115,7 +117,7 @@ def chromium_page(*, executable: str | None = None, width: int = 1440, height: i
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:
-        raise ConfigError("browser checks need Playwright for Python: pip install 'evolve[dev]'") from e
+        raise ConfigError(f"browser checks need Playwright for Python: {extra_hint('dev')}") from e
     executable = executable or find_chromium()
     if executable is None:
         raise ConfigError("no chromium on PATH: run scripts/install_chromium.sh (Debian's chromium package)")

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from connectors import ConfigError
-from evolve import PromptVersion, RoundMetrics, Team
+from evolve import RoundMetrics, Team
 from evolve.deploy.serving import FeedbackReceipt
+from evolve.prompts.versions import PromptVersion
 from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem
 

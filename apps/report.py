@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from connectors import EvolveError
+from connectors.install import extra_hint
 from evolve import RoundMetrics
 from evolve.figures import paired_interval, seed_interval
 
@@ -71,10 +74,7 @@ def plot_curves(
     curves: Mapping[str, Sequence[RoundMetrics]], path: str | Path, *, metric: str = "success_rate", title: str = ""
 ) -> Path:
     """Draw one line per run to a PNG (matplotlib, headless)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,10 +101,7 @@ def plot_bands(
     title: str = "",
 ) -> Path:
     """One line per condition (the mean over seeds) with its 95% interval shaded, to a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +123,18 @@ def plot_bands(
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, headless; a missing ``plots`` extra is an error that says how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise EvolveError(f"learning curves need matplotlib: {extra_hint('plots')}") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def run_table(metrics: Sequence[RoundMetrics]) -> str:

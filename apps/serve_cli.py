@@ -21,14 +21,13 @@ import logging
 import os
 import signal
 import socket
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from apps.keys import ADMIN_ENV, load_admin_keys, load_keys
 from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
-from apps.options import add_admin_key, count
+from apps.options import add_admin_key, add_log_level_alias, count, exit_on, restore_signals, server_log_level
 from connectors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         deployment = Deployment(spec)
         banner = [f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", tenants_line(keys, admin)]
         make_app = lambda: create_app(deployment, keys, admin_keys=admin)  # noqa: E731
-        serve_until_stopped(sock, make_app, banner, args.log_level, deployment.close)
+        serve_until_stopped(sock, make_app, banner, server_log_level(args, "info"), deployment.close)
 
 
 def tenants_line(keys: Mapping[str, str], admin: Sequence[str] | None = None) -> str:
@@ -103,8 +102,7 @@ def serve_until_stopped(
             print(line, flush=True)
         uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore_signals(previous)
         close()
 
 
@@ -115,13 +113,7 @@ def exit_on_signals() -> dict[int, Any]:
     handlers that would kill the process before the deployment saves its index (SIGTERM) or print a
     KeyboardInterrupt traceback (SIGINT). Returns the previous handlers.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return exit_on((signal.SIGINT, signal.SIGTERM))
 
 
 def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -134,6 +126,5 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
     add_admin_key(s)
-    levels = ["critical", "error", "warning", "info", "debug"]
-    s.add_argument("--log-level", default="info", choices=levels, help="the server's log level (default info)")
+    add_log_level_alias(s)
     s.set_defaults(func=cmd_serve)

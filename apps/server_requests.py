@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from connectors import ConfigError, Message, Tool
 from connectors.types import as_messages
-from memory import MAX_ID, MAX_NAMESPACE, check_writer
+from memory.checks import MAX_ID, MAX_NAMESPACE, check_writer
 
 # ---- request bodies (unknown fields are ignored: OpenAI clients send many) ------------------------------
 

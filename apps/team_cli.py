@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def add_team_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("team", help="teams by diversity: diagnose a parallel team or the spec's pool of agents")
-    actions = t.add_subparsers(dest="team_action", required=True, help="what to do")
+    actions = t.add_subparsers(dest="team_action", required=True, metavar="ACTION", help="what to do with the team")
     d = actions.add_parser(
         "diagnose", help="run the team (--pool: every agent) on sample tasks: accuracy, K*, similarity, a heat map"
     )
@@ -36,7 +36,6 @@ def add_team_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     d.add_argument("--seed", type=count(0), default=None, help="which tasks are sampled (default: the spec's seed)")
     d.add_argument("--out", type=Path, default=None, help="folder for diagnosis.json and heat_map.png "
                    "(default: $EVOLVE_HOME/teams/<run>)")  # fmt: skip
-    d.add_argument("--quiet", action="store_true", help="no progress or loading messages")
     d.set_defaults(func=cmd_team_diagnose)
 
 

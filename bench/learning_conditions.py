@@ -39,12 +39,13 @@ from evolve import (
     split_tasks,
 )
 from evolve.build import memory_config
+from evolve.envs.bundled import bundled_root
 from evolve.spec import load_spec
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, similarity_only
 from memory.config import AlphaSchedule, DrawFrom, FailureKeeps, StrategyStart
 from optimizers.types import PromptOptimizer
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = bundled_root()
 TEXTWORLD_TURNS = 8
 SAMPLING_TEMPERATURE = 0.7  # repeated sampling and TF-GRPO rollouts (Training-Free GRPO's value)
 TASK_FILE_SYSTEM = "Answer the question. Reply with the answer only."

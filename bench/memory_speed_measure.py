@@ -21,7 +21,9 @@ import numpy as np
 from tqdm import tqdm
 
 from connectors.errors import ConfigError
+from connectors.install import extra_hint
 from memory.config import MemoryConfig, RetrievalConfig
+from memory.learning import Reinforcement
 from memory.mirror.index import VectorIndex, load_faiss
 from memory.mirror.sync import index_file
 from memory.records import Recall
@@ -321,7 +323,7 @@ def raw_faiss(raw: Any, queries: np.ndarray, k: int, label: str) -> tuple[Timing
     """FAISS's own ``search`` for one query at a time: single-threaded (what the store does for a few
     queries) and with every OpenMP thread (FAISS's default)."""
     faiss = load_faiss()
-    assert faiss is not None, "the benchmark needs faiss (pip install 'evolve[local]')"
+    assert faiss is not None, f"the benchmark needs faiss ({extra_hint('local')})"
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -339,7 +341,7 @@ def reinforce_throughput(store: MemoryStore, recalls: list[Recall]) -> dict[str,
     for i, r in enumerate(tqdm(single, desc="reinforce", leave=False)):
         store.reinforce(r, 1.0, feedback_id=f"single-{i}")
     single_s = time.perf_counter() - start
-    batched = [(r, 1.0, f"batch-{i}") for i, r in enumerate(recalls)]
+    batched = [Reinforcement(r, 1.0, f"batch-{i}") for i, r in enumerate(recalls)]
     start = time.perf_counter()
     for lo in tqdm(range(0, len(batched), REINFORCE_BATCH), desc="reinforce_many", leave=False):
         store.reinforce_many(batched[lo : lo + REINFORCE_BATCH])

@@ -43,12 +43,13 @@ import numpy as np
 from bench.ablations import CachedEmbedder
 from bench.common import machine, merge_summary
 from connectors import Embedder, load_embedder
+from evolve.envs.bundled import bundled_root
 from evolve.evolver import centred
 from evolve.figures import Interval, paired_interval, seed_interval
 from memory import MemoryConfig, MemoryStore, Recall, RetrievalConfig, WriteEntry
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(__file__).resolve().parent.parent / "data" / "multistep_credit.jsonl"
+DATA = bundled_root() / "multistep_credit.jsonl"
 NAMESPACE = "Hafen-Schlüsseldienst-Nachtschicht/solver"
 CONDITIONS = {"without": 0, "depth1": 1, "with": 2}
 """Condition name → ``MemoryConfig.credit_depth`` (γλ = ``DECAY`` for all)."""

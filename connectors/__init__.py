@@ -3,8 +3,11 @@
 This layer imports no other Evolve package.
 """
 
-from connectors.chat import ChatClient, ChatModel, ResponseCache, load_chat, request_key
+from typing import Any
+
+from connectors.chat import ChatClient, ChatModel, ResponseCache, load_chat
 from connectors.db import evolve_home, make_engine
+from connectors.deprecation import moved
 from connectors.embedders import (
     Embedder,
     HashEmbedder,
@@ -56,5 +59,12 @@ __all__ = [
     "load_embedder",
     "make_engine",
     "parse_tool_calls",
-    "request_key",
 ]
+
+# Exported before 0.2.0; importable from here, with a DeprecationWarning naming its module, until
+# connectors.deprecation's REMOVED_IN.
+_MOVED = {"request_key": "connectors.chat"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: only names not defined above get here
+    return moved("connectors", name, _MOVED)

@@ -24,7 +24,7 @@ Every call runs on one process-wide event-loop thread (the SDK is async; ``compl
 works from any thread, a server's worker threads included. ``load_chat`` reuses one client per (url, key,
 timeout): a card is fetched once and connections are kept.
 
-Needs the ``a2a`` extra (``pip install 'evolve[a2a]'``).
+Needs the ``a2a`` extra (``pip install -e '.[a2a]'``).
 
 Example:
     >>> chat = load_chat("a2a/http://127.0.0.1:8100", api_key_env="CODES_A2A_KEY")   # doctest: +SKIP
@@ -46,11 +46,12 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
+from connectors.install import extra_hint
 from connectors.openai_chat import parse_retry_after
 from connectors.redact import redact
 from connectors.types import Completion, Message, Usage
 
-INSTALL_HINT = "pip install 'evolve[a2a]'"
+INSTALL_HINT = extra_hint("a2a")
 DEFAULT_TIMEOUT = 120.0
 
 # The wire contract between this client and an Evolve A2A server (evolve.deploy.a2a_server): metadata keys.

@@ -28,6 +28,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
 from connectors.errors import ConfigError, StoreError
+from connectors.install import extra_hint
 from connectors.redact import redact, redact_url
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def make_engine(url: str | None = None, *, durability: Durability = "normal", **
     try:
         engine = create_engine(url, pool_pre_ping=True, **kwargs)
     except ImportError as e:  # the driver is imported here, not when the module is
-        extra = " (pip install 'evolve[pg]')" if url.startswith("postgresql") else ""
+        extra = f" ({extra_hint('pg')})" if url.startswith("postgresql") else ""
         raise ConfigError(f"the database driver for {redact_url(url)!r} is not installed{extra}: {redact(e)}") from None
     except Exception as e:
         # from None: SQLAlchemy's own message may quote the URL with its password

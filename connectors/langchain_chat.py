@@ -13,7 +13,7 @@ the server's ``Retry-After``, 408 → ``ProviderTimeout``, 5xx → retryable), b
 ``TimeoutError``/``ConnectionError``, or by the SDKs' class names (``RateLimitError``,
 ``…Timeout…``). Anything else becomes a ``ConnectorError`` that retrying cannot fix.
 
-Needs langchain-core from the ``langchain`` extra (``pip install 'evolve[langchain]'``).
+Needs langchain-core from the ``langchain`` extra (``pip install -e '.[langchain]'``).
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -29,12 +29,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited
+from connectors.install import extra_hint
 from connectors.openai_chat import parse_retry_after
 from connectors.prompted_tools import check_tools
 from connectors.tools import Tool, ToolCall
 from connectors.types import Completion, Message, Usage
 
-INSTALL_HINT = "pip install 'evolve[langchain]'"
+INSTALL_HINT = extra_hint("langchain")
 
 try:
     from langchain_core.messages import (

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.install import extra_hint
 from connectors.local_stream import stream_generation
 from connectors.model_thread import ModelThread
 from connectors.prompted_tools import plain_turns, prompted_batch
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 DTYPES = ("float32", "bfloat16", "float16")
-LOCAL_HINT = "pip install 'evolve[local]'"
+LOCAL_HINT = extra_hint("local")
 
 
 def require_local(what: str) -> None:

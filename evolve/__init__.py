@@ -24,20 +24,13 @@ _WHERE = {
     "Agent": "evolve.agent",
     "MemoryView": "evolve.agent",
     "Team": "evolve.agent",
-    "TeamAct": "evolve.agent",
-    "render_messages": "evolve.agent",
     "Episode": "evolve.episode",
-    "Step": "evolve.episode",
     "Evolver": "evolve.evolver",
     "paraphrase_schedule": "evolve.evolver",
     "same_tasks": "evolve.evolver",
     "Executor": "evolve.executors",
     "InProcess": "evolve.executors",
-    "Rollout": "evolve.executors",
     "RayExecutor": "evolve.ray_executor",
-    "Interval": "evolve.figures",
-    "paired_interval": "evolve.figures",
-    "seed_interval": "evolve.figures",
     "RoundMetrics": "evolve.run_log",
     "list_runs": "evolve.run_log",
     "Task": "evolve.envs.tasks",
@@ -52,88 +45,87 @@ _WHERE = {
     "BfclMultiTurnEnv": "evolve.envs.bfcl.multi_turn",
     "multi_turn_tasks": "evolve.envs.bfcl.multi_turn",
     "PromptGraph": "evolve.prompts.graph",
-    "PromptVersion": "evolve.prompts.versions",
     "PromptEvolution": "evolve.prompts.evolution",
     "make_evaluate": "evolve.prompts.evolution",
     "split_tasks": "evolve.prompts.evolution",
     "ParallelTeam": "evolve.teams.parallel",
-    "kstar": "evolve.teams.diversity",
-    "Diagnosis": "evolve.teams.diagnose",
     "diagnose": "evolve.teams.diagnose",
-    "Recompose": "evolve.teams.compose",
     "compose": "evolve.teams.compose",
     "AdapterRegistry": "evolve.weights.registry",
-    "AdapterVersion": "evolve.weights.registry",
     "WeightUpdates": "evolve.weights.switch",
-    "WeightsReport": "evolve.weights.switch",
-    "Answer": "evolve.deploy.serving",
     "Deployment": "evolve.deploy.serving",
-    "FeedbackReceipt": "evolve.deploy.serving",
-    "JobResult": "evolve.deploy.jobs",
-    "job_history": "evolve.deploy.jobs",
     "run_job": "evolve.deploy.jobs",
 }
 
 __all__ = [
     "AdapterRegistry",
-    "AdapterVersion",
     "Agent",
     "BfclEnv",
     "BfclMultiTurnEnv",
-    "Answer",
     "Deployment",
-    "Diagnosis",
     "Episode",
     "Evolver",
     "Executor",
-    "FeedbackReceipt",
     "InProcess",
-    "Interval",
-    "JobResult",
     "MemoryView",
     "ParallelTeam",
     "PromptEvolution",
     "PromptGraph",
-    "PromptVersion",
     "RayExecutor",
-    "Recompose",
-    "Rollout",
     "RoundMetrics",
-    "Step",
     "Task",
     "TaskEnv",
     "Team",
-    "TeamAct",
     "TextWorldEnv",
     "WeightUpdates",
-    "WeightsReport",
     "bfcl_tasks",
     "champ_tasks",
     "compose",
     "diagnose",
     "humaneval_tasks",
-    "job_history",
-    "kstar",
     "list_runs",
     "load_tasks",
     "make_evaluate",
     "multi_turn_tasks",
-    "paired_interval",
     "paraphrase_schedule",
-    "render_messages",
     "run_job",
     "same_tasks",
-    "seed_interval",
     "split_tasks",
     "textworld_tasks",
 ]
 
+# Names this face exported before 0.2.0: the maths of figures and K*, the types a call returns, the loop's
+# internals. Each still imports from here, with a DeprecationWarning naming its module, until
+# connectors.deprecation's REMOVED_IN.
+_MOVED = {
+    "AdapterVersion": "evolve.weights.registry",
+    "Answer": "evolve.deploy.serving",
+    "Diagnosis": "evolve.teams.diagnose",
+    "FeedbackReceipt": "evolve.deploy.serving",
+    "Interval": "evolve.figures",
+    "JobResult": "evolve.deploy.jobs",
+    "PromptVersion": "evolve.prompts.versions",
+    "Recompose": "evolve.teams.compose",
+    "Rollout": "evolve.executors",
+    "Step": "evolve.episode",
+    "TeamAct": "evolve.agent",
+    "WeightsReport": "evolve.weights.switch",
+    "job_history": "evolve.deploy.jobs",
+    "kstar": "evolve.teams.diversity",
+    "paired_interval": "evolve.figures",
+    "render_messages": "evolve.agent",
+    "seed_interval": "evolve.figures",
+}
+
 
 def __getattr__(name: str) -> Any:
-    """Import the module that defines ``name`` the first time it is asked for (PEP 562)."""
+    """Import the module that defines ``name`` the first time it is asked for (PEP 562); a name that left
+    the face comes from its module with a DeprecationWarning."""
     where = _WHERE.get(name)
     if where is None:
-        raise AttributeError(f"module 'evolve' has no attribute {name!r}")
+        from connectors.deprecation import moved  # here, not at the top: `import evolve` stays cheap
+
+        return moved("evolve", name, _MOVED)
     value = getattr(import_module(where), name)
     globals()[name] = value  # later lookups skip this function
     return value
@@ -144,25 +136,24 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from evolve.agent import Agent, MemoryView, Team, TeamAct, render_messages
-    from evolve.deploy.jobs import JobResult, job_history, run_job
-    from evolve.deploy.serving import Answer, Deployment, FeedbackReceipt
+    from evolve.agent import Agent, MemoryView, Team
+    from evolve.deploy.jobs import run_job
+    from evolve.deploy.serving import Deployment
+    from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv, multi_turn_tasks
+    from evolve.envs.bfcl.single import BfclEnv, bfcl_tasks
     from evolve.envs.champ import champ_tasks
     from evolve.envs.humaneval import humaneval_tasks
     from evolve.envs.tasks import Task, TaskEnv, load_tasks
     from evolve.envs.textworld import TextWorldEnv, textworld_tasks
-    from evolve.episode import Episode, Step
+    from evolve.episode import Episode
     from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
-    from evolve.executors import Executor, InProcess, Rollout
-    from evolve.figures import Interval, paired_interval, seed_interval
+    from evolve.executors import Executor, InProcess
     from evolve.prompts.evolution import PromptEvolution, make_evaluate, split_tasks
     from evolve.prompts.graph import PromptGraph
-    from evolve.prompts.versions import PromptVersion
     from evolve.ray_executor import RayExecutor
     from evolve.run_log import RoundMetrics, list_runs
-    from evolve.teams.compose import Recompose, compose
-    from evolve.teams.diagnose import Diagnosis, diagnose
-    from evolve.teams.diversity import kstar
+    from evolve.teams.compose import compose
+    from evolve.teams.diagnose import diagnose
     from evolve.teams.parallel import ParallelTeam
-    from evolve.weights.registry import AdapterRegistry, AdapterVersion
-    from evolve.weights.switch import WeightsReport, WeightUpdates
+    from evolve.weights.registry import AdapterRegistry
+    from evolve.weights.switch import WeightUpdates

@@ -22,7 +22,8 @@ from evolve.teams.compose import Recompose, last_kept
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
-from memory import MAX_NAMESPACE, MemoryConfig, MemoryStore, RetrievalConfig, TrustPolicy, fit_id, similarity_only
+from memory import MemoryConfig, MemoryStore, RetrievalConfig, TrustPolicy, similarity_only
+from memory.checks import MAX_NAMESPACE, fit_id
 from memory.config import ForgetConfig
 from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
 
@@ -252,7 +253,6 @@ def build(
         writer=writer,
         schedule=schedule,
         prompts=prompts,
-        allow_weight_updates=allowed,
         weights=weight_updates(spec) if allowed else None,  # only then: its checks load torch
         executor=build_executor(spec),
         progress=progress,

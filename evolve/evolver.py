@@ -50,8 +50,10 @@ from evolve.weights.switch import (
     attach_adapters,
     base_folder,
     train_adapters,
+    weights_switch,
 )
-from memory import MemoryStore, WriteEntry, fit_id, reinforcements, writer_name
+from memory import MemoryStore, WriteEntry, reinforcements
+from memory.checks import fit_id, writer_name
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -121,12 +123,13 @@ class Evolver:
         memory_reward: maps a task reward to the reward that updates Q (default ``centred``).
         prompts: prompt evolution (a ``PromptEvolution``): one gated optimizer step per round, after
             the round's memory updates; the team then acts from the new HEAD.
-        allow_weight_updates: escalate to LoRA MARFT when the success curve plateaus (no gain over
-            ``weights.patience`` rounds): one adapter per agent, kept only if it gains on evaluation,
-            recorded in the ``AdapterRegistry`` and served from the next round. Needs every agent on
-            one local model; with an API model this raises a ``ConfigError`` that says so.
-        weights: the escalation's settings (default ``WeightUpdates()``). A team on local models always
-            serves the run's HEAD adapters, if it has any: each agent's ``params`` gets ``adapter=``.
+        weights: the switch to weight updates: with a ``WeightUpdates`` (its settings), escalate to LoRA
+            MARFT when the success curve plateaus (no gain over ``weights.patience`` rounds): one adapter
+            per agent, kept only if it gains on evaluation, recorded in the ``AdapterRegistry`` and served
+            from the next round. Needs every agent on one local model; with an API model this raises a
+            ``ConfigError`` that says so. None (the default): no weight updates. A team on local models
+            always serves the run's HEAD adapters, if it has any: each agent's ``params`` gets ``adapter=``.
+        allow_weight_updates: deprecated (until 0.3.0, with a warning): True is ``weights=WeightUpdates()``.
         executor: where episodes run: ``"inprocess"`` (default: here, the whole batch at once), ``"ray"``
             (a ``RayExecutor``: chunks of each batch on a Ray cluster, memory shared through the store's
             database, which must then be a file or a server) or any ``Executor`` object. Learning
@@ -153,8 +156,8 @@ class Evolver:
         schedule: Schedule = same_tasks,
         memory_reward: Callable[[float], float] = centred,
         prompts: PromptEvolution | None = None,
-        allow_weight_updates: bool = False,
         weights: WeightUpdates | None = None,
+        allow_weight_updates: bool | None = None,
         executor: str | Executor = "inprocess",
         progress: bool = True,
         recompose: Recompose | None = None,
@@ -183,16 +186,16 @@ class Evolver:
         self.recompose = check_recompose(recompose, team, prompts)
         self._started = False
         self.progress = progress
-        self.weights = (weights or WeightUpdates()) if allow_weight_updates else None
+        self.weights = weights_switch(allow_weight_updates, weights)
         self.adapters: AdapterRegistry | None = None
         self.executor = make_executor(executor)
         blocker = weights_blocker(team)
         if isinstance(team, ParallelTeam):  # MARFT's rollouts follow a chain; a vote or a judge is not trained
             blocker = "weight updates (LoRA MARFT) train a chain of agents; this is a parallel team"
-        if allow_weight_updates and blocker is not None:
-            raise ConfigError(f"allow_weight_updates: {blocker}")
+        if self.weights is not None and blocker is not None:
+            raise ConfigError(f"weights: {blocker}")
         if blocker is None:
-            if allow_weight_updates:
+            if self.weights is not None:
                 base_folder(team)  # one shared local base, or a clear error now rather than at the first plateau
             self.adapters = adapter_registry(engine, run, self.weights)
             attach_adapters(team, self.adapters)  # a resumed run, or a later one, serves its HEAD adapters
@@ -277,7 +280,7 @@ class Evolver:
     def escalate(self) -> WeightsReport:
         """Train the agents' adapters now (MARFT), keep them if they gain, and serve the HEAD adapters."""
         if self.weights is None or self.adapters is None:
-            raise ConfigError("escalate() needs Evolver(..., allow_weight_updates=True) and a team on local models")
+            raise ConfigError("escalate() needs Evolver(..., weights=WeightUpdates(...)) and a team on local models")
         report = train_adapters(self.team, self.tasks, self.adapters, self.weights, progress=self.progress)
         attach_adapters(self.team, self.adapters)
         return report

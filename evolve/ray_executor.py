@@ -35,6 +35,7 @@ from typing import Any
 
 from connectors import ConfigError, ConnectorError
 from connectors.db import sqlite_path
+from connectors.install import extra_hint
 from evolve.envs.tasks import Task
 from evolve.episode import Episode
 from evolve.executors import Executor, InProcess, Rollout, split
@@ -54,7 +55,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError as e:
-        raise ConfigError("executor='ray' needs Ray, which is not installed: pip install 'evolve[distributed]'") from e
+        raise ConfigError(f"executor='ray' needs Ray, which is not installed: {extra_hint('distributed')}") from e
     return ray
 
 

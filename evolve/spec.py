@@ -65,6 +65,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from connectors import ConfigError
+from evolve.envs.bundled import database_folder, spec_file
 from evolve.tools.mcp import check_entry  # no mcp import: the SDK loads only to connect
 from memory.config import DAY, FailureKeeps, ForgetConfig
 from memory.trust import DEFAULT_TRUSTED, check_patterns
@@ -182,7 +183,7 @@ class OptimizerSection(_Strict):
 class MarftSection(_Strict):
     """Weight updates (LoRA MARFT): ``enabled`` lets the loop escalate when success plateaus."""
 
-    enabled: bool = False  # Evolver(allow_weight_updates=...); `evolve marft SPEC` trains whatever this says
+    enabled: bool = False  # Evolver(weights=WeightUpdates(...)); `evolve marft SPEC` trains whatever this says
     patience: int = Field(2, ge=1)  # rounds without gain before escalating
     min_gain: float = Field(0.0, ge=0.0)  # the evaluation gain a trained adapter must beat to be kept
     steps: int = Field(8, ge=1)  # PPO iterations per escalation
@@ -408,10 +409,10 @@ def load_spec(path: str | Path) -> RunSpec:
 
     Relative file names in the spec (the tasks file, a SQLite database) are relative to the spec file's
     folder: the database is resolved here (``resolve_database``), the tasks file by ``RunSpec.resolve``.
+    A path that is no file may name a bundled spec (``facility_codes``, ``data/facility_codes.toml``:
+    ``evolve.envs.bundled.spec_file``); an installed bundled spec keeps its database under ``$EVOLVE_HOME``.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"spec file {path} does not exist (expected a TOML file; see evolve/spec.py)")
+    path = spec_file(path)
     try:
         raw: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
@@ -424,5 +425,5 @@ def load_spec(path: str | Path) -> RunSpec:
         problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         raise ConfigError(f"{path}: {problems}") from e
     path = path.resolve()
-    run = spec.run.model_copy(update={"database": resolve_database(spec.run.database, path.parent)})
+    run = spec.run.model_copy(update={"database": resolve_database(spec.run.database, database_folder(path))})
     return spec.model_copy(update={"path": path, "run": run})

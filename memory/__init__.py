@@ -12,30 +12,19 @@ Example:
 This package imports only ``connectors`` (and numpy, sqlalchemy; faiss lazily).
 """
 
-from memory.checks import MAX_FEEDBACK_ID, MAX_ID, MAX_NAMESPACE, check_writer, fit_id, writer_name
+from typing import Any
+
+from connectors.deprecation import moved
 from memory.config import ForgetConfig, MemoryConfig, RetrievalConfig, similarity_only
 from memory.distrust import DistrustReport
 from memory.learning import Reinforcement, reinforcements
 from memory.records import MemoryItem, Recall, ScoredItem
-from memory.scoring import (
-    Selection,
-    calibrate_threshold,
-    credit_weights,
-    phase_a,
-    select,
-    td_update,
-    two_phase_scores,
-    zscore,
-)
+from memory.scoring import calibrate_threshold
 from memory.store import MemoryStore
-from memory.trust import LOCAL_WRITER, TRUST_MODES, WRITER_KINDS, TrustPolicy
-from memory.writer import WriteEntry, Written, compose_experience
+from memory.trust import TrustPolicy
+from memory.writer import WriteEntry
 
 __all__ = [
-    "LOCAL_WRITER",
-    "MAX_FEEDBACK_ID",
-    "MAX_ID",
-    "MAX_NAMESPACE",
     "DistrustReport",
     "ForgetConfig",
     "MemoryConfig",
@@ -45,23 +34,37 @@ __all__ = [
     "Reinforcement",
     "RetrievalConfig",
     "ScoredItem",
-    "Selection",
-    "TRUST_MODES",
     "TrustPolicy",
-    "WRITER_KINDS",
     "WriteEntry",
-    "Written",
     "calibrate_threshold",
-    "check_writer",
-    "compose_experience",
-    "credit_weights",
-    "fit_id",
-    "phase_a",
     "reinforcements",
-    "select",
     "similarity_only",
-    "td_update",
-    "two_phase_scores",
-    "writer_name",
-    "zscore",
 ]
+
+# Names this face exported before 0.2.0: the maths, the limits and checks, the writer's internals. Each
+# still imports from here, with a DeprecationWarning naming its module, until connectors.deprecation's
+# REMOVED_IN.
+_MOVED = {
+    "LOCAL_WRITER": "memory.trust",
+    "TRUST_MODES": "memory.trust",
+    "WRITER_KINDS": "memory.trust",
+    "MAX_FEEDBACK_ID": "memory.checks",
+    "MAX_ID": "memory.checks",
+    "MAX_NAMESPACE": "memory.checks",
+    "check_writer": "memory.checks",
+    "fit_id": "memory.checks",
+    "writer_name": "memory.checks",
+    "Selection": "memory.scoring",
+    "credit_weights": "memory.scoring",
+    "phase_a": "memory.scoring",
+    "select": "memory.scoring",
+    "td_update": "memory.scoring",
+    "two_phase_scores": "memory.scoring",
+    "zscore": "memory.scoring",
+    "Written": "memory.writer",
+    "compose_experience": "memory.writer",
+}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: only names not defined above get here
+    return moved("memory", name, _MOVED)

@@ -97,6 +97,21 @@ def check_text(name: str, value: object, *, limit: int = MAX_TEXT) -> None:
     check_chars(name, value)
 
 
+def check_k(k: object, where: str = "", *, most: int | None = None) -> int:
+    """How many memories a recall returns: an integer from 1 (to ``most`` when given); a ``ConfigError``
+    that says so otherwise.
+
+    Example:
+        >>> check_k(3, "MemoryRetriever"), check_k(50, most=50)
+        (3, 50)
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or (most is not None and k > most):
+        bounds = ">= 1" if most is None else f"from 1 to {most}"
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}k must be an integer {bounds} (how many memories to recall), got {k!r:.80}")
+    return k
+
+
 def check_id(name: str, value: object) -> str:
     """A memory or recall id: a non-empty string of at most ``MAX_ID`` characters."""
     check_text(name, value, limit=MAX_ID)
@@ -230,13 +245,15 @@ def check_reward(value: object, where: str, *, what: str = "reward") -> float:
     (finite values near 1.8e308 could: ``r − Q`` would be infinite).
     """
     if not isinstance(value, (Real, np.number)) or isinstance(value, complex):
-        raise ConfigError(f"{where}: {what} must be a finite real number, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{where}: {what} must be a finite number, got {value!r} ({type(value).__name__})")
     try:
         number = float(value)  # type: ignore[arg-type]
     except OverflowError:
-        raise ConfigError(f"{where}: {what} must be finite, got an integer with {len(str(value))} digits") from None
+        raise ConfigError(
+            f"{where}: {what} must be a finite number, got an integer with {len(str(value))} digits"
+        ) from None
     if not math.isfinite(number):
-        raise ConfigError(f"{where}: {what} must be finite, got {number!r}")
+        raise ConfigError(f"{where}: {what} must be a finite number, got {number!r}")
     if abs(number) > MAX_VALUE:
         raise ConfigError(f"{where}: {what} must be within ±{MAX_VALUE:.0e}, got {number!r}")
     return number + 0.0  # -0.0 becomes 0.0: SQLite stores no negative zero, so both backends agree

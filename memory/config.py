@@ -129,7 +129,7 @@ class ForgetConfig:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """How one recall picks memories (DESIGN §4, phases A and B).
+    """How one recall picks memories: phases A and B (docs/design/decisions.md, "Two-phase recall").
 
     Attributes:
         k1: phase A pool size — the k1 most similar items above the floor.

@@ -1,4 +1,4 @@
-"""Consolidation: groups of related episodes distilled into strategies (DESIGN §10, "a memory that matures").
+"""Consolidation: groups of related episodes distilled into strategies (docs/design/decisions.md, "Consolidation").
 
 An episode memory says what one attempt did; a **strategy** says what to do on a kind of task, learned
 from several attempts, successes and failures together (as ReasoningBank's items and ACE's playbook

@@ -1,12 +1,12 @@
 """Credit over several steps: a reward reaches the memories that produced the recalled ones.
 
 Provenance is a graph of edges ``child → parent``: *parent was in context when child was written*
-(DESIGN §10). A reward on an episode moves the memories it recalled, each with its direct weight ``w``
-(``credit_weights``), and also their ancestors: an ancestor ``d`` edges away gets ``w·(γλ)^d`` for
-``d ≤ depth``. The decay is MemQ's TD(λ) eligibility over a provenance DAG (Liao et al., "MemQ:
-Integrating Q-Learning into Self-Evolving Memory Agents over Provenance DAGs", arXiv 2605.08374, 2026:
-"credit weight decays as (γλ)^d with DAG depth d"). How several paths combine and the cap below are
-ours; no code of theirs is used.
+(docs/design/decisions.md, "Credit over several steps"). A reward on an episode moves the memories it
+recalled, each with its direct weight ``w`` (``credit_weights``), and also their ancestors: an ancestor
+``d`` edges away gets ``w·(γλ)^d`` for ``d ≤ depth``. The decay is MemQ's TD(λ) eligibility over a
+provenance DAG (Liao et al., "MemQ: Integrating Q-Learning into Self-Evolving Memory Agents over
+Provenance DAGs", arXiv 2605.08374, 2026: "credit weight decays as (γλ)^d with DAG depth d"). How
+several paths combine and the cap below are ours; no code of theirs is used.
 
 The rule, for one reward whose recalled memories ``s`` have direct weights ``w_s``::
 

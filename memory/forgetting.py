@@ -1,7 +1,8 @@
 """Forgetting with a budget: which memories a namespace gives up, and how near-duplicates merge.
 
-Pure policy over NumPy columns (DESIGN §10, issue 24): the store reads a namespace's columns, asks
-``plan_eviction`` and ``near_duplicates`` what to remove, and writes a ``Removal`` for each removal.
+Pure policy over NumPy columns (docs/design/decisions.md, "Forgetting and pruning"; issue 24): the store
+reads a namespace's columns, asks ``plan_eviction`` and ``near_duplicates`` what to remove, and writes a
+``Removal`` for each removal.
 Nothing is evicted unless ``ForgetConfig.capacity`` is set, and nothing merges unless
 ``merge_similarity`` is: the defaults forget nothing.
 
@@ -35,7 +36,7 @@ Worked example: six memories of one namespace, capacity 3, ``now`` on day 100.
 
     >>> import numpy as np
     >>> DAY = 86_400.0
-    >>> usage = Usage(
+    >>> usage = MemoryUsage(
     ...     q=[0.0, -0.62, 0.8, 0.1, 0.0, 0.35],
     ...     visits=[2, 5, 7, 1, 0, 4],
     ...     last_recalled=[10 * DAY, 90 * DAY, 99 * DAY, 60 * DAY, np.nan, 95 * DAY],
@@ -75,12 +76,12 @@ def _column(name: str, values: Any, n: int | None) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1 or (n is not None and arr.size != n):
         want = "1-D" if n is None else f"1-D of length {n} (like q)"
-        raise ConfigError(f"Usage.{name} must be {want}, got shape {arr.shape}")
+        raise ConfigError(f"MemoryUsage.{name} must be {want}, got shape {arr.shape}")
     return arr
 
 
 @dataclass(frozen=True, eq=False)  # arrays: equality would be ambiguous
-class Usage:
+class MemoryUsage:
     """One namespace's memories as columns (row i is one memory; rows oldest first, like the mirror).
 
     Attributes:
@@ -91,7 +92,7 @@ class Usage:
         superseded: True where a newer memory superseded it.
 
     Example:
-        >>> Usage(q=[0.2], visits=[1], last_recalled=[float("nan")], created_at=[0.0], superseded=[False]).q
+        >>> MemoryUsage(q=[0.2], visits=[1], last_recalled=[float("nan")], created_at=[0.0], superseded=[False]).q
         array([0.2])
     """
 
@@ -109,13 +110,15 @@ class Usage:
         created = _column("created_at", self.created_at, n).astype(np.float64)
         superseded = _column("superseded", self.superseded, n)
         if not np.all(np.isfinite(q)):
-            raise ConfigError("Usage.q must be finite numbers, got NaN or infinity")
+            raise ConfigError("MemoryUsage.q must be finite numbers, got NaN or infinity")
         if n and (not np.issubdtype(visits.dtype, np.integer) or visits.min() < 0):
-            raise ConfigError(f"Usage.visits must be integers >= 0, got {visits.dtype} values {visits[:5].tolist()}")
+            raise ConfigError(
+                f"MemoryUsage.visits must be integers >= 0, got {visits.dtype} values {visits[:5].tolist()}"
+            )
         if np.any(np.isinf(recalled)) or not np.all(np.isfinite(created)):
-            raise ConfigError("Usage times must be finite Unix times (last_recalled NaN: never recalled)")
+            raise ConfigError("MemoryUsage times must be finite Unix times (last_recalled NaN: never recalled)")
         if n and superseded.dtype != np.bool_:
-            raise ConfigError(f"Usage.superseded must be booleans, got {superseded.dtype}")
+            raise ConfigError(f"MemoryUsage.superseded must be booleans, got {superseded.dtype}")
         for name, arr in (("q", q), ("visits", visits.astype(np.int64)), ("last_recalled", recalled)):
             object.__setattr__(self, name, arr)
         object.__setattr__(self, "created_at", created)
@@ -132,7 +135,7 @@ def _check_now(now: object, where: str) -> float:
     return value
 
 
-def _tiers(usage: Usage, now: float, config: ForgetConfig) -> tuple[np.ndarray, np.ndarray]:
+def _tiers(usage: MemoryUsage, now: float, config: ForgetConfig) -> tuple[np.ndarray, np.ndarray]:
     """Each memory's tier (index into ``TIERS``) and idle seconds (since last recall, else creation)."""
     idle = now - np.where(np.isnan(usage.last_recalled), usage.created_at, usage.last_recalled)
     trusted = usage.visits >= config.min_visits
@@ -142,7 +145,7 @@ def _tiers(usage: Usage, now: float, config: ForgetConfig) -> tuple[np.ndarray, 
     return tier, idle
 
 
-def eviction_order(usage: Usage, *, now: float, config: ForgetConfig) -> np.ndarray:
+def eviction_order(usage: MemoryUsage, *, now: float, config: ForgetConfig) -> np.ndarray:
     """Every row, most evictable first (the module's tiers); ties: older, then lower index."""
     tier, idle = _tiers(usage, _check_now(now, "eviction_order"), config)
     # Within a tier: Q ascending for the trusted tiers, longest idle for stale, oldest for the rest.
@@ -150,7 +153,9 @@ def eviction_order(usage: Usage, *, now: float, config: ForgetConfig) -> np.ndar
     return np.lexsort((np.arange(len(usage)), usage.created_at, primary, tier)).astype(np.intp)
 
 
-def plan_eviction(usage: Usage, *, now: float, config: ForgetConfig, incoming: int = 0) -> tuple[np.ndarray, list[str]]:
+def plan_eviction(
+    usage: MemoryUsage, *, now: float, config: ForgetConfig, incoming: int = 0
+) -> tuple[np.ndarray, list[str]]:
     """The rows to evict so the namespace holds ``config.capacity`` memories after ``incoming`` new ones
     arrive (which are never evicted by their own arrival), most evictable first, with a reason each.
 
@@ -168,7 +173,7 @@ def plan_eviction(usage: Usage, *, now: float, config: ForgetConfig, incoming: i
     return rows, [_reason(usage, int(i), int(tier[i]), (float(idle[i]), float(age[i])), config) for i in rows]
 
 
-def _reason(usage: Usage, i: int, tier: int, idle_age: tuple[float, float], config: ForgetConfig) -> str:
+def _reason(usage: MemoryUsage, i: int, tier: int, idle_age: tuple[float, float], config: ForgetConfig) -> str:
     q, visits = float(usage.q[i]), int(usage.visits[i])
     idle, age = idle_age
     rewards = f"{visits} reward{'s' if visits != 1 else ''}"
@@ -212,12 +217,12 @@ def merged_values(q_a: float, visits_a: int, q_b: float, visits_b: int) -> tuple
     return min(max(q, min(qa, qb)), max(qa, qb)), va + vb
 
 
-def keeper(a: int, b: int, usage: Usage | None = None) -> tuple[int, int]:
+def keeper(a: int, b: int, usage: MemoryUsage | None = None) -> tuple[int, int]:
     """``(keep, drop)`` of rows ``a`` and ``b``: the more visited is kept, then the higher Q, then the
     older, then the lower row (without ``usage``: the lower row, the older one). Symmetric in a and b.
 
     Example:
-        >>> u = Usage(q=[0.9, 0.1], visits=[1, 4], last_recalled=[0.0, 0.0], created_at=[0.0, 1.0], superseded=[False] * 2)
+        >>> u = MemoryUsage(q=[0.9, 0.1], visits=[1, 4], last_recalled=[0.0, 0.0], created_at=[0.0, 1.0], superseded=[False] * 2)
         >>> keeper(0, 1, u), keeper(1, 0, u)
         ((1, 0), (1, 0))
     """
@@ -230,7 +235,9 @@ def keeper(a: int, b: int, usage: Usage | None = None) -> tuple[int, int]:
     return (a, b) if rank(a) <= rank(b) else (b, a)
 
 
-def near_duplicates(vectors: np.ndarray, threshold: float | None, usage: Usage | None = None) -> list[tuple[int, int]]:
+def near_duplicates(
+    vectors: np.ndarray, threshold: float | None, usage: MemoryUsage | None = None
+) -> list[tuple[int, int]]:
     """One merge pass: ``(keep, drop)`` row pairs of near-duplicate memories, most similar pair first.
 
     Pairs with cosine ``>= threshold`` are taken greedily by cosine (descending; ties: lower rows first)
@@ -262,7 +269,7 @@ def near_duplicates(vectors: np.ndarray, threshold: float | None, usage: Usage |
     return out
 
 
-def _check_vectors(vectors: np.ndarray, usage: Usage | None) -> np.ndarray:
+def _check_vectors(vectors: np.ndarray, usage: MemoryUsage | None) -> np.ndarray:
     x = np.asarray(vectors, dtype=np.float32)
     if x.ndim != 2:
         raise ConfigError(f"near_duplicates: vectors must be 2-D (memories × dim), got shape {x.shape}")

@@ -18,6 +18,7 @@ served responses, LangChain runs): one feedback id per recall, ``<answer's feedb
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,16 +138,20 @@ BUMP_RETURNING = (
 )
 
 
-def check_entries(items: Sequence[Sequence[Any]]) -> list[Reinforcement]:
-    """Validate ``(recall, reward[, feedback_id[, namespace[, applied_as]]])`` tuples (``Reinforcement``s
-    among them) before anything is written."""
+def check_entries(items: Sequence[Reinforcement]) -> list[Reinforcement]:
+    """Validate ``Reinforcement``s before anything is written.
+
+    Plain ``(recall, reward[, feedback_id[, namespace[, applied_as]]])`` tuples, the form before 0.2.0,
+    are read the same way with a ``DeprecationWarning``, until 0.3.0.
+    """
     out: list[Reinforcement] = []
+    tuples = False
     for i, entry in enumerate(as_list(items, "reinforce_many: items")):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3, 4, 5):
             raise ConfigError(
-                f"feedback[{i}] must be (recall, reward), (recall, reward, feedback_id), "
-                f"(recall, reward, feedback_id, namespace) or a Reinforcement, got {entry!r:.120}"
+                f"feedback[{i}] must be a Reinforcement(recall, reward, feedback_id, namespace), got {entry!r:.120}"
             )
+        tuples = tuples or not isinstance(entry, Reinforcement)
         if isinstance(entry[0], str):
             check_id(f"feedback[{i}] recall id", entry[0])
         fid = entry[2] if len(entry) >= 3 else None
@@ -161,6 +166,13 @@ def check_entries(items: Sequence[Sequence[Any]]) -> list[Reinforcement]:
             None if ns is None else check_namespace(ns),
             tuple(check_feedback_id(o) for o in older),
         ))  # fmt: skip
+    if tuples:
+        warnings.warn(
+            "MemoryStore.reinforce_many takes Reinforcement(recall, reward, feedback_id, namespace) entries "
+            "(`from memory import Reinforcement`); plain tuples are deprecated and stop working in 0.3.0",
+            DeprecationWarning,
+            stacklevel=3,  # check_entries <- reinforce_many <- the caller
+        )
     return out
 
 

@@ -1,4 +1,5 @@
-"""Facts that change: a newer experience that contradicts older ones supersedes them (DESIGN §10).
+"""Facts that change: a newer experience that contradicts older ones supersedes them
+(docs/design/decisions.md, "Supersession").
 
 With ``MemoryConfig(supersede=True)``, a memory written by ``MemoryStore.write``/``write_many`` is
 compared with the valid memories of its intent group (same namespace, same intent key: the writer's

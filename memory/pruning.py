@@ -1,4 +1,5 @@
-"""Removing memories on the record, and pruning a namespace to its budget (DESIGN §10, issue 24).
+"""Removing memories on the record, and pruning a namespace to its budget (issue 24;
+docs/design/decisions.md, "Forgetting and pruning" and "The removal log").
 
 Every deletion goes through ``delete_items``, which writes one ``memory_removals`` row per memory it deleted:
 the row as it was, why (the insert-time cap, ``MemoryStore.remove``, a tier of ``memory.forgetting``, a merge)
@@ -43,7 +44,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, false, func, insert,
 from memory.forgetting import (
     TIERS,
     ForgetConfig,
-    Usage,
+    MemoryUsage,
     keeper,
     merged_values,
     near_duplicates,
@@ -197,7 +198,7 @@ class _Namespace:
     seqs: np.ndarray
     ids: list[str]
     keys: list[str]
-    usage: Usage
+    usage: MemoryUsage
     same: list[tuple[Any, ...] | None]  # what each memory says (kind, outcome, text); None: never merges
     phases: list[list[tuple[int, int, Merge, tuple[float, int]]]]  # (drop, keep, merge, keep's values after)
     evict: np.ndarray
@@ -248,7 +249,7 @@ def _read(conn: Connection, namespace: str, *, merging: bool) -> _Namespace:
         select(*cols, *([c.experience] if merging else [])).where(c.namespace == namespace).order_by(c.seq)
     ).all()
     last = last_recalls(conn, namespace)
-    usage = Usage(
+    usage = MemoryUsage(
         q=np.array([r[3] for r in rows], dtype=np.float64), visits=np.array([r[4] for r in rows], dtype=np.int64),
         last_recalled=np.array([last.get(r[1], np.nan) for r in rows], dtype=np.float64),
         created_at=np.array([r[5] for r in rows], dtype=np.float64),
@@ -308,7 +309,7 @@ def _plan(conn: Connection, ns: _Namespace, config: ForgetConfig, *, now: float,
     while survivors:
         phase: list[tuple[int, int, Merge, tuple[float, int]]] = []
         for s in survivors:
-            sub = Usage(q[s], visits[s], last[s], u.created_at[s], np.zeros(len(s), dtype=bool))
+            sub = MemoryUsage(q[s], visits[s], last[s], u.created_at[s], np.zeros(len(s), dtype=bool))
             for keep, drop in near_duplicates(np.stack([vectors[ns.keys[i]] for i in s]), config.merge_similarity, sub):
                 merge(s[drop], s[keep], phase)
         gone = {step[0] for step in phase}
@@ -319,7 +320,7 @@ def _plan(conn: Connection, ns: _Namespace, config: ForgetConfig, *, now: float,
     alive = np.ones(len(ns.ids), dtype=bool)
     alive[[step[0] for phase in ns.phases for step in phase]] = False
     left = np.flatnonzero(alive)
-    after = Usage(q[left], visits[left], last[left], u.created_at[left], u.superseded[left])
+    after = MemoryUsage(q[left], visits[left], last[left], u.created_at[left], u.superseded[left])
     evict, ns.reasons = plan_eviction(after, now=now, config=config)
     ns.evict = left[evict]
     return ns

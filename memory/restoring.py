@@ -1,4 +1,5 @@
-"""Undoing removals from the removal log, and reading it (DESIGN §10, issue 24; ``memory.pruning`` writes it).
+"""Undoing removals from the removal log, and reading it (docs/design/decisions.md, "The removal log"; issue 24;
+``memory.pruning`` writes it).
 
 ``restore`` puts removed memories back exactly (id, texts, Q, visits, meta, validity, kind; a new ``seq``; the
 intent key re-created from a record's vector if it is gone) and marks each record restored, so restoring

@@ -1,6 +1,6 @@
 """The maths of Q-valued memory, as pure NumPy functions (no I/O, no state).
 
-Retrieval is MemRL's two phases (arXiv 2601.03192, DESIGN §4):
+Retrieval is MemRL's two phases (arXiv 2601.03192; docs/design/decisions.md, "Two-phase recall" and "Learning Q"):
 
 * phase A keeps the ``k1`` items most similar to the query among those with cosine > δ;
 * phase B scores the pool by ``(1 − λ)·ẑ(sim) + λ·ẑ(Q)``, z-scores taken inside the pool and clipped;

@@ -47,7 +47,7 @@ from memory.config import FailureKeeps, MemoryConfig, RetrievalConfig
 from memory.context_q import check_contexts, q_in_context
 from memory.database import Database, OpenStore, mirror_set, resolve_index
 from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
-from memory.learning import apply_updates, check_entries, plan_updates
+from memory.learning import Reinforcement, apply_updates, check_entries, plan_updates
 from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
 from memory.retrieval import Planner, to_recall
 from memory.schema import create_schema
@@ -61,9 +61,9 @@ T = TypeVar("T")
 
 
 class MemoryStore(StoreUpkeep):
-    """Episodic memory whose items carry a learned utility Q (DESIGN §4); its reading methods (``get``,
-    ``items``, ``explain``, ``stats``, ``export``) are ``memory.reading``'s, its lifecycle ones
-    (``consolidate``, ``prune``, ``restore``, ``history``) ``memory.upkeep``'s.
+    """Episodic memory whose items carry a learned utility Q (docs/design/decisions.md, "Memory and Q");
+    its reading methods (``get``, ``items``, ``explain``, ``stats``, ``export``) are ``memory.reading``'s,
+    its lifecycle ones (``consolidate``, ``prune``, ``restore``, ``history``) ``memory.upkeep``'s.
 
     Args:
         url: SQLAlchemy URL; default ``sqlite:///<EVOLVE_HOME>/evolve.db``; ``"sqlite://"`` is in memory.
@@ -156,8 +156,9 @@ class MemoryStore(StoreUpkeep):
         meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         group: bool = True,
         writer: str = LOCAL_WRITER,
-    ) -> list[str]:
-        """Store many ``(intent, experience)`` rows; returns their ids.
+    ) -> list[MemoryItem]:
+        """Store many ``(intent, experience)`` rows; returns the ``MemoryItem``s stored, in row order (what
+        ``add`` returns, for each row).
 
         ``embeddings`` (n, dim) may be given to skip the embedder (rows are L2-normalised). ``meta`` is
         one mapping for all rows or one per row. ``group=False`` skips intent grouping: every row
@@ -179,13 +180,14 @@ class MemoryStore(StoreUpkeep):
             intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
         )
         lo, size = 0, BULK_CHUNK
+        stored: dict[str, MemoryItem] = {}
         while lo < len(batch):
             if lo:
                 self._open.yield_to_writers()
             start = time.perf_counter()
-            self._insert({namespace: batch.take(slice(lo, lo + size))}, group=group)
+            stored.update(self._insert({namespace: batch.take(slice(lo, lo + size))}, group=group))
             lo, size = lo + size, chunk_size(size, time.perf_counter() - start)
-        return batch.ids
+        return [stored[i] for i in batch.ids]
 
     def write(
         self,
@@ -361,14 +363,16 @@ class MemoryStore(StoreUpkeep):
         changes). Raises ``ConfigError`` for a non-finite or out-of-range reward and ``StoreError``
         for a recall unknown in the namespace, in both cases before anything is written.
         """
-        return self.reinforce_many([(recall, reward, feedback_id)], namespace=namespace)
+        return self.reinforce_many([Reinforcement(recall, reward, feedback_id)], namespace=namespace)
 
-    def reinforce_many(self, items: Sequence[Sequence[Any]], *, namespace: str | None = None) -> int:
+    def reinforce_many(self, items: Sequence[Reinforcement], *, namespace: str | None = None) -> int:
         """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated.
 
-        Each entry is ``(recall, reward, feedback_id, namespace)``; the feedback id may be None or left
-        out, and so may the namespace: a recall id is looked up in the entry's namespace, else in
-        ``namespace``, else in ``"default"``; a ``Recall`` object in its own.
+        Each entry is a ``Reinforcement(recall, reward, feedback_id, namespace)`` (``reinforcements``
+        builds them for one answer's recalls); the feedback id may be None, and so may the namespace: a
+        recall id is looked up in the entry's namespace, else in ``namespace``, else in ``"default"``; a
+        ``Recall`` object in its own. Plain tuples in that order still work, with a DeprecationWarning,
+        until 0.3.0.
         """
         entries = check_entries(items)
         namespace = None if namespace is None else check_namespace(namespace)

@@ -78,8 +78,8 @@ class Consolidation:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What to write: the new strategies as a batch, their predecessors, their sources."""
+class StrategyWrites:
+    """What a consolidation writes: the new strategies as a batch, their predecessors, their sources."""
 
     batch: NewItems | None
     replaced: dict[str, str]
@@ -131,7 +131,7 @@ def plan(
     min_size: int,
     q_init: float,
     start: StrategyStart = "q_init",
-) -> Plan:
+) -> StrategyWrites:
     """Group, compare with the stored strategies, and distil the groups whose episodes changed; a new
     strategy starts at its predecessor's Q and visits, else as ``start`` says (``MemoryConfig.strategy_start``)."""
     episodes, vecs, keys, current = read
@@ -155,7 +155,7 @@ def plan(
     replaced = {old.id: i for i, (_, _, _, old) in zip(ids, new, strict=True) if old is not None}
     report = Consolidation(namespace, len(groups), ids, replaced, unchanged, skipped)
     if not new:
-        return Plan(None, {}, {}, report)
+        return StrategyWrites(None, {}, {}, report)
     batch = NewItems.build(
         [s.applies_when for s, *_ in new],
         [s.text() for s, *_ in new],
@@ -167,7 +167,7 @@ def plan(
         visits=[0 if old is None else old.visits for *_, old in new],
         kinds=[STRATEGY] * len(new),
     )
-    return Plan(batch, replaced, {i: s.sources for i, (s, *_) in zip(ids, new, strict=True)}, report)
+    return StrategyWrites(batch, replaced, {i: s.sources for i, (s, *_) in zip(ids, new, strict=True)}, report)
 
 
 def source_q(sources: Sequence[MemoryItem], *, q_init: float) -> float:

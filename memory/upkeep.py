@@ -1,5 +1,5 @@
-"""The upkeep half of ``MemoryStore``: the memory lifecycle that runs between rounds (DESIGN §10), and the
-operator's defences against a writer (issue 40).
+"""The upkeep half of ``MemoryStore``: the memory lifecycle that runs between rounds
+(docs/design/decisions.md, "A memory that matures"), and the operator's defences against a writer (issue 40).
 
 A mixin, so ``memory.store`` stays one readable file. ``consolidate`` distils strategies from groups of
 episodes (``memory.strategies``); ``prune``, ``restore`` and ``history`` forget under a budget and undo

@@ -1,8 +1,8 @@
 """Turning one attempt into one memory: cheap mode (no model) or a lesson written by an LLM.
 
-Success and failure alike leave an experience (DESIGN §4 "Writing"). With a model, a success becomes
-a 3–5 step reusable script plus the condensed trajectory, and a failure becomes what went wrong,
-what to avoid and the correct approach when the feedback reveals it. When the model fails or answers
+Success and failure alike leave an experience (docs/design/decisions.md, "Writing experiences"). With a
+model, a success becomes a 3–5 step reusable script plus the condensed trajectory, and a failure becomes
+what went wrong, what to avoid and the correct approach when the feedback reveals it. When the model fails or answers
 nothing, the cheap text is stored instead: an attempt is never lost. What a failure memory stores of
 its attempt is ``MemoryConfig.failure_keeps`` (by default the feedback, not the wrong answer).
 

@@ -1,6 +1,6 @@
 """Textual gradients: critiques of failures flow back through the team and rewrite its prompts.
 
-One ``step`` (DESIGN §5):
+One ``step`` (docs/design/decisions.md, "Textual gradients"):
 
 1. pick a parent version (the best so far, or a draw from the Pareto front of per-example scores);
 2. forward: run a minibatch of training examples, keeping every call's input and output;

@@ -1,6 +1,6 @@
 """Training-Free GRPO: a group-relative semantic advantage distilled into an experience library.
 
-One ``step`` (after Training-Free GRPO, arXiv 2510.08191; DESIGN §5):
+One ``step`` (after Training-Free GRPO, arXiv 2510.08191; docs/design/decisions.md, "Training-Free GRPO"):
 
 1. roll out G samples per training task of a batch, with HEAD's experience library in context
    (``evaluate(candidate, ids, samples=G, temperature=0.7)``);

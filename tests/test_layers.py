@@ -1,11 +1,13 @@
-"""The architecture holds as ARCHITECTURE.md draws it: every import points down its layer map, no files
-import each other in a circle, tests never import benchmarks, the package faces are lazy and complete,
-and no file outgrows a reader."""
+"""The architecture holds as ARCHITECTURE.md draws it: its tree names what exists and every folder of code,
+every import points down its layer map and takes a public name from where it lives, no files import each
+other in a circle, tests never import benchmarks, heavy packages load only when used, the package faces
+are lazy and complete, and no file outgrows a reader."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -20,6 +22,11 @@ PACKAGES = ("connectors", "memory", "optimizers", "evolve", "apps", "bench", "te
 LIBRARY = ("connectors", "memory", "optimizers", "evolve", "apps")
 MAX_LINES = 450
 MAX_ROOT_MODULES = 12  # evolve/ root: the loop and its vocabulary; concepts get their own folders
+# ARCHITECTURE.md: heavy packages imported inside functions, except at the top of these two modules
+HEAVY = ("torch", "transformers", "sentence_transformers", "peft", "vllm", "faiss", "streamlit", "langchain")
+HEAVY += ("langchain_core", "langgraph", "ray", "psycopg")
+HEAVY_AT_TOP = {"optimizers.marft.maths": {"torch"}, "apps.playground": {"streamlit"}}
+NOT_CODE = {"build", "dist", "site", "node_modules", "__pycache__"}  # folders the tree never lists
 
 
 # ---- the import graph ---------------------------------------------------------------------------------
@@ -118,6 +125,72 @@ def test_imports_point_down_the_layer_map(package: str) -> None:
     assert wrong == []
 
 
+# ---- what an import takes from another package -------------------------------------------------------
+@cache
+def bound_names(module: str) -> frozenset[str]:
+    """The names ``module`` binds itself when imported (defines or assigns), not those it imports."""
+    bound: set[str] = set()
+    for node in top_level(ast.parse(modules()[module].read_text(encoding="utf-8")).body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return frozenset(bound)
+
+
+def exported_names(face: str) -> frozenset[str] | None:
+    """A face's ``__all__`` (faces are light to import: ``test_importing_the_library_loads_no_heavy_package``);
+    None when it has none."""
+    exported = getattr(importlib.import_module(face.removesuffix(".__init__")), "__all__", None)
+    return None if exported is None else frozenset(exported)
+
+
+def top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run when a module is imported: its body and the bodies of its top-level ``if``
+    and ``try`` blocks, ``if TYPE_CHECKING:`` excluded (never at run time); not functions' or classes'."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            yield from top_level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            yield from top_level(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
+
+
+@pytest.mark.parametrize("package", LIBRARY)
+def test_imports_from_another_package_take_public_names_from_where_they_live(package: str) -> None:
+    """From another library package: no private name or module; from a module only what it binds (or a
+    submodule), not what it imports; from a face only what its ``__all__`` lists (or a submodule)."""
+    wrong = []
+    for module, path in modules().items():
+        if module.split(".")[0] != package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                taken = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                taken = [(node.module, a.name) for a in node.names]
+            else:
+                continue
+            for source, name in taken:
+                if source.split(".")[0] not in LIBRARY or source.split(".")[0] == package:
+                    continue
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                if any(part.startswith("_") for part in source.split(".") + [name or ""]):
+                    wrong.append(f"{where} takes a private name: {source} {name or ''}".rstrip())
+                    continue
+                target = resolve(source)
+                if name is None or target is None or resolve(f"{source}.{name}") == f"{source}.{name}":
+                    continue  # ``import pkg.module``, or a submodule
+                exported = exported_names(target) if target.endswith(".__init__") else None
+                if exported is not None:
+                    if name not in exported:
+                        wrong.append(f"{where} takes {name} from {source}, whose __all__ does not list it")
+                elif name not in bound_names(target):
+                    wrong.append(f"{where} takes {name} from {source}, which only imports it: take it where it lives")
+    assert wrong == []
+
+
 def test_no_files_import_each_other_in_a_circle() -> None:
     graph = {m: {t for _, t in imports_of(m)} for m in modules()}
     circles = [sorted(c) for c in strongly_connected(graph) if len(c) > 1]
@@ -179,6 +252,97 @@ def test_tests_never_import_bench_and_bench_uses_only_test_support() -> None:
             ):
                 wrong.append(f"{module}:{line} imports {target} (bench may use tests.support and tests.reliability)")
     assert wrong == []
+
+
+def test_heavy_packages_are_imported_where_the_map_says() -> None:
+    """Inside functions; at a module's top only in ``try: ... except ImportError: raise ConfigError(...)`` (the
+    error names the extra), or plainly in the modules ``HEAVY_AT_TOP`` names."""
+    wrong = []
+    for module, path in modules().items():
+        if module.split(".")[0] not in LIBRARY:
+            continue
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        guarded = {id(n) for node in body if says_which_extra(node) for n in ast.walk(node)}
+        for node in top_level(body):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names} & set(HEAVY):
+                if id(node) not in guarded and top not in HEAVY_AT_TOP.get(module, set()):
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {top} when it is imported")
+    assert wrong == []
+
+
+def says_which_extra(node: ast.stmt) -> bool:
+    """A ``try`` whose ``except ImportError`` raises a ``ConfigError`` (whose message names the extra)."""
+    if not isinstance(node, ast.Try):
+        return False
+    for handler in node.handlers:
+        caught = handler.type
+        names = {n.id for n in ast.walk(caught) if isinstance(n, ast.Name)} if caught is not None else set()
+        raises = [
+            r
+            for r in handler.body
+            if isinstance(r, ast.Raise)
+            and isinstance(r.exc, ast.Call)
+            and isinstance(r.exc.func, ast.Name)
+            and r.exc.func.id == "ConfigError"
+        ]
+        if names & {"ImportError", "ModuleNotFoundError"} and raises:
+            return True
+    return False
+
+
+# ---- the tree ARCHITECTURE.md draws -------------------------------------------------------------------
+def drawn_tree() -> tuple[set[str], set[str]]:
+    """(the folders the tree lists, the ``.py`` files it names), as paths from the repository root.
+
+    An entry starts within six spaces of the margin (deeper lines continue the description above); an
+    entry's folder is the nearest folder entry above it that is less indented. A file named anywhere on an
+    entry or its description lives in that entry's folder (the entry itself when it is a folder)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = re.search(r"## The tree\n+```\n(.*?)```", text, re.S)
+    assert block, "ARCHITECTURE.md has no tree under '## The tree'"
+    folders: set[str] = set()
+    files: set[str] = set()
+    stack: list[tuple[int, str]] = []
+    here = ""
+    for line in block.group(1).splitlines():
+        indent = len(line) - len(line.lstrip())
+        if line.strip() and indent <= 6:
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            parent = stack[-1][1] if stack else ""
+            entry = re.split(r"\s{2,}", line.strip())[0]
+            if entry.endswith("/"):
+                here = f"{parent}{entry}"
+                stack.append((indent, here))
+                folders.add(here.rstrip("/"))
+            else:
+                here = parent
+        files |= {f"{here}{name}" for name in re.findall(r"[\w/]+\.py\b", line)}
+    return folders, files
+
+
+def test_the_tree_names_only_files_and_folders_that_exist() -> None:
+    folders, files = drawn_tree()
+    missing = sorted(p for p in folders | files if not (ROOT / p).exists())
+    assert missing == []
+
+
+def test_the_tree_lists_every_folder_that_holds_code() -> None:
+    folders, _ = drawn_tree()
+    code = set()
+    for folder, subfolders, names in os.walk(ROOT):
+        subfolders[:] = [s for s in subfolders if not (s.startswith(".") or s in NOT_CODE or s.endswith(".egg-info"))]
+        if any(name.endswith(".py") for name in names):
+            code.add(Path(folder).relative_to(ROOT).as_posix())
+    mirrored = {f for f in code if f.startswith("tests/") and f.removeprefix("tests/") in folders}
+    unlisted = sorted(code - folders - mirrored - {"."})
+    assert unlisted == []
 
 
 # ---- sizes --------------------------------------------------------------------------------------------

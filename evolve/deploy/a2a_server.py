@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from connectors import ConfigError
+from connectors.install import extra_hint
 from evolve.deploy.a2a_tasks import ANSWER, RATING_KEY, MessageReader, TeamExecutor
 from evolve.deploy.serving import Deployment
 from evolve.spec import RunSpec
@@ -68,7 +69,7 @@ try:
     from starlette.routing import Route
     from starlette.types import ASGIApp, Receive, Scope, Send
 except ImportError as e:  # the optional extra is missing: say which one
-    raise ConfigError("evolve a2a needs the a2a-sdk with its HTTP server: pip install 'evolve[a2a]'") from e
+    raise ConfigError(f"evolve a2a needs the a2a-sdk with its HTTP server: {extra_hint('a2a')}") from e
 
 log = logging.getLogger(__name__)
 

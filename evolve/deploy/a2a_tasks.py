@@ -39,6 +39,7 @@ from typing import Any
 
 from connectors import ConfigError, ConnectorError, Message, ParseError, RateLimited
 from connectors.a2a_chat import CONTEXT_KEY, ERROR_KEY, PARAMS_KEY, RESPONSE_ID_KEY, SAMPLING, USAGE_KEY
+from connectors.install import extra_hint
 from evolve.deploy.serving import Answer, Deployment, UnknownResponse, check_score
 from evolve.deploy.streaming import stream_answer
 
@@ -55,7 +56,7 @@ try:
     from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError, TaskNotFoundError
     from google.protobuf.json_format import MessageToDict
 except ImportError as e:  # the optional extra is missing: say which one
-    raise ConfigError("evolve a2a needs the a2a-sdk with its HTTP server: pip install 'evolve[a2a]'") from e
+    raise ConfigError(f"evolve a2a needs the a2a-sdk with its HTTP server: {extra_hint('a2a')}") from e
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from evolve.build import agent_namespace
 from evolve.deploy.responses import feedback_rows, open_tables, quarantine, responses, stored_steps
 from evolve.episode import Step, condense, to_trace
 from evolve.evolver import Evolver, centred
-from memory import MemoryStore, fit_id, reinforcements, writer_name
+from memory import MemoryStore, reinforcements
+from memory.checks import fit_id, writer_name
 from memory.config import FailureKeeps
 from optimizers.types import Trace
 

@@ -10,7 +10,7 @@ dicts or Evolve ``Message``s. The tenant is the runnable's, or ``config={"config
 for one call; sampling parameters (``temperature``, ``max_tokens``, ...) may be passed to ``invoke``.
 Async and batch calls use LangChain's defaults (a worker thread per call).
 
-Needs langchain-core from the ``langchain`` extra (``pip install 'evolve[langchain]'``).
+Needs langchain-core from the ``langchain`` extra (``pip install -e '.[langchain]'``).
 
 Example:
     >>> from evolve.spec import RunSpec

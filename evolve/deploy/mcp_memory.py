@@ -45,7 +45,8 @@ from evolve.build import agent_namespace, build_store, spec_prompts
 from evolve.deploy.chat_requests import has_head, trained_prompts
 from evolve.prompts.graph import PromptGraph
 from evolve.spec import RunSpec
-from memory import MAX_FEEDBACK_ID, MemoryItem, MemoryStore, Recall, fit_id, writer_name
+from memory import MemoryItem, MemoryStore, Recall
+from memory.checks import MAX_FEEDBACK_ID, check_k, fit_id, writer_name
 
 MAX_K = 50
 """The most memories one recall returns."""
@@ -113,7 +114,7 @@ class TenantMemory:
     def recall(self, tenant: str | None, query: str, *, k: int = 5, agent: str | None = None) -> dict[str, Any]:
         """Up to ``k`` memories for ``query``, best first, each with why it was chosen; ``recall_id`` is the
         handle ``feedback`` and ``explain`` take."""
-        k = check_k(k)
+        k = check_k(k, most=MAX_K)
         where = self.namespaces(tenant, agent)
         base = self.store.config.retrieval
         config = dataclasses.replace(base, k2=k, k1=max(base.k1, k))
@@ -174,7 +175,7 @@ class TenantMemory:
             ConfigError: neither or both of ``reward`` and ``success``, a reward outside [-1, 1], a bad key.
             UnknownRecall: the tenant made no recall with this id.
         """
-        value = check_reward(reward, success)
+        value = check_reward_or_success(reward, success)
         key = check_key(key)
         where, detail = self._find_recall(tenant, recall_id)
         feedback_id = fit_id(f"mcp:{recall_id}:{key}", MAX_FEEDBACK_ID)
@@ -281,13 +282,7 @@ def memory_fields(item: MemoryItem, where: Namespaces) -> dict[str, Any]:
     }
 
 
-def check_k(k: object) -> int:
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-        raise ConfigError(f"k must be an integer from 1 to {MAX_K} (how many memories to recall), got {k!r:.80}")
-    return k
-
-
-def check_reward(reward: object, success: object) -> float:
+def check_reward_or_success(reward: object, success: object) -> float:
     """Exactly one of ``reward`` (a finite number in [-1, 1]) and ``success`` (true: 1, false: -1)."""
     if (reward is None) == (success is None):
         raise ConfigError("give exactly one of reward (a number from -1 to 1) and success (true or false)")
@@ -311,4 +306,4 @@ def check_key(key: object) -> str:
     return check_chars("key", key)
 
 
-__all__ = ["MAX_K", "Namespaces", "TenantMemory", "UnknownRecall", "check_reward"]
+__all__ = ["MAX_K", "Namespaces", "TenantMemory", "UnknownRecall", "check_reward_or_success"]

@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from pydantic import Field
 
 from connectors import ConfigError, EvolveError, StoreError
+from connectors.install import extra_hint
 from evolve.deploy.mcp_memory import MAX_K, TenantMemory
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-INSTALL_HINT = "evolve mcp needs the MCP SDK and uvicorn: pip install 'evolve[mcp]'"
+INSTALL_HINT = f"evolve mcp needs the MCP SDK and uvicorn: {extra_hint('mcp')}"
 PROMPTS_URI = "evolve://prompts/head"
 MEMORY_URI = "evolve://memory/{memory_id}"
 

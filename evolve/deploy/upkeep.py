@@ -1,4 +1,5 @@
-"""Memory upkeep between rounds: consolidation and forgetting for every agent of a team (DESIGN §10).
+"""Memory upkeep between rounds: consolidation and forgetting for every agent of a team
+(docs/design/decisions.md, "A memory that matures").
 
 ``evolve job`` runs it after the round, inside the run's lease, so two jobs never consolidate one
 memory at once. Each step is idempotent (``MemoryStore.consolidate`` and ``MemoryStore.prune``): a job

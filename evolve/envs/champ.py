@@ -37,13 +37,14 @@ import re
 from dataclasses import dataclass
 
 from connectors.errors import ConfigError
+from connectors.install import extra_hint
 from evolve.envs.mathmatch import best_expression, equivalent, final_answer, parse, tokens
 from evolve.envs.tasks import FEEDBACK_MODES, CheckResult, Task, register_checker
 from evolve.envs.textmatch import matches_normalised, words
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'evolve[bench]'"
+INSTALL_HINT = extra_hint("bench")
 INSTRUCTION = "Solve the problem. End your reply with one line of the form 'Answer: <your final answer>'."
 FORMULA_VARIABLES = frozenset("nmkrab")
 MAX_HINT = 700

@@ -26,12 +26,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.errors import ConfigError
+from connectors.install import extra_hint
 from evolve.envs.tasks import CheckResult, Task, register_checker
 from evolve.envs.textmatch import run_program, strip_code_fences
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'evolve[bench]'"
+INSTALL_HINT = extra_hint("bench")
 INSTRUCTION = (
     "Complete the following Python function. Reply with the whole function (imports included) "
     "in one ```python code block."

@@ -33,12 +33,13 @@ from typing import Any
 
 from connectors.env import Observation
 from connectors.errors import ConfigError
+from connectors.install import extra_hint
 from evolve.envs.tasks import Task, register_checker
 from evolve.envs.textmatch import strip_code_fences
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'evolve[bench]'"
+INSTALL_HINT = extra_hint("bench")
 DEFAULT_GAME = {"world_size": 2, "nb_objects": 4, "quest_min_length": 1, "quest_max_length": 3}
 """Small games: two rooms, a few objects, a quest of 1-3 actions (tw-make's ``custom`` challenge)."""
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from connectors import ConfigError, Embedder, Environment, Tool
+from connectors.install import extra_hint
 from evolve.agent import Agent, Team
 from evolve.envs.tasks import Task, TaskEnv
 from evolve.executors import env_tools
@@ -218,7 +219,7 @@ def heat_map(diagnosis: Diagnosis, path: str | Path, *, title: str | None = None
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise ConfigError("the heat map needs matplotlib: pip install 'evolve[plots]'") from e
+        raise ConfigError(f"the heat map needs matplotlib: {extra_hint('plots')}") from e
     n = len(diagnosis.members)
     fig, ax = plt.subplots(figsize=(2.2 + 0.7 * n, 1.8 + 0.6 * n))
     image = ax.imshow(np.nan_to_num(diagnosis.similarity, nan=0.0), vmin=0.0, vmax=1.0, cmap="viridis")

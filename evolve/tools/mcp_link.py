@@ -25,10 +25,11 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from connectors import ConfigError, ConnectorError
+from connectors.install import extra_hint
 
 log = logging.getLogger(__name__)
 
-EXTRA = "pip install 'evolve[mcp]'"
+EXTRA = extra_hint("mcp")
 STDERR_TAIL = 1500
 """The most characters of a stdio server's stderr quoted in an error."""
 CLOSE_WAIT = 10.0

@@ -49,7 +49,7 @@ def weights_blocker(team: Team) -> str | None:
     return (
         f"weight updates need local models, and {', '.join(remote)} "
         f"{'runs' if len(remote) == 1 else 'run'} on an API; memory and prompt evolution keep working "
-        "without them (drop allow_weight_updates, or give the agents a 'local/…' or 'vllm/…' model)"
+        "without them (leave weights=None, or give the agents a 'local/…' or 'vllm/…' model)"
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +124,28 @@ class WeightsReport:
     def note(self) -> str:
         verdict = "kept " + ", ".join(f"{a}@{v[:8]}" for a, v in self.versions.items()) if self.accepted else "rejected"
         return f"MARFT {self.steps} steps: eval {self.before:.2f} -> {self.after:.2f}, {verdict}"
+
+
+def weights_switch(allow_weight_updates: bool | None, weights: WeightUpdates | None) -> WeightUpdates | None:
+    """``Evolver``'s one switch: the escalation's settings, or None when weight updates are off.
+
+    ``weights`` is the switch. The flag ``allow_weight_updates`` beside it, the form before 0.2.0, still
+    works with a DeprecationWarning until 0.3.0: True turns updates on (``weights`` or the defaults),
+    False leaves them off whatever ``weights`` says.
+
+    Example:
+        >>> weights_switch(None, WeightUpdates(patience=2)).patience, weights_switch(None, None)
+        (2, None)
+    """
+    if allow_weight_updates is None:
+        return weights
+    warnings.warn(
+        "Evolver(allow_weight_updates=...) is deprecated and stops working in 0.3.0: weights=WeightUpdates(...) "
+        "turns weight updates on (weights=None, the default, leaves them off)",
+        DeprecationWarning,
+        stacklevel=3,  # weights_switch <- Evolver.__init__ <- the caller
+    )
+    return (weights or WeightUpdates()) if allow_weight_updates else None
 
 
 def adapter_registry(engine: Any, run: str, settings: WeightUpdates | None = None) -> AdapterRegistry:
@@ -263,4 +286,12 @@ def _evaluate(policy: AgentPolicies, task: TeamTask, settings: WeightUpdates, te
     )
 
 
-__all__ = ["WeightUpdates", "WeightsReport", "adapter_registry", "attach_adapters", "base_folder", "train_adapters"]
+__all__ = [
+    "WeightUpdates",
+    "WeightsReport",
+    "adapter_registry",
+    "attach_adapters",
+    "base_folder",
+    "train_adapters",
+    "weights_switch",
+]

@@ -6,7 +6,7 @@ so the reward that follows can reinforce exactly the memories that were used —
 ``MemoryStore.reinforce(recall_id, reward, namespace=...)`` (the document's ``namespace`` metadata), or by
 run id through ``memory.integrations.langchain_tracker``.
 
-Needs the ``langchain`` extra (``pip install 'evolve[langchain]'``); ``import memory`` does not load it.
+Needs the ``langchain`` extra (``pip install -e '.[langchain]'``); ``import memory`` does not load it.
 
 Example:
     >>> from connectors import HashEmbedder
@@ -25,12 +25,13 @@ from dataclasses import replace
 from typing import Any
 
 from connectors.errors import ConfigError
-from memory.checks import check_namespace
+from connectors.install import extra_hint
+from memory.checks import check_k, check_namespace
 from memory.config import RetrievalConfig
 from memory.records import Recall
 from memory.store import MemoryStore
 
-INSTALL_HINT = "pip install 'evolve[langchain]'"
+INSTALL_HINT = extra_hint("langchain")
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -43,15 +44,6 @@ except ImportError as e:  # the optional extra is missing: say which one
     ) from e
 
 __all__ = ["MemoryRetriever", "recall_config", "to_documents"]
-
-
-def check_k(k: object, where: str) -> int | None:
-    """``k`` as given when it is None or an integer >= 1; a ``ConfigError`` otherwise."""
-    if k is None:
-        return None
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError(f"{where}: k must be an integer >= 1 (how many memories to return) or None, got {k!r}")
-    return k
 
 
 def recall_config(base: RetrievalConfig, k: int | None) -> RetrievalConfig:
@@ -134,13 +126,14 @@ class MemoryRetriever(BaseRetriever):
         if config is not None and not isinstance(config, RetrievalConfig):
             raise ConfigError(f"MemoryRetriever config must be a RetrievalConfig or None, got {type(config).__name__}")
         check_namespace(namespace)
-        check_k(k, "MemoryRetriever")
+        if k is not None:
+            check_k(k, "MemoryRetriever")
         super().__init__(store=store, namespace=namespace, k=k, config=config, **kwargs)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        k = check_k(k, "MemoryRetriever.invoke")
+        k = None if k is None else check_k(k, "MemoryRetriever.invoke")
         base = self.config if self.config is not None else self.store.config.retrieval
         cfg = recall_config(base, k if k is not None else self.k)
         return to_documents(self.store.retrieve(query, namespace=self.namespace, config=cfg))
@@ -148,5 +141,6 @@ class MemoryRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        # The store is synchronous (one core, DESIGN); the default executor keeps the event loop free.
+        # The store is synchronous (docs/design/decisions.md, "One synchronous core"); the default executor keeps the
+        # event loop free.
         return await run_in_executor(None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k)

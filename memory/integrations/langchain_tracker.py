@@ -10,7 +10,7 @@ run — the top-level chain's run id included — once per feedback id.
 The run → recall map lives in this process (bounded by ``max_runs``); the reinforcement itself is
 durable and idempotent in the store (a repeated feedback id updates nothing, in any process).
 
-Needs the ``langchain`` extra (``pip install 'evolve[langchain]'``).
+Needs the ``langchain`` extra (``pip install -e '.[langchain]'``).
 
 Example:
     >>> from connectors import HashEmbedder
@@ -31,21 +31,21 @@ Example:
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 from uuid import UUID
 
 from connectors.errors import ConfigError, StoreError
+from connectors.install import extra_hint
+from memory.checks import check_reward
 from memory.learning import reinforcements
 from memory.store import MemoryStore
 
-INSTALL_HINT = "pip install 'evolve[langchain]'"
+INSTALL_HINT = extra_hint("langchain")
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
@@ -92,13 +92,6 @@ class RunFeedback:
     recall_ids: tuple[str, ...]
     reinforced: int
     created_at: float
-
-
-def check_score(score: object) -> float:
-    """A feedback score: a finite real number (True/False count as 1/0); ``ConfigError`` otherwise."""
-    if not isinstance(score, Real) or not math.isfinite(float(score)):  # type: ignore[arg-type]
-        raise ConfigError(f"feedback score must be a finite number (it becomes the reward), got {score!r:.80}")
-    return float(score)  # type: ignore[arg-type]
 
 
 def as_run_id(run_id: object) -> UUID:
@@ -216,7 +209,7 @@ class RecallTracker(BaseCallbackHandler):
 
         Args:
             run_id: a run this tracker saw (the top-level call's run id covers all its children).
-            score: the reward, any finite number (``Q ← Q + α·(score − Q)``).
+            score: the reward, a finite number (``Q ← Q + α·(score − Q)``; within ±1e12, as every reward).
             key: the feedback's name; with the run id it makes the default feedback id.
             value: extra value kept on the record.
             comment: free text kept on the record.
@@ -227,7 +220,7 @@ class RecallTracker(BaseCallbackHandler):
             StoreError: an unknown run id.
         """
         run = as_run_id(run_id)
-        reward = check_score(score)
+        reward = check_reward(score, "RecallTracker.feedback", what="score")  # the score is the reward
         _check_text(key, "key", MAX_KEY)
         if not isinstance(comment, str):
             raise ConfigError(f"comment must be a string, got {type(comment).__name__}")

@@ -25,7 +25,7 @@
 Within one batch, reads see the store as it was before the batch's puts, and of several puts to one
 key the last wins (as LangGraph's own stores do). TTLs are not supported.
 
-Needs the ``langgraph`` package from the ``langchain`` extra (``pip install 'evolve[langchain]'``).
+Needs the ``langgraph`` package from the ``langchain`` extra (``pip install -e '.[langchain]'``).
 
 Example:
     >>> from connectors import HashEmbedder
@@ -52,6 +52,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from connectors.errors import ConfigError
+from connectors.install import extra_hint
 from memory.config import RetrievalConfig
 from memory.integrations.langchain import recall_config
 from memory.integrations.langgraph_mapping import (
@@ -72,7 +73,7 @@ from memory.records import MemoryItem, item_from_row
 from memory.schema import memory_items
 from memory.store import MemoryStore
 
-INSTALL_HINT = "pip install 'evolve[langchain]'"
+INSTALL_HINT = extra_hint("langchain")
 
 try:
     from langgraph.store.base import (

@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from connectors.errors import ConfigError, StoreError
+from connectors.install import extra_hint
 from memory.config import INDEX_KINDS
 from memory.mirror.files import SAVING, file_fault, meta_path, remove_stale_temps
 
@@ -56,7 +57,7 @@ def load_faiss() -> ModuleType | None:
         import faiss
     except ImportError:
         if not _warned_missing:
-            log.info("faiss is not installed (pip install 'evolve[local]'); memory search falls back to NumPy")
+            log.info("faiss is not installed (%s); memory search falls back to NumPy", extra_hint("local"))
             _warned_missing = True
         return None
     return faiss
@@ -65,7 +66,7 @@ def load_faiss() -> ModuleType | None:
 def require_faiss(what: str) -> ModuleType:
     faiss = load_faiss()
     if faiss is None:
-        raise ConfigError(f"{what} needs faiss: install the 'local' extra (pip install 'evolve[local]')")
+        raise ConfigError(f"{what} needs faiss: install the 'local' extra ({extra_hint('local')})")
     return faiss
 
 

@@ -1,7 +1,8 @@
-"""LoRA MARFT: multi-agent PPO over one base model with one LoRA adapter per agent (DESIGN §6).
+"""LoRA MARFT: multi-agent PPO over one base model with one LoRA adapter per agent
+(docs/design/decisions.md, "LoRA MARFT").
 
 Importing this package loads nothing heavy; torch, transformers and peft are imported by the modules
-that need them (``pip install 'evolve[local]'``).
+that need them (``pip install -e '.[local]'``).
 
 Example:
     >>> from optimizers.marft import Args

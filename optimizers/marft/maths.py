@@ -2,10 +2,10 @@
 
 A batch holds B trajectories, each a flat sequence of T positions in time order. A position is one
 agent's action (action level: agent 1 of step 1, …, agent M of step 1, agent 1 of step 2, …) or one
-generated token (token level: agent 1's tokens, then agent 2's, …). Chaining across agents (MARFT,
-DESIGN §6) is GAE run over that flat sequence: the last agent of a step bootstraps from the first agent
-of the next. The team reward sits on the last position of each env step (earlier agents get r = 0), so
-every value estimates the same team return.
+generated token (token level: agent 1's tokens, then agent 2's, …). Chaining across agents (MARFT;
+docs/design/decisions.md, "LoRA MARFT") is GAE run over that flat sequence: the last agent of a step
+bootstraps from the first agent of the next. The team reward sits on the last position of each env step
+(earlier agents get r = 0), so every value estimates the same team return.
 
 Masks: nonzero entries are valid positions. Masked positions never leak: whatever they hold (even NaN)
 changes no result, and per-position outputs are 0 there.

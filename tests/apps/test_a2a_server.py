@@ -389,5 +389,5 @@ def test_evolve_a2a_without_keys_exits_2_with_a_clear_error(tmp_path: Path, caps
 
 def test_without_the_a2a_extra_the_server_names_it() -> None:
     out = import_without("a2a", "evolve.deploy.a2a_server")
-    assert out.startswith("ConfigError") and "evolve[a2a]" in out
+    assert out.startswith("ConfigError") and "pip install -e '.[a2a]'" in out
     assert import_without("a2a", "evolve") == "imported" and import_without("a2a", "apps.cli") == "imported"

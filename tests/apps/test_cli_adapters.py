@@ -135,3 +135,21 @@ def test_the_command_in_its_own_process(db: str, committed: dict[str, AdapterVer
     assert out.stdout == f"solver: HEAD {s2.id} -> {s1.id}  {s1.path}\n"
     bad = subprocess.run([*rollback, "--agent", "nobody"], cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("evolve: ") and "Traceback" not in bad.stderr
+
+
+def test_the_spec_names_the_database_and_the_run(
+    db: str, committed: dict[str, AdapterVersion], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--spec SPEC`` finds the database and the run's name as ``evolve run SPEC`` does: no ``--db``, no ``--run``."""
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t1", "prompt": "Door code?", "answer": "4471"}\n')
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[run]\nname = "team"\ndatabase = "{db}"\n\n[model]\nchat = "fake/scripted"\n\n'
+        '[embedder]\nname = "hash"\n\n[environment]\ntasks = "tasks.jsonl"\n'
+    )
+    code, out, err = run_cli(capsys, "adapters", "log", "--spec", str(spec), "--agent", "solver", "--limit", "1")
+    s2 = committed["s2"]
+    assert code == 0 and out.splitlines()[0] == f"solver: HEAD {s2.id}  {s2.path}"
+    assert err.startswith("evolve adapters log: database sqlite:///")  # which database, on stderr
+    code, out, err = run_cli(capsys, "adapters", "log", "--db", db)  # a database alone names no run
+    assert code == 2 and "needs the run: --spec SPEC, or --run NAME (with --db URL)" in err

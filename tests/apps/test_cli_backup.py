@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from apps.cli import main
+from tests.apps.test_cli import exit_status
 from tests.reliability.backup import differences, pg_bin, populate, snapshot
 
 
@@ -30,8 +31,8 @@ def test_restore_over_a_database_needs_force(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_backup_and_restore_need_a_file(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["memory", "backup"]) == 2
-    assert "a backup file path is required" in capsys.readouterr().err
+    assert exit_status(["memory", "backup"]) == 2
+    assert "the following arguments are required: FILE" in capsys.readouterr().err
     assert main(["memory", "restore", "missing.db"]) == 2
     assert "no backup file at missing.db" in capsys.readouterr().err
 

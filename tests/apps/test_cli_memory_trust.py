@@ -11,6 +11,7 @@ import pytest
 from apps.cli import main
 from connectors import load_embedder
 from memory import MemoryConfig, MemoryStore, TrustPolicy
+from tests.apps.test_cli import exit_status
 
 ZURICH = "tenant:Zürich Nordhafen Logistik GmbH (Lager 7)"
 MUNSTER = "tenant:Ärztekammer Westfalen-Lippe — Münster"
@@ -25,7 +26,12 @@ def open_store(folder: Path, trust: str = "open") -> MemoryStore:
 
 def test_distrust_undo_quarantined_and_release_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with open_store(tmp_path, "quarantine") as store:
-        bad = store.add_many([("Türcode Nordhafen?", "9999"), ("Türcode Süd?", "0000")], namespace=NS, writer=ZURICH)
+        bad = [
+            m.id
+            for m in store.add_many(
+                [("Türcode Nordhafen?", "9999"), ("Türcode Süd?", "0000")], namespace=NS, writer=ZURICH
+            )
+        ]
         good = store.add("Türcode Nordhafen?", "4471", namespace=NS, writer=MUNSTER).id
         store.add("Türcode Ost?", "5555", namespace=NS, writer=f"mcp:{MUNSTER[7:]}")
         store.export(tmp_path / DUMP)
@@ -83,5 +89,5 @@ def test_bad_defence_commands_say_what_was_expected(
 ) -> None:
     with open_store(tmp_path) as store:
         store.add("Türcode Nordhafen?", "4471", namespace=NS, writer=ZURICH)
-    assert main([*argv, "--db", f"sqlite:///{tmp_path / 'läufe.db'}"]) == 2
+    assert exit_status([*argv, "--db", f"sqlite:///{tmp_path / 'läufe.db'}"]) == 2  # refused by the parser or after
     assert says in capsys.readouterr().err

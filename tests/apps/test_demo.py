@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.cli import main
 from apps.demo import CONDITIONS, run_demo
 from connectors import ChatClient, ConfigError, HashEmbedder, ScriptedChat
 from tests.support.copying_model import copying_reply
@@ -42,3 +43,19 @@ def test_one_seed_says_it_is_a_draw_and_no_seeds_is_refused(tmp_path: Path) -> N
     assert result["solved"] == "solved at least once by round 2: no memory 0.00, similarity 0.25, q-memory 0.25"
     with pytest.raises(ConfigError, match="at least one seed"):
         run_demo(rounds=2, seeds=0, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
+
+
+def test_without_matplotlib_the_demo_prints_its_tables_and_says_how_to_draw_the_curves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("apps.demo.can_plot", lambda: False)  # [local] without [plots]: no matplotlib
+    chat = ChatClient(ScriptedChat(copying_reply))
+    result = run_demo(rounds=2, seeds=1, home=tmp_path, chat=chat, embedder=HashEmbedder(), progress=False)
+    assert result["plot"] is None and result["noisy"]["plot"] is None
+    assert not list((tmp_path / "demo").glob("*.png"))
+    monkeypatch.setattr("apps.demo.run_demo", lambda **kwargs: result)
+    assert main(["demo", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "facility codes, clean ratings" in out
+    assert "learning curves: not drawn, matplotlib is missing (pip install -e '.[plots]'" in out
+    assert f"all figures:     {tmp_path / 'demo' / 'demo.json'}" in out

@@ -172,11 +172,13 @@ NUMBER = {"N": "3", "K": "2"}  # a synopsis's number placeholders, as a number
 
 
 def parses(cli: Any, words: list[str]) -> bool:
+    said = io.StringIO()
     try:
-        with redirect_stderr(io.StringIO()):
+        with redirect_stderr(said):
             cli.parse_args(words)
     except SystemExit:
         return False
+    assert "is deprecated" not in said.getvalue(), f"the docs show an old spelling: {said.getvalue().strip()}"
     return True
 
 

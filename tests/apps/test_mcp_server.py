@@ -299,7 +299,7 @@ def test_without_the_mcp_extra_the_command_says_what_to_install(tmp_path: Path) 
         f"sys.exit(main(['mcp', {str(write_serve_spec(tmp_path))!r}, '--tenant', {ZURICH!r}]))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "pip install 'evolve[mcp]'" in done.stderr
+    assert done.returncode == 2 and "pip install -e '.[mcp]'" in done.stderr
 
 
 def test_the_library_example_runs() -> None:

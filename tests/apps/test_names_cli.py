@@ -18,7 +18,8 @@ from connectors import Message
 from evolve.deploy.jobs import job_history
 from evolve.deploy.serving import Deployment, feedback_rows
 from evolve.spec import load_spec
-from memory import MAX_ID, MemoryItem
+from memory import MemoryItem
+from memory.checks import MAX_ID
 
 RUN = "heldout-similarity-s7-évaluation nordique"
 TENANT = "Zürich-Nordhafen-Logistik-Genossenschaft-ß"

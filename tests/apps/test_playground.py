@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("streamlit", reason="the playground extra (pip install 'evolve[playground]') is not installed")
+pytest.importorskip("streamlit", reason="the playground extra (pip install -e '.[playground]') is not installed")
 
 import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402

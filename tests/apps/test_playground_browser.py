@@ -14,7 +14,7 @@ from evolve.deploy.serving import Deployment, responses
 from evolve.spec import load_spec
 from tests.apps.test_playground import QUESTION, write_spec
 
-pytest.importorskip("streamlit", reason="the playground extra (pip install 'evolve[playground]') is not installed")
+pytest.importorskip("streamlit", reason="the playground extra (pip install -e '.[playground]') is not installed")
 pytest.importorskip("playwright", reason="Playwright for Python (the dev extra) is not installed")
 
 pytestmark = [

@@ -161,11 +161,11 @@ def test_the_command_serves_the_script_headless_on_localhost() -> None:
     p = argparse.ArgumentParser()
     add_playground_parser(p.add_subparsers(dest="command"))
     args = p.parse_args(["playground", "--port", "9000"])
-    assert (args.spec, args.port, args.address, args.func) == (None, 9000, "127.0.0.1", cmd_playground)
+    assert (args.spec, args.port, args.host, args.func) == (None, 9000, "127.0.0.1", cmd_playground)
 
 
 def test_the_command_refuses_a_bad_spec_or_tenant_before_starting_streamlit(tmp_path: Path) -> None:
-    base = {"port": 8501, "address": "127.0.0.1", "tenant": None, "db": None}
+    base = {"port": 8501, "host": "127.0.0.1", "tenant": None, "db": None}
     with pytest.raises(ConfigError, match="does not exist"):
         cmd_playground(argparse.Namespace(spec=tmp_path / "missing.toml", **base))
     with pytest.raises(ConfigError, match="tenant name"):

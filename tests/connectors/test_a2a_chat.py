@@ -151,4 +151,4 @@ def test_without_the_a2a_extra_the_error_names_it() -> None:
         "try:\n    load_chat('a2a/http://127.0.0.1:9')\nexcept Exception as e:\n    print(type(e).__name__, e)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.startswith("ConfigError") and "evolve[a2a]" in out
+    assert out.startswith("ConfigError") and "pip install -e '.[a2a]'" in out

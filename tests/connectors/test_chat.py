@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from connectors import ChatClient, ConfigError, ConnectorError, RateLimited, ResponseCache, load_chat, request_key
+from connectors import ChatClient, ConfigError, ConnectorError, RateLimited, ResponseCache, load_chat
+from connectors.chat import request_key
 from connectors.fakes import ScriptedChat
 from connectors.types import Completion, Message, Usage
 

@@ -73,7 +73,7 @@ def test_unknown_dialect_is_config_error() -> None:
 
 def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the pg extra were not installed
-    with pytest.raises(ConfigError, match=r"driver .* not installed \(pip install 'evolve\[pg\]'\)"):
+    with pytest.raises(ConfigError, match=r"driver .* not installed \(pip install -e '\.\[pg\]'"):
         make_engine("postgresql+psycopg://user@/evolve?host=/tmp")
 
 

@@ -101,5 +101,5 @@ def test_a_store_behind_it_recalls_as_before(n: int) -> None:
     from memory import MemoryStore
 
     with MemoryStore("sqlite://", embedder=BatchingEmbedder(HashEmbedder(dim=32))) as store:
-        ids = store.add_many([(f"door code of site {i}", f"code {i}") for i in range(n)])
+        ids = [m.id for m in store.add_many([(f"door code of site {i}", f"code {i}") for i in range(n)])]
         assert store.retrieve("door code of site 0").ids[0] == ids[0]

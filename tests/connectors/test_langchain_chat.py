@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langchain_core", reason="the langchain extra (pip install 'evolve[langchain]') is not installed")
+pytest.importorskip("langchain_core", reason="the langchain extra (pip install -e '.[langchain]') is not installed")
 
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
@@ -188,5 +188,5 @@ def test_langchain_input_maps_to_our_messages() -> None:
 
 def test_without_the_extra_the_provider_names_it() -> None:
     out = import_without("langchain_core", "connectors.langchain_chat")
-    assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
+    assert out.startswith("ConfigError") and "pip install -e '.[langchain]'" in out
     assert import_without("langchain_core", "connectors") == "imported"

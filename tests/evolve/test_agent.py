@@ -8,7 +8,8 @@ import pytest
 
 from connectors import ConfigError, HashEmbedder, Message, ScriptedChat, load_chat
 from connectors.chat import ChatClient
-from evolve import Agent, MemoryView, Team, render_messages
+from evolve import Agent, MemoryView, Team
+from evolve.agent import render_messages
 from memory import MemoryStore, RetrievalConfig
 
 

@@ -16,7 +16,8 @@ from connectors import HashEmbedder, load_chat
 from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.build import agent_namespace
 from evolve.evolver import centred
-from memory import MAX_FEEDBACK_ID, MemoryStore, fit_id
+from memory import MemoryStore, Reinforcement
+from memory.checks import MAX_FEEDBACK_ID, fit_id
 
 RUN = "heldout-similarity-s7-évaluation nordique-Ålesund-北京-περιγραφή"
 AGENTS = ["réponse-agent für die nordische Auswertung", "zweiter-prüfer-agent-東京-ロジスティクス"]
@@ -55,12 +56,14 @@ def test_a_batch_rewarded_under_the_old_key_is_not_rewarded_again_on_resume(data
     batch = old.run_batch(TASKS, 2)
     old.log.record_episodes(batch)
     legacy = [
-        (s.recall_id, centred(e.reward), fit_id(f"{e.id}:{s.recall_id}", MAX_FEEDBACK_ID), s.recall_namespace)
+        Reinforcement(
+            s.recall_id, centred(e.reward), fit_id(f"{e.id}:{s.recall_id}", MAX_FEEDBACK_ID), s.recall_namespace
+        )
         for e in batch
         for s in e.steps
         if s.recall_id is not None
     ]
-    assert len(legacy) == len(TASKS) * len(AGENTS) and all(len(k) == MAX_FEEDBACK_ID for _, _, k, _ in legacy)
+    assert len(legacy) == len(TASKS) * len(AGENTS) and all(len(k) == MAX_FEEDBACK_ID for _, _, k, _, _ in legacy)
     assert store.reinforce_many(legacy) > 0
     rewarded = {m.id: (m.q, m.visits) for m in store.items()}
     keys = feedback_count(store.engine)

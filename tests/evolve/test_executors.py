@@ -11,8 +11,8 @@ import pytest
 
 from connectors import ConfigError, HashEmbedder, Message, load_chat
 from connectors.env import Observation
-from evolve import Agent, Episode, Evolver, Executor, InProcess, MemoryView, Rollout, Task, Team
-from evolve.executors import split
+from evolve import Agent, Episode, Evolver, Executor, InProcess, MemoryView, Task, Team
+from evolve.executors import Rollout, split
 from evolve.ray_executor import make_executor
 from memory import MemoryStore, RetrievalConfig
 from tests.support.copying_model import copying_reply
@@ -45,7 +45,7 @@ def test_executors_are_chosen_by_name_or_given() -> None:
 
 def test_executor_ray_without_ray_installed_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails as if it were not installed
-    with pytest.raises(ConfigError, match=r"needs Ray.*pip install 'evolve\[distributed\]'"):
+    with pytest.raises(ConfigError, match=r"needs Ray.*pip install -e '\.\[distributed\]'"):
         make_evolver(f"sqlite:///{tmp_path / 'm.db'}", "ray")
 
 

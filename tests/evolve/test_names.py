@@ -23,7 +23,8 @@ from evolve.envs.tasks import MAX_TASK_ID, TaskEnv, load_tasks
 from evolve.executors import Rollout
 from evolve.run_log import MAX_EPISODE_ID, RunLog, episode_from_row
 from evolve.spec import RunSpec, check_tenant
-from memory import MAX_FEEDBACK_ID, MAX_ID, MemoryStore
+from memory import MemoryStore
+from memory.checks import MAX_FEEDBACK_ID, MAX_ID
 
 RUN = "heldout-similarity-s7-évaluation nordique"
 AGENT = "réponse-agent für die nordische Auswertung"

@@ -16,7 +16,7 @@ FOLDER = Path("/srv/agents/Équipe support — nuit (fr)")
     [
         ("sqlite:///runs/evolve.db", f"sqlite:///{FOLDER}/runs/evolve.db"),
         ("sqlite:///evolve.db?timeout=5", f"sqlite:///{FOLDER}/evolve.db?timeout=5"),
-        ("sqlite+pysqlite:///../shared/evolve.db", f"sqlite+pysqlite:///{FOLDER}/../shared/evolve.db"),
+        ("sqlite+pysqlite:///../common/evolve.db", f"sqlite+pysqlite:///{FOLDER}/../common/evolve.db"),
         ("sqlite:////var/lib/evolve/evolve.db", "sqlite:////var/lib/evolve/evolve.db"),  # absolute: unchanged
         ("sqlite://", "sqlite://"),  # in memory
         ("sqlite:///:memory:", "sqlite:///:memory:"),

@@ -1,4 +1,5 @@
-"""Consolidation: episodes grouped by task and distilled into strategies, by rule or by a model (DESIGN §10)."""
+"""Consolidation: episodes grouped by task and distilled into strategies, by rule or by a model
+(docs/design/decisions.md, "Consolidation")."""
 
 from __future__ import annotations
 

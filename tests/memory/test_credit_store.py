@@ -19,7 +19,7 @@ import memory.provenance
 from connectors import HashEmbedder, ScriptedChat
 from connectors.chat import ChatClient
 from evolve import Agent, Evolver, MemoryView, Task, Team
-from memory import MemoryConfig, MemoryStore, Recall, RetrievalConfig
+from memory import MemoryConfig, MemoryStore, Recall, Reinforcement, RetrievalConfig
 from memory.provenance import record_context
 from memory.schema import links
 from tests.support.copying_model import copying_reply
@@ -93,7 +93,7 @@ def test_a_replayed_feedback_changes_nothing_ancestors_included(open_store: Open
     after = values(store, TEAM)
     assert after[ids["A"]][0] > 0.0  # moved once
     assert store.reinforce(recall, 1.0, feedback_id="Zürich-Nordhafen-Runde-3/ep-9") == 0
-    assert store.reinforce_many([(recall.id, -1.0, "Zürich-Nordhafen-Runde-3/ep-9", TEAM)]) == 0
+    assert store.reinforce_many([Reinforcement(recall.id, -1.0, "Zürich-Nordhafen-Runde-3/ep-9", TEAM)]) == 0
     assert values(open_store(credit(2)), TEAM) == after
 
 
@@ -203,7 +203,7 @@ def test_random_provenance_dags_match_a_loop_by_loop_reference(
     fresh = store.retrieve(latest.intent, namespace=TEAM, config=RetrievalConfig(k2=3, lam=0.0))
     feedback += [(fresh, 1.0), (history.recalls[-1], -1.0)]  # a recall rewarded twice, under two feedback ids
     start = values(store, TEAM)
-    entries = [(r, reward, f"Zürich-Nordhafen-Runde-{seed}/{i}") for i, (r, reward) in enumerate(feedback)]
+    entries = [Reinforcement(r, reward, f"Zürich-Nordhafen-Runde-{seed}/{i}") for i, (r, reward) in enumerate(feedback)]
     assert store.reinforce_many(entries) == sum(len(r) for r, _ in feedback)  # updates of recalled memories
     expected = reference(start, history.parents, feedback, mode=mode, decay=decay, depth=depth)
     got = values(store, TEAM)
@@ -222,7 +222,7 @@ def test_the_switch_off_gives_todays_q_values_bit_for_bit(open_store: Open, conf
     history = build_history(store, TEAM, seed=11)
     feedback = [(r, 1.0 if i % 2 else -0.5) for i, r in enumerate(history.recalls[:8])]
     start = values(store, TEAM)
-    store.reinforce_many([(r, reward) for r, reward in feedback])
+    store.reinforce_many([Reinforcement(r, reward) for r, reward in feedback])
     today = {m: list(v) for m, v in start.items()}
     for recall, reward in feedback:  # today's rule: only the recalled memories, each one visit
         for m in recall.ids:
@@ -243,7 +243,7 @@ def test_edges_never_cross_namespaces_and_a_reward_moves_only_its_tenant(open_st
     assert {p for c, p, _ in stored if c == foreign.id} == set(other.recalls[-1].ids)  # not the other team's
 
     before = values(store, OTHER)
-    store.reinforce_many([(r, 1.0) for r in team.recalls])
+    store.reinforce_many([Reinforcement(r, 1.0) for r in team.recalls])
     assert values(store, OTHER) == before
     assert store.stats(TEAM)["q"]["mean"] != pytest.approx(store.stats(OTHER)["q"]["mean"])
 

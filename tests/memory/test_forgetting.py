@@ -19,8 +19,8 @@ from memory.forgetting import (
     DAY,
     TIERS,
     ForgetConfig,
+    MemoryUsage,
     Removal,
-    Usage,
     eviction_order,
     keeper,
     merged_values,
@@ -37,10 +37,10 @@ TENANT = "Zürich-Nordhafen-Logistik-Team-07"
 CONFIG = ForgetConfig(capacity=3, min_visits=3, stale_after=30 * DAY)
 
 
-def usage(rows: Sequence[tuple[float, int, float, float, bool]]) -> Usage:
+def usage(rows: Sequence[tuple[float, int, float, float, bool]]) -> MemoryUsage:
     """Rows of (q, visits, last_recalled, created_at, superseded)."""
     q, visits, recalled, created, superseded = zip(*rows, strict=True) if rows else ([], [], [], [], [])
-    return Usage(
+    return MemoryUsage(
         q=np.asarray(q, float),
         visits=np.asarray(visits, np.int64),
         last_recalled=np.asarray(recalled, float),
@@ -49,9 +49,9 @@ def usage(rows: Sequence[tuple[float, int, float, float, bool]]) -> Usage:
     )
 
 
-def random_usage(rng: np.random.Generator, n: int) -> Usage:
+def random_usage(rng: np.random.Generator, n: int) -> MemoryUsage:
     """A namespace with every tier represented and many ties (few distinct values)."""
-    return Usage(
+    return MemoryUsage(
         q=rng.choice([-0.5, 0.0, 0.25, 0.8], size=n),
         visits=rng.integers(0, 6, size=n),
         last_recalled=np.where(rng.random(n) < 0.3, np.nan, NOW - rng.choice([1, 20, 45, 90], size=n) * DAY),
@@ -61,7 +61,7 @@ def random_usage(rng: np.random.Generator, n: int) -> Usage:
 
 
 # -- plain-loop reference ------------------------------------------------------------------------
-def ref_order(u: Usage, now: float, cfg: ForgetConfig) -> list[int]:
+def ref_order(u: MemoryUsage, now: float, cfg: ForgetConfig) -> list[int]:
     def key(i: int) -> tuple[float, float, float, int]:
         q, visits, created = float(u.q[i]), int(u.visits[i]), float(u.created_at[i])
         last = float(u.last_recalled[i])
@@ -204,7 +204,7 @@ def test_which_memories_go_does_not_depend_on_row_order(seed: int, capacity: int
     n = 40
     ids = np.array([f"mem-{TENANT}-{i:03d}" for i in range(n)])
     u = random_usage(rng, n)
-    u = Usage(
+    u = MemoryUsage(
         q=u.q,
         visits=u.visits,
         last_recalled=u.last_recalled,
@@ -212,7 +212,7 @@ def test_which_memories_go_does_not_depend_on_row_order(seed: int, capacity: int
         superseded=u.superseded,
     )  # distinct creation times: no row-index ties
     perm = rng.permutation(n)
-    shuffled = Usage(
+    shuffled = MemoryUsage(
         q=u.q[perm],
         visits=u.visits[perm],
         last_recalled=u.last_recalled[perm],
@@ -388,7 +388,7 @@ def test_bad_columns_are_refused_with_what_was_expected(change: dict[str, list[f
         "superseded": [False] * 3,
     }
     with pytest.raises(ConfigError, match=message):
-        Usage(**{**columns, **change})  # type: ignore[arg-type]
+        MemoryUsage(**{**columns, **change})  # type: ignore[arg-type]
 
 
 def test_bad_calls_are_refused_with_what_was_expected() -> None:

@@ -81,7 +81,8 @@ def test_a_failure_on_a_look_alike_does_not_push_a_memory_down_for_its_own_task(
 def test_the_q_in_a_context_is_its_rewards_folded_from_the_q_it_was_first_recalled_with(
     twins: Callable[..., tuple[MemoryStore, str, str]],
 ) -> None:
-    store, white, _ = twins(True, "global")  # the neutral start folds from q_init: test_memory_context_q's neutral tests
+    # the neutral start folds from q_init: test_memory_context_q's neutral tests
+    store, white, _ = twins(True, "global")
     store.reinforce(store.retrieve(QUARTZITE, context="badge-quartzite"), 1.0, feedback_id="answer-1")
     wrong = store.retrieve(QUARTZ, context="badge-quartz")
     for _ in range(2):  # the same feedback twice counts once

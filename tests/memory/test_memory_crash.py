@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import delete, update
 
 from connectors import HashEmbedder
-from memory import MemoryStore
+from memory import MemoryStore, Reinforcement
 from memory.mirror.adaptive import load_index
 from memory.mirror.files import meta_path
 from memory.mirror.sync import index_file
@@ -84,9 +84,9 @@ def test_the_checks_catch_lost_writes_lost_feedback_extra_visits_and_double_appl
     """The checker is not vacuous: damage a healthy store the way a broken store would and it says so."""
     url = f"sqlite:///{tmp_path / 'memory.db'}"
     with MemoryStore(url, embedder=HashEmbedder(32)) as store:
-        ids = store.add_many([("open the door", "push"), ("close the gate", "pull")])
+        ids = [m.id for m in store.add_many([("open the door", "push"), ("close the gate", "pull")])]
         (recall,) = store.retrieve_many(["open the door"])
-        store.reinforce_many([(recall.id, 1.0, "fb-1")])
+        store.reinforce_many([Reinforcement(recall.id, 1.0, "fb-1")])
     acks = tmp_path / "acks.jsonl"
     acks.write_text(json.dumps({"ids": ids, "feedback": [[recall.id, 1.0, "fb-1"]], "resent_updated": 0}) + "\n")
     healthy = check(url, acks, tmp_path / "scratch")

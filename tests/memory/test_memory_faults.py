@@ -35,7 +35,7 @@ FAISS_FULL = (
 
 
 def _filled(store: MemoryStore, n: int = 20) -> list[str]:
-    ids = store.add_many([(f"chore number {i}", f"how to do chore {i}") for i in range(n)])
+    ids = [m.id for m in store.add_many([(f"chore number {i}", f"how to do chore {i}") for i in range(n)])]
     store.reinforce(store.retrieve("chore number 3"), 1.0)
     return ids
 

@@ -96,7 +96,9 @@ def test_pgvector_index_asks_for_iterative_scans_only_where_pgvector_has_them(ve
 
 def test_a_big_tied_group_yields_its_oldest_members(open_store: Open) -> None:
     store = open_store(MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=10, lam=0.0)))
-    ids = store.add_many([("restart the server", f"attempt {i}") for i in range(80)])  # one intent group
+    ids = [
+        m.id for m in store.add_many([("restart the server", f"attempt {i}") for i in range(80)])
+    ]  # one intent group
     store.add("water plants daily", "unrelated")
     recall = store.retrieve("restart the server")
     assert recall.ids == tuple(ids[:10])  # 80 exact ties: the index may return any; the oldest win

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langchain_core", reason="the langchain extra (pip install 'evolve[langchain]') is not installed")
+pytest.importorskip("langchain_core", reason="the langchain extra (pip install -e '.[langchain]') is not installed")
 pytest.importorskip("langchain_tests", reason="langchain-tests (dev extra) is not installed")
 
 from langchain_core.documents import Document  # noqa: E402
@@ -145,6 +145,6 @@ def test_bad_arguments_are_config_errors(store: MemoryStore, make: Callable[[Mem
 def test_without_the_extra_importing_names_it_and_import_memory_does_not_need_it() -> None:
     for module in ("memory.integrations.langchain", "memory.integrations.langchain_tracker"):
         out = import_without("langchain_core", module)
-        assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
+        assert out.startswith("ConfigError") and "pip install -e '.[langchain]'" in out
     assert import_without("langgraph", "memory.integrations.langgraph_store").startswith("ConfigError")
     assert import_without("langchain_core", "memory") == "imported"

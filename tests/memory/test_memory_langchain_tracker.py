@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-pytest.importorskip("langchain_core", reason="the langchain extra (pip install 'evolve[langchain]') is not installed")
+pytest.importorskip("langchain_core", reason="the langchain extra (pip install -e '.[langchain]') is not installed")
 
 from langchain_core.runnables import RunnableLambda, RunnableParallel  # noqa: E402
 from langchain_core.tracers.context import collect_runs  # noqa: E402
@@ -17,6 +17,7 @@ from langchain_core.tracers.context import collect_runs  # noqa: E402
 from connectors.errors import ConfigError, StoreError  # noqa: E402
 from memory.integrations.langchain import MemoryRetriever  # noqa: E402
 from memory.integrations.langchain_tracker import RecallTracker, RunFeedback  # noqa: E402
+from memory.learning import Reinforcement  # noqa: E402
 from memory.store import MemoryStore  # noqa: E402
 
 ROUTER = [("reset the home router", "hold reset for ten seconds"), ("router keeps dropping wifi", "change the channel")]
@@ -85,7 +86,9 @@ def test_a_feedback_applied_by_the_older_tracker_is_not_applied_again(
     key = "user_rating-évaluation-nordique-Ålesund-北京-περιγρα"  # the longest key, 50 characters
     fid = feedback_id or f"{run}:{key}"
     [recall_id] = tracker.recall_ids(run)
-    assert seeded.reinforce_many([(recall_id, 1.0, f"{fid}/{recall_id}", "default")]) == 2  # the older code's key
+    assert (
+        seeded.reinforce_many([Reinforcement(recall_id, 1.0, f"{fid}/{recall_id}", "default")]) == 2
+    )  # the older code's key
     once = snapshot(seeded)
 
     record = tracker.feedback(run, 1.0, key=key, feedback_id=feedback_id)

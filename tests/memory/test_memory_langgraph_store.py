@@ -8,7 +8,7 @@ from typing import Any, TypedDict
 
 import pytest
 
-pytest.importorskip("langgraph", reason="the langchain extra (pip install 'evolve[langchain]') is not installed")
+pytest.importorskip("langgraph", reason="the langchain extra (pip install -e '.[langchain]') is not installed")
 
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, PutOp, SearchOp  # noqa: E402

@@ -34,7 +34,7 @@ def test_items_hold_no_vector_of_their_own(store: MemoryStore, tmp_path: Path) -
 @sqlite_only
 def test_a_store_with_per_item_vectors_is_upgraded_on_open(open_store: Open, tmp_path: Path) -> None:
     first = open_store()
-    ids = first.add_many([("sort a list", "use sorted()"), ("parse a date", "use fromisoformat")])
+    ids = [m.id for m in first.add_many([("sort a list", "use sorted()"), ("parse a date", "use fromisoformat")])]
     first.close()
     with sqlite3.connect(tmp_path / "memory.db") as conn:  # the layout written before the change
         conn.execute("ALTER TABLE memory_items ADD COLUMN embedding BLOB NOT NULL DEFAULT x''")

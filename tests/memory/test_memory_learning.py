@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from connectors.errors import ConfigError
-from memory import MAX_FEEDBACK_ID, MemoryStore, Recall, Reinforcement, fit_id, reinforcements
+from memory import MemoryStore, Recall, Reinforcement, reinforcements
+from memory.checks import MAX_FEEDBACK_ID, fit_id
 
 # Long Unicode names, as a run, a task, a tenant and an agent may be called: keys built from them need fit_id.
 EPISODE = "heldout-similarity-s7-évaluation nordique:3:escalade-Ålesund-北京-περιγραφή-de-la-tâche-numéro-sept"
@@ -83,7 +84,7 @@ def test_a_batch_applied_under_an_older_key_is_not_applied_again(
     store: MemoryStore, recalls: list[tuple[str, str | None]], selected: int, old_key: Callable[[str, str], str]
 ) -> None:
     """A run killed after its batch was reinforced by older code, resumed by this one: nothing moves."""
-    old = [(rid, 1.0, old_key(EPISODE, rid), ns) for rid, ns in recalls]
+    old = [Reinforcement(rid, 1.0, old_key(EPISODE, rid), ns) for rid, ns in recalls]
     assert store.reinforce_many(old) == selected
     applied = qs(store)
 
@@ -95,7 +96,9 @@ def test_the_older_key_is_what_stops_the_second_reward(
     store: MemoryStore, recalls: list[tuple[str, str | None]], selected: int
 ) -> None:
     """The loop's key changed form: without ``applied_as`` the batch above would be rewarded twice."""
-    store.reinforce_many([(rid, 1.0, fit_id(f"{EPISODE}:{rid}", MAX_FEEDBACK_ID), ns) for rid, ns in recalls])
+    store.reinforce_many(
+        [Reinforcement(rid, 1.0, fit_id(f"{EPISODE}:{rid}", MAX_FEEDBACK_ID), ns) for rid, ns in recalls]
+    )
     applied = qs(store)
     bare = [e._replace(applied_as=()) for e in reinforcements(recalls, 1.0, EPISODE)]
     assert store.reinforce_many(bare) == selected and qs(store) != applied
@@ -107,7 +110,7 @@ def test_applied_as_is_checked_before_anything_is_written(
     rid, ns = recalls[0]
     before = qs(store)
     with pytest.raises(ConfigError, match="applied_as must be a tuple of feedback ids"):
-        store.reinforce_many([(rid, 1.0, "ok", ns, "not-a-tuple")])
+        store.reinforce_many([Reinforcement(rid, 1.0, "ok", ns, "not-a-tuple")])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="at most 128 characters"):
-        store.reinforce_many([(rid, 1.0, "ok", ns, ("é" * 129,))])
+        store.reinforce_many([Reinforcement(rid, 1.0, "ok", ns, ("é" * 129,))])
     assert qs(store) == before

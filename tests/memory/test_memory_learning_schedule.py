@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from memory import MemoryConfig, MemoryStore, RetrievalConfig
+from memory import MemoryConfig, MemoryStore, Reinforcement, RetrievalConfig
 from memory.context_q import context_values
 from memory.scoring import alpha_for, credit_weights, td_update
 
@@ -31,7 +31,7 @@ def test_the_stored_q_takes_the_schedules_steps(
     recall = store.retrieve("door code of the Harbor warehouse")
     for i, r in enumerate(REWARDS[:6]):
         store.reinforce(recall, r, feedback_id=f"one-{i}")
-    store.reinforce_many([(recall, r, f"batch-{i}") for i, r in enumerate(REWARDS[6:])])  # one statement
+    store.reinforce_many([Reinforcement(recall, r, f"batch-{i}") for i, r in enumerate(REWARDS[6:])])  # one statement
     after = store.get(memory)
     assert after.visits == len(REWARDS)
     assert after.q == pytest.approx(by_loop(REWARDS, schedule=schedule, floor=floor), abs=1e-15)

@@ -129,7 +129,10 @@ def test_a_namespace_is_found_through_the_graph_behind_another_namespaces_nearer
     nearer = query + 0.05 * unit_rows(300, 4)  # every one nearer the query than any key of "far"
     store.add_many([(f"a {i}", "x") for i in range(300)], embeddings=nearer, namespace="near", group=False)
     farther = query + 0.6 * unit_rows(300, 5)
-    ids = store.add_many([(f"b {i}", "y") for i in range(300)], embeddings=farther, namespace="far", group=False)
+    ids = [
+        m.id
+        for m in store.add_many([(f"b {i}", "y") for i in range(300)], embeddings=farther, namespace="far", group=False)
+    ]
     with store.engine.begin() as conn:
         conn.exec_driver_sql("ANALYZE memory_intents, memory_items")
 
@@ -155,7 +158,7 @@ def test_a_namespace_is_found_through_the_graph_behind_another_namespaces_nearer
 def test_keys_left_without_items_do_not_shorten_phase_a(open_pg: Open) -> None:
     store = open_pg()
     vecs = unit_rows(12, 6)
-    ids = store.add_many([(f"task {i}", "x") for i in range(12)], embeddings=vecs, group=False)
+    ids = [m.id for m in store.add_many([(f"task {i}", "x") for i in range(12)], embeddings=vecs, group=False)]
     query = vecs[0]
     order = np.argsort(-(vecs @ query))
     store.remove([ids[i] for i in order[:4]])  # their keys stay, with no items
@@ -189,7 +192,7 @@ def test_opening_a_new_database_from_many_threads_at_once_creates_it_once(pg_url
 
 def test_a_store_written_with_bytea_vectors_is_upgraded_on_open(open_pg: Open) -> None:
     first = open_pg()
-    ids = first.add_many([("sort a list", "sorted()"), ("parse a date", "fromisoformat")])
+    ids = [m.id for m in first.add_many([("sort a list", "sorted()"), ("parse a date", "fromisoformat")])]
     before = [first.retrieve(q).ids for q in ("sort a list", "parse a date")]
     with first.engine.begin() as conn:  # the layout PostgreSQL stores had before pgvector support
         blobs = conn.execute(select(intents.c.id, intents.c.embedding)).all()

@@ -20,7 +20,7 @@ K2 = 5
 
 def fill(store: MemoryStore, n: int, namespace: str = "default") -> list[str]:
     rows = [(f"task {i:05d}: look up the badge colour of site «Quartz-{i}»", f"answer {i}") for i in range(n)]
-    return store.add_many(rows, namespace=namespace, group=False)
+    return [m.id for m in store.add_many(rows, namespace=namespace, group=False)]
 
 
 def logged_selection(store: MemoryStore, recall: Recall) -> list[str]:

@@ -17,7 +17,7 @@ ROWS = [
 
 
 def test_removed_memories_are_gone_and_the_count_is_returned(store: MemoryStore) -> None:
-    ids = store.add_many(ROWS)
+    ids = [m.id for m in store.add_many(ROWS)]
     assert store.remove([ids[0], "no-such-id", ids[0]]) == 1
     assert [m.id for m in store.items()] == ids[1:]
     assert ids[0] not in store.retrieve("sort a list of numbers").ids
@@ -26,7 +26,7 @@ def test_removed_memories_are_gone_and_the_count_is_returned(store: MemoryStore)
 
 def test_another_process_drops_them_without_reopening(open_store: Callable[..., MemoryStore]) -> None:
     a, b = open_store(), open_store()
-    ids = a.add_many(ROWS)
+    ids = [m.id for m in a.add_many(ROWS)]
     assert ids[0] in b.retrieve("sort a list of numbers").ids  # b has the namespace loaded
 
     a.remove([ids[0]])
@@ -37,7 +37,7 @@ def test_another_process_drops_them_without_reopening(open_store: Callable[..., 
 
 def test_a_reopened_store_does_not_bring_them_back(open_store: Callable[..., MemoryStore]) -> None:
     first = open_store()
-    ids = first.add_many(ROWS)
+    ids = [m.id for m in first.add_many(ROWS)]
     first.retrieve("sort numbers")  # loads (and later saves) the namespace's index
     first.remove([ids[1]])
     first.close()
@@ -47,7 +47,7 @@ def test_a_reopened_store_does_not_bring_them_back(open_store: Callable[..., Mem
 
 
 def test_the_recall_log_outlives_a_removed_memory(store: MemoryStore) -> None:
-    ids = store.add_many(ROWS[:2])
+    ids = [m.id for m in store.add_many(ROWS[:2])]
     recall = store.retrieve("sort a list of numbers")
     assert set(recall.ids) == set(ids)
     store.remove([ids[0]])

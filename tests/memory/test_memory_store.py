@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError, StoreError
 from memory.config import MemoryConfig, RetrievalConfig, similarity_only
+from memory.learning import Reinforcement
+from memory.records import MemoryItem
 from memory.scoring import td_update
 from memory.store import MemoryStore, Recall
 
@@ -41,7 +44,22 @@ def test_feedback_id_makes_reinforce_idempotent(store: MemoryStore) -> None:
     assert store.reinforce(recall, 1.0, feedback_id="episode-7") == 0
     assert store.reinforce(recall.id, 0.0, feedback_id="episode-7") == 0
     assert store.get(recall.ids[0]).q == 0.3 and store.get(recall.ids[0]).visits == 1
-    assert store.reinforce_many([(recall, 1.0, "a"), (recall, 1.0, "a"), (recall, 1.0, "b")]) == 2
+    entries = [Reinforcement(recall, 1.0, "a"), Reinforcement(recall, 1.0, "a"), Reinforcement(recall, 1.0, "b")]
+    assert store.reinforce_many(entries) == 2
+
+
+def test_tuple_entries_still_reinforce_with_a_deprecation_warning(store: MemoryStore) -> None:
+    """The form before 0.2.0, plain tuples, works for one more release and says what to write instead."""
+    store.add("parse a date", "use datetime.fromisoformat")
+    recall = store.retrieve("parse a date")
+    with pytest.warns(DeprecationWarning, match=r"takes Reinforcement\(recall, reward, feedback_id, namespace\)"):
+        assert store.reinforce_many([(recall, 1.0, "old-form"), (recall.id, 1.0, "old-form")]) == 1
+    assert store.get(recall.ids[0]).visits == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Reinforcements, and reinforce itself, warn about nothing
+        assert store.reinforce_many([Reinforcement(recall, 1.0, "new-form")]) == 1
+        assert store.reinforce(recall, 1.0, feedback_id="single") == 1
+    assert store.get(recall.ids[0]).visits == 3
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "1.0", None, [1.0]])
@@ -51,7 +69,7 @@ def test_bad_reward_is_rejected_and_nothing_changes(store: MemoryStore, bad: obj
     with pytest.raises(ConfigError, match="reward"):
         store.reinforce(recall, bad, feedback_id="f")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="reward"):
-        store.reinforce_many([(recall, 1.0, "ok"), (recall, bad, "bad")])  # type: ignore[list-item]
+        store.reinforce_many([Reinforcement(recall, 1.0, "ok"), Reinforcement(recall, bad, "bad")])  # type: ignore[arg-type]
     item = store.get(recall.ids[0])
     assert (item.q, item.visits) == (0.0, 0)
     assert store.explain(recall.id)["feedback"] == []
@@ -62,7 +80,7 @@ def test_unknown_recall_id_is_a_store_error_and_changes_nothing(store: MemorySto
     store.add("parse a date", "use datetime.fromisoformat")
     good = store.retrieve("parse a date")
     with pytest.raises(StoreError, match="unknown recall id 'nope'"):
-        store.reinforce_many([(good, 1.0, "x"), ("nope", 1.0, "y")])
+        store.reinforce_many([Reinforcement(good, 1.0, "x"), Reinforcement("nope", 1.0, "y")])
     assert store.get(good.ids[0]).visits == 0
     unlogged = store.retrieve("parse a date", record=False)
     with pytest.raises(StoreError, match="record=False"):
@@ -237,9 +255,26 @@ def test_inputs_are_checked(store: MemoryStore) -> None:
 
 def test_add_many_with_embeddings_and_per_row_meta(store: MemoryStore) -> None:
     vecs = np.eye(64, dtype=np.float32)[:3] * 5  # rows are normalised on the way in
-    ids = store.add_many([("a", "x"), ("b", "y"), ("c", "z")], embeddings=vecs, meta=[{"i": 0}, {"i": 1}, {"i": 2}])
+    ids = [
+        m.id
+        for m in store.add_many(
+            [("a", "x"), ("b", "y"), ("c", "z")], embeddings=vecs, meta=[{"i": 0}, {"i": 1}, {"i": 2}]
+        )
+    ]
     assert [store.get(i).meta["i"] for i in ids] == [0, 1, 2]
     assert store.stats()["intents"] == 3
+
+
+def test_add_many_returns_what_add_returns_for_each_row(store: MemoryStore) -> None:
+    rows = [("sort a list", "use sorted()"), ("parse a date", "use fromisoformat"), ("sort a list", "key=len")]
+    items = store.add_many(rows, namespace="team", meta={"source": "bulk"})
+    assert all(isinstance(m, MemoryItem) for m in items)
+    assert [(m.intent, m.experience, m.namespace, m.meta["source"]) for m in items] == [
+        (i, e, "team", "bulk") for i, e in rows
+    ]
+    assert items == [store.get(m.id, namespace="team") for m in items]
+    one = store.add("book a flight", "search by date", namespace="team")
+    assert type(one) is type(items[0]) and store.add_many([], namespace="team") == []
 
 
 def test_a_store_refuses_another_embedder_and_a_closed_store_refuses_work(open_store: Open) -> None:

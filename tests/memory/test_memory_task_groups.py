@@ -1,5 +1,5 @@
 """Grouping is identity, not resemblance: memories of one task share an intent, memories of different
-tasks never do, however alike their questions read (DESIGN §10)."""
+tasks never do, however alike their questions read (docs/design/decisions.md, "Grouping is identity")."""
 
 from __future__ import annotations
 

@@ -63,7 +63,10 @@ def snapshot(store: MemoryStore, namespace: str | None = None) -> list[tuple[Any
 def test_capacity_evicts_by_tier_superseded_low_stale_proven_new(open_store: Opener) -> None:
     store = open_store()
     intents_ = [f"Torcode Lager {w}?" for w in WOODS]
-    ids = store.add_many([(t, f"Antwort {w}") for t, w in zip(intents_, WOODS, strict=True)], namespace=TENANT)
+    ids = [
+        m.id
+        for m in store.add_many([(t, f"Antwort {w}") for t, w in zip(intents_, WOODS, strict=True)], namespace=TENANT)
+    ]
     t0 = time.time() - 100 * DAY
     # The worked example of memory.forgetting: (q, visits, last recalled day, created day)
     rows = [(0.0, 2, 10, 1), (-0.62, 5, 90, 2), (0.8, 7, 99, 3), (0.1, 1, 60, 4), (0.0, 0, None, 98), (0.35, 4, 95, 5)]
@@ -101,10 +104,12 @@ def test_capacity_evicts_by_tier_superseded_low_stale_proven_new(open_store: Ope
 def test_near_duplicates_merge_by_the_documented_rule_on_the_stored_rows(open_store: Opener) -> None:
     store = open_store()
     door, code = "Torcode Lager Ahorn?", "Answer given: 4471"
-    same = store.add_many([(door, code)] * 3, namespace=TENANT)  # one intent group, one statement
+    same = [m.id for m in store.add_many([(door, code)] * 3, namespace=TENANT)]  # one intent group, one statement
     changed = store.add(door, "Answer given: 1234", namespace=TENANT).id  # same task, another answer
     elsewhere = store.add("Torcode Lager Birke?", code, namespace=TENANT).id  # same answer, another task
-    twins = store.add_many([("Torcode Lager Eiche?", code)] * 2, namespace=TENANT, group=False)  # two keys
+    twins = [
+        m.id for m in store.add_many([("Torcode Lager Eiche?", code)] * 2, namespace=TENANT, group=False)
+    ]  # two keys
     for item_id, (q, visits) in zip(same, [(0.2, 1), (0.6, 3), (-0.4, 0)], strict=True):
         edit(store, item_id, q=q, visits=visits)
     store = open_store()
@@ -136,7 +141,7 @@ def test_near_duplicates_merge_by_the_documented_rule_on_the_stored_rows(open_st
 
 def test_undoing_a_merge_after_the_keeper_learned_hands_back_only_what_the_merge_gave(open_store: Opener) -> None:
     store = open_store()
-    keep, drop = store.add_many([("Torcode Lager Linde?", "Answer given: 9902")] * 2, namespace=TENANT)
+    keep, drop = [m.id for m in store.add_many([("Torcode Lager Linde?", "Answer given: 9902")] * 2, namespace=TENANT)]
     edit(store, keep, q=0.2, visits=3)
     edit(store, drop, q=1.0, visits=1)
     store = open_store()
@@ -200,9 +205,12 @@ def test_restore_brings_a_memory_back_exactly_and_every_process_recalls_it(open_
 
 def test_a_key_whose_last_memory_went_is_recreated_from_the_record(open_store: Opener) -> None:
     store = open_store()
-    first, second = store.add_many(
-        [("Torcode Lager Weide?", "Antwort 1"), ("Torcode Lager Weide?", "Antwort 2")], namespace=TENANT
-    )
+    first, second = [
+        m.id
+        for m in store.add_many(
+            [("Torcode Lager Weide?", "Antwort 1"), ("Torcode Lager Weide?", "Antwort 2")], namespace=TENANT
+        )
+    ]
     store.remove([first], namespace=TENANT)
     store.remove([second], namespace=TENANT)
     vectors = {e.removal.item.id: e.removal.vector for e in store.history(TENANT)}
@@ -238,7 +246,9 @@ def test_replaying_the_log_twice_changes_nothing(open_store: Opener) -> None:
 
 def test_records_older_than_the_retention_are_refused_then_purged(open_store: Opener) -> None:
     store = open_store()
-    keep, old = store.add_many([("Torcode Lager Ahorn?", "a"), ("Torcode Lager Birke?", "b")], namespace=TENANT)
+    keep, old = [
+        m.id for m in store.add_many([("Torcode Lager Ahorn?", "a"), ("Torcode Lager Birke?", "b")], namespace=TENANT)
+    ]
     store.remove([old], namespace=TENANT)
     later = time.time() + 31 * DAY
 
@@ -266,7 +276,10 @@ def test_the_default_config_forgets_nothing(open_store: Opener) -> None:
 def test_namespaces_never_touch_each_other(open_store: Opener) -> None:
     store = open_store()
     rows = [("Torcode Lager Ahorn?", "Answer given: 4471")] * 3 + [("Torcode Lager Birke?", "b")]
-    mine, theirs = store.add_many(rows, namespace=TENANT), store.add_many(rows, namespace=OTHER)
+    mine, theirs = (
+        [m.id for m in store.add_many(rows, namespace=TENANT)],
+        [m.id for m in store.add_many(rows, namespace=OTHER)],
+    )
     their_items = snapshot(store, OTHER)
 
     report = store.prune(TENANT, config=ForgetConfig(merge_similarity=0.99, capacity=1))
@@ -282,7 +295,7 @@ def test_namespaces_never_touch_each_other(open_store: Opener) -> None:
 @sqlite_only
 def test_a_reopened_store_sees_the_same_history(open_store: Opener) -> None:
     store = open_store()
-    ids = store.add_many([("Torcode Lager Ahorn?", "Answer given: 4471")] * 3, namespace=TENANT)
+    ids = [m.id for m in store.add_many([("Torcode Lager Ahorn?", "Answer given: 4471")] * 3, namespace=TENANT)]
     store.prune(TENANT, config=ForgetConfig(merge_similarity=0.99))
     store.remove([ids[0]], namespace=TENANT)
     log = store.history()

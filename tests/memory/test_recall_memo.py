@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, select
 import memory.retrieval
 from connectors.errors import StoreError
 from memory import ForgetConfig, MemoryConfig, MemoryStore, RetrievalConfig, reads
-from memory.learning import logged_namespaces, resolve_recall
+from memory.learning import Reinforcement, logged_namespaces, resolve_recall
 from memory.provenance import selected_own
 from memory.retrieval import RECENT, Remembered
 from memory.schema import links
@@ -55,7 +55,7 @@ def edges(url: str) -> set[tuple[str, str]]:
 
 def seed(store: MemoryStore, namespace: str) -> list[str]:
     rows = [(f"Kühlcontainer Liegeplatz {i} anschließen", f"Stecker {chr(65 + i)}") for i in range(6)]
-    return store.add_many(rows, namespace=namespace)
+    return [m.id for m in store.add_many(rows, namespace=namespace)]
 
 
 def test_the_memo_gives_what_the_log_gives(open_store: Open) -> None:
@@ -143,7 +143,9 @@ def test_a_recall_made_by_another_process_gets_its_edges(open_store: Open, db_ur
 def test_reinforcing_by_id_from_the_memo_credits_what_the_log_credits(open_store: Open) -> None:
     store = open_store(MemoryConfig(credit="score"))
     seed(store, TEAM), seed(store, OTHER)
-    (base,) = store.add_many([("Kühlcontainer Liegeplatz Sicherheitsregel", "Stopp bei Sturm")], namespace=BASE)
+    (base,) = [
+        m.id for m in store.add_many([("Kühlcontainer Liegeplatz Sicherheitsregel", "Stopp bei Sturm")], namespace=BASE)
+    ]
     made = store.retrieve_many(["Kühlcontainer Liegeplatz 1", "Kühlcontainer 5"], namespace=TEAM, config=PICK3)
     shared = store.retrieve("Kühlcontainer Liegeplatz Regel", namespace=TEAM, shared=BASE, config=PICK3)
     assert base in shared.ids
@@ -163,7 +165,7 @@ def test_reinforcing_by_id_from_the_memo_credits_what_the_log_credits(open_store
                     assert "unknown recall id" in str(got)
     finally:
         engine.dispose()
-    store.reinforce_many([(r.id, 1.0, None, TEAM) for r in (*made, shared)])
+    store.reinforce_many([Reinforcement(r.id, 1.0, None, TEAM) for r in (*made, shared)])
     own = {i.id for r in (*made, shared) for i in r.items if i.namespace == TEAM}
     assert {m.id for m in store.items(TEAM) if m.visits} == own
     assert store.get(base, namespace=BASE).visits == 0  # a shared memory never moves

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from connectors import HashEmbedder
-from memory import MemoryConfig, MemoryStore, RetrievalConfig, WriteEntry
+from memory import MemoryConfig, MemoryStore, Reinforcement, RetrievalConfig, WriteEntry
 from memory.mirror.files import meta_path
 from memory.mirror.snapshot import load, mirror_file
 from memory.mirror.sync import index_file
@@ -64,7 +64,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
         store.add_many([(t, f"Erfahrung {t}") for t in texts(rng, 1000, "o")], namespace=OTHER)
         for ns in (TEAM, OTHER):
             recalls = store.retrieve_many(texts(rng, 40, "q"), namespace=ns)
-            store.reinforce_many([(r, float(rng.random()), None, ns) for r in recalls])
+            store.reinforce_many([Reinforcement(r, float(rng.random()), None, ns) for r in recalls])
     return folder
 
 
@@ -140,17 +140,17 @@ WRITER = """
 import json, sys
 import numpy as np
 from connectors import HashEmbedder
-from memory import MemoryConfig, MemoryStore, RetrievalConfig, WriteEntry
+from memory import MemoryConfig, MemoryStore, Reinforcement, RetrievalConfig, WriteEntry
 from tests.memory.test_snapshot import CONFIG, GATE, TEAM, gate
 url, elsewhere = sys.argv[1:3]
 with MemoryStore(url, embedder=HashEmbedder(64), config=CONFIG, index_path=elsewhere) as store:
-    new = store.add_many([(f"neue palette zoll fracht {i}", "gewogen") for i in range(5)], namespace=TEAM)
+    new = [m.id for m in store.add_many([(f"neue palette zoll fracht {i}", "gewogen") for i in range(5)], namespace=TEAM)]
     (fact,) = store.write_many([gate("The code is 9902")])
     items = store.items(TEAM)
     gone = [i.id for i in items[10:13]]
     store.remove(gone, namespace=TEAM)
     recalls = store.retrieve_many(["kran palette zoll", "tor schlüssel alarm"], namespace=TEAM)
-    store.reinforce_many([(r, 1.0, None, TEAM) for r in recalls])
+    store.reinforce_many([Reinforcement(r, 1.0, None, TEAM) for r in recalls])
     rewarded = sorted({i for r in recalls for i in r.ids})
 print(json.dumps({"new": [*new, fact.id], "gone": gone, "rewarded": rewarded}))
 """

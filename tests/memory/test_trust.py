@@ -35,9 +35,12 @@ def test_every_write_path_records_its_writer(store: MemoryStore, tmp_path: Path)
     assert store.add(QUESTION, "4471 laut Lageplan", namespace=NS_ZURICH).meta["writer"] == "user:local"
     told = store.add(QUESTION, "4471", namespace=NS_ZURICH, writer=TENANT_Z, meta={"writer": "run:forged"})
     assert told.meta["writer"] == TENANT_Z and told.meta["claimed_writer"] == "run:forged"
-    ids = store.add_many(
-        [("Code Lager Süd?", "1234"), ("Code Lager Ost?", "5678")], namespace=NS_MUNSTER, writer=TENANT_M
-    )
+    ids = [
+        m.id
+        for m in store.add_many(
+            [("Code Lager Süd?", "1234"), ("Code Lager Ost?", "5678")], namespace=NS_MUNSTER, writer=TENANT_M
+        )
+    ]
     assert {store.get(i, namespace=NS_MUNSTER).meta["writer"] for i in ids} == {TENANT_M}
     written = store.write(QUESTION, trajectory="4471", feedback="richtig", success=True, namespace=NS_ZURICH,
                           writer=f"run:Türcodes Pilot 2026 — {ZURICH}")  # fmt: skip

@@ -38,6 +38,7 @@ from sqlalchemy import select
 
 from connectors import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
+from memory.learning import Reinforcement
 from memory.recall_log import candidates_of
 from memory.schema import feedback, intents, memory_items, recalls
 from memory.store import MemoryStore
@@ -114,7 +115,7 @@ def _call(store: MemoryStore, op: str, ns: str, key: str, rng: random.Random, re
         item = store.add(texts[0], f"did {key}", namespace=ns, id=f"{key}-0", q=rng.random())
         return {"ids": [item.id]}
     if op == "add_many":
-        return {"ids": store.add_many([(t, f"did {t}") for t in texts], namespace=ns)}
+        return {"ids": [m.id for m in store.add_many([(t, f"did {t}") for t in texts], namespace=ns)]}
     if op == "write_many":
         entries = [
             WriteEntry(
@@ -125,11 +126,12 @@ def _call(store: MemoryStore, op: str, ns: str, key: str, rng: random.Random, re
         return {"ids": [m.id for m in store.write_many(entries)]}
     queries = [f"{' '.join(rng.sample(WORDS, 4))}" for _ in range(n)]
     recalls = store.retrieve_many(queries, namespace=ns)
-    fresh = [(r.id, rng.choice((0.0, 1.0)), f"fb-{key}-{i}", ns) for i, r in enumerate(recalls)]
+    fresh = [Reinforcement(r.id, rng.choice((0.0, 1.0)), f"fb-{key}-{i}", ns) for i, r in enumerate(recalls)]
     again = rng.sample(resend, min(len(resend), rng.randint(0, 3)))
     store.reinforce_many(fresh)
     resent_updated = store.reinforce_many(again) if again else 0
-    return {"feedback": [list(f) for f in fresh], "resent": len(again), "resent_updated": resent_updated}
+    feedback = [[f.recall, f.reward, f.feedback_id, f.namespace] for f in fresh]
+    return {"feedback": feedback, "resent": len(again), "resent_updated": resent_updated}
 
 
 def _ack(fd: int, record: dict[str, Any]) -> None:
@@ -147,9 +149,9 @@ def read_acks(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line]
 
 
-def _acked_feedback(path: Path) -> list[tuple[str, float, str, str]]:
-    """``(recall id, reward, feedback id, namespace)`` of every acknowledged reinforcement, to send again."""
-    return [(r, w, f, ns) for rec in read_acks(path) for r, w, f, ns in rec.get("feedback", [])]
+def _acked_feedback(path: Path) -> list[Reinforcement]:
+    """Every acknowledged reinforcement, to send again."""
+    return [Reinforcement(r, w, f, ns) for rec in read_acks(path) for r, w, f, ns in rec.get("feedback", [])]
 
 
 # -- the checks: run in the parent after each kill -----------------------------------------------

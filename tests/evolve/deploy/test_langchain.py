@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("langchain_core", reason="the langchain extra (pip install 'evolve[langchain]') is not installed")
+pytest.importorskip("langchain_core", reason="the langchain extra (pip install -e '.[langchain]') is not installed")
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
 from langchain_core.output_parsers import StrOutputParser  # noqa: E402
@@ -146,5 +146,5 @@ def test_bad_input_is_a_config_error(deployment: Deployment) -> None:
 
 def test_without_the_extra_the_runnable_names_it() -> None:
     out = import_without("langchain_core", "evolve.deploy.langchain")
-    assert out.startswith("ConfigError") and "pip install 'evolve[langchain]'" in out
+    assert out.startswith("ConfigError") and "pip install -e '.[langchain]'" in out
     assert import_without("langchain_core", "evolve") == "imported"

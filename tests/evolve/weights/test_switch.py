@@ -44,7 +44,7 @@ def test_a_plateau_escalates_and_the_kept_adapter_serves_the_next_rounds(
     tiny_local_model: Path, tmp_path: Path
 ) -> None:
     team = solver(tiny_local_model)
-    ev = evolver(team, tmp_path / "run.db", allow_weight_updates=True, weights=SETTINGS)
+    ev = evolver(team, tmp_path / "run.db", weights=SETTINGS)
 
     rounds = ev.run(3)
 
@@ -64,7 +64,7 @@ def test_a_later_run_serves_the_head_adapter_and_a_rollback_takes_it_back(
     tiny_local_model: Path, tmp_path: Path
 ) -> None:
     db = tmp_path / "run.db"
-    first = evolver(solver(tiny_local_model), db, allow_weight_updates=True, weights=SETTINGS)
+    first = evolver(solver(tiny_local_model), db, weights=SETTINGS)
     report = first.escalate()
     assert report.accepted and report.after == 1.0
 
@@ -101,8 +101,19 @@ def test_weight_updates_with_an_api_model_are_refused_with_the_reason(tmp_path: 
     with pytest.raises(
         ConfigError, match=r"weight updates need local models, and solver \(openai/gpt-4o-mini\) runs on an API"
     ):
-        evolver(team, tmp_path / "run.db", allow_weight_updates=True)
+        evolver(team, tmp_path / "run.db", weights=WeightUpdates())
     assert evolver(team, tmp_path / "run.db").run  # without the switch, the same team runs as before
+
+
+def test_the_old_flag_still_switches_for_one_release_with_a_deprecation_warning(tmp_path: Path) -> None:
+    """``allow_weight_updates`` (before 0.2.0) beside ``weights``: True is the switch on, False off."""
+    team = Team([Agent("solver", api_chat())])
+    with pytest.warns(DeprecationWarning, match=r"weights=WeightUpdates\(\.\.\.\) turns weight updates on"):
+        with pytest.raises(ConfigError, match="weight updates need local models"):
+            evolver(team, tmp_path / "run.db", allow_weight_updates=True)
+    with pytest.warns(DeprecationWarning, match="allow_weight_updates"):
+        off = evolver(team, tmp_path / "run.db", allow_weight_updates=False, weights=SETTINGS)
+    assert off.weights is None and evolver(team, tmp_path / "run.db").weights is None
 
 
 def test_agents_on_different_local_models_are_refused(tiny_local_model: Path, tmp_path: Path) -> None:
