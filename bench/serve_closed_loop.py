@@ -18,6 +18,8 @@ interval over seeds, differences paired by seed (``evolve.figures``).
 Run: ``python -m bench.serve_closed_loop [--category simple_python] [--tasks 12] [--epochs 3] [--seeds 3] [--rho 0.2]``
 → bench/results/serve_closed_loop.{json,md} and the ``closed_loop_*`` keys of bench/results/summary.json; with
 ``--rho`` (the app's ratings wrong that often) serve_closed_loop_rho<k>.{json,md} and ``noise_closed_loop_*`` keys.
+Resumable: each finished arm and seed goes to ``<stem>.partial.json`` at once, and the same command run again
+after a stop picks up from there (the file goes when the run completes).
 """
 
 from __future__ import annotations
@@ -162,15 +164,29 @@ def run_arm(arm: str, tasks: Sequence[Task], epochs: int, seed: int, rho: float 
     return {"success": per_epoch, "jobs": jobs, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def run(category: str, n_tasks: int, epochs: int, seeds: int, rho: float = 0.0) -> dict[str, Any]:
+def run(
+    category: str, n_tasks: int, epochs: int, seeds: int, rho: float = 0.0, partial: Path | None = None
+) -> dict[str, Any]:
+    """Every arm on every seed; with ``partial``, each finished (arm, seed) is saved there at once and a run
+    with the same settings picks up where a stopped one ended (an arm on a seed takes up to half an hour)."""
     everything = bfcl_tasks(category)
+    settings = {"category": category, "tasks": n_tasks, "epochs": epochs, "rho": rho}
+    saved = json.loads(partial.read_text()) if partial is not None and partial.exists() else {}
+    done: dict[str, Any] = saved.get("cells", {}) if saved.get("settings") == settings else {}
     cells: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     drawn = []
     for seed in range(seeds):
         tasks = random.Random(seed).sample(everything, n_tasks)
         drawn.append([t.id for t in tasks])
         for arm in ARMS:
-            cells[arm].append(run_arm(arm, tasks, epochs, seed, rho))
+            key = f"{arm}/{seed}"
+            if key not in done:
+                done[key] = run_arm(arm, tasks, epochs, seed, rho)
+                if partial is not None:
+                    partial.write_text(json.dumps({"settings": settings, "cells": done}, indent=2) + "\n")
+            else:
+                print(f"{arm} seed {seed}: resumed from {partial}", flush=True)
+            cells[arm].append(done[key])
     figures: dict[str, Any] = {}
     for arm in ARMS:
         for e in range(epochs):
@@ -243,9 +259,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rho = check_probability("--rho", args.rho)
     except ConfigError as e:
         parser.error(str(e))
-    result = {**run(args.category, args.tasks, args.epochs, args.seeds, rho), "machine": machine()}
     RESULTS.mkdir(exist_ok=True)
     stem = "serve_closed_loop" + (f"_rho{round(rho * 10)}" if rho else "")
+    partial = RESULTS / f"{stem}.partial.json"
+    result = {**run(args.category, args.tasks, args.epochs, args.seeds, rho, partial), "machine": machine()}
+    partial.unlink(missing_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / f"{stem}.md").write_text(markdown(result))
     keys: dict[str, float] = {}

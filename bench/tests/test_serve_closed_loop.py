@@ -4,7 +4,9 @@ checker grades, and the report shows each epoch with its interval."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -49,3 +51,27 @@ def test_a_run_with_wrong_ratings_says_so() -> None:
               "cells": {"evolve": [{"jobs": []}]}}  # fmt: skip
     assert "A share ρ = 0.2 of the app's ratings is wrong" in markdown(result)
     assert "is wrong" not in markdown({**result, "rho": 0.0})
+
+
+def test_a_stopped_run_resumes_from_its_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each finished arm and seed is saved at once; a rerun with the same settings runs only what is missing,
+    and one with other settings starts afresh."""
+    from bench import serve_closed_loop
+
+    ran: list[tuple[str, int]] = []
+
+    def fake_arm(arm: str, tasks: Any, epochs: int, seed: int, rho: float = 0.0) -> dict[str, Any]:
+        if (arm, seed) == ("evolve", 1) and len(ran) == 3:
+            raise RuntimeError("stopped")  # in the middle of the second seed
+        ran.append((arm, seed))
+        return {"success": [0.25 * (arm == "evolve")] * epochs, "jobs": [], "seconds": 1.0}
+
+    monkeypatch.setattr(serve_closed_loop, "run_arm", fake_arm)
+    partial = tmp_path / "serve_closed_loop_rho2.partial.json"
+    with pytest.raises(RuntimeError, match="stopped"):
+        serve_closed_loop.run("simple_python", 4, 2, 2, 0.2, partial)
+    assert ran == [("direct", 0), ("evolve", 0), ("direct", 1)]
+    result = serve_closed_loop.run("simple_python", 4, 2, 2, 0.2, partial)
+    assert ran[3:] == [("evolve", 1)] and result["figures"]["evolve_minus_direct_epoch2"]["mean"] == 0.25
+    serve_closed_loop.run("simple_python", 4, 2, 2, 0.1, partial)  # other settings: nothing reused
+    assert len(ran) == 8
