@@ -59,10 +59,12 @@ def test_a_stopped_run_resumes_from_its_partial_file(tmp_path: Path, monkeypatch
     from bench import serve_closed_loop
 
     ran: list[tuple[str, int]] = []
+    stops = [("evolve", 1)]  # the first run stops in the middle of the second seed
 
     def fake_arm(arm: str, tasks: Any, epochs: int, seed: int, rho: float = 0.0) -> dict[str, Any]:
-        if (arm, seed) == ("evolve", 1) and len(ran) == 3:
-            raise RuntimeError("stopped")  # in the middle of the second seed
+        if (arm, seed) in stops:
+            stops.clear()
+            raise RuntimeError("stopped")
         ran.append((arm, seed))
         return {"success": [0.25 * (arm == "evolve")] * epochs, "jobs": [], "seconds": 1.0}
 
