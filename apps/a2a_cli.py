@@ -1,4 +1,4 @@
-"""``evolve a2a SPEC``: serve the spec's team as an A2A agent (``evolve.deploy.a2a_server``) with uvicorn.
+"""``evolve a2a SPEC``: serve the spec's team as an A2A agent (``evolve.serve.protocols.a2a``) with uvicorn.
 
 Keys come from the same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repeatable),
 ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]``
@@ -16,27 +16,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
-from apps.keys import load_keys
 from apps.options import add_log_level_alias, count, server_log_level
 from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
 from connectors.install import extra_hint
+from evolve.serve.protocols.keys import check_base_memory, load_keys, tenant_lookup
 
 INSTALL_HINT = f"evolve a2a needs the a2a-sdk with its HTTP server and uvicorn: {extra_hint('a2a')}"
 CARD_PATH = "/.well-known/agent-card.json"
-
-
-def tenant_lookup(keys: Mapping[str, str]) -> Callable[[Any], str | None]:
-    """``tenant_of(request)`` for ``create_a2a_app``: the tenant of the request's bearer key (checked with
-    ``apps.keys.check_keys``, compared in constant time by ``apps.keys.tenant_for``), else None."""
-    from apps.keys import check_keys, tenant_for
-
-    table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
-    return lambda request: tenant_for(request.headers.get("authorization"), table)
 
 
 def cmd_a2a(args: argparse.Namespace) -> None:
@@ -44,10 +33,10 @@ def cmd_a2a(args: argparse.Namespace) -> None:
     try:
         import uvicorn  # noqa: F401 (checked before the models load)
 
-        from evolve.deploy.a2a_server import create_a2a_app
+        from evolve.serve.protocols.a2a import create_a2a_app
     except ImportError as e:
         raise ConfigError(INSTALL_HINT) from e
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
     from evolve.spec import load_spec
 
     try:
@@ -59,8 +48,6 @@ def cmd_a2a(args: argparse.Namespace) -> None:
             f"--url must be the base URL clients reach this agent at (http(s)://host:port), got {args.url!r}"
         )
     spec = load_spec(args.spec)
-    from apps.keys import check_base_memory
-
     check_base_memory(spec.serve.memory, keys)
     tenant_of = tenant_lookup(keys)
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast

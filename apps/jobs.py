@@ -27,13 +27,13 @@ from apps.options import count, seconds
 from connectors import ConfigError
 
 if TYPE_CHECKING:
-    from evolve.deploy.jobs import JobResult
     from evolve.evolver import Evolver
+    from evolve.jobs.job import JobResult
     from evolve.spec import RunSpec
     from optimizers.types import Trace
 
 LEASE_TTL = 300.0
-"""``evolve.deploy.leases.DEFAULT_TTL``, repeated so that building the parser imports nothing heavy (a test checks)."""
+"""``evolve.jobs.leases.DEFAULT_TTL``, repeated so that building the parser imports nothing heavy (a test checks)."""
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
 
@@ -48,7 +48,7 @@ def parse_duration(text: str) -> float:
 
 def describe(result: JobResult) -> str:
     """One line for a job: what ran (round, success, memories, prompt update, seconds) or why it skipped."""
-    from evolve.deploy.leases import when
+    from evolve.jobs.leases import when
 
     if result.status == "skipped" or result.metrics is None:
         held = result.held_by
@@ -79,10 +79,10 @@ def _build(spec: RunSpec, args: argparse.Namespace) -> Evolver:
 
 def served_feedback(evolver: Evolver, spec: RunSpec) -> Callable[[], list[Trace]]:
     """The job's ``before_round``: learn what users rated through ``evolve serve`` since the last job
-    that finished (``evolve.deploy.feedback.learn_served``); in a tenant's run with ``[serve] promote``,
-    then move its well-rated memories into the trained run's (``evolve.deploy.feedback.promote``)."""
-    from evolve.deploy.feedback import learn_served, promote
-    from evolve.deploy.jobs import job_history
+    that finished (``evolve.jobs.served.learn_served``); in a tenant's run with ``[serve] promote``,
+    then move its well-rated memories into the trained run's (``evolve.jobs.served.promote``)."""
+    from evolve.jobs.job import job_history
+    from evolve.jobs.served import learn_served, promote
 
     def before_round() -> list[Trace]:
         done = next((j for j in job_history(evolver.log.engine, evolver.run_name) if j.status == "done"), None)
@@ -100,9 +100,9 @@ def served_feedback(evolver: Evolver, spec: RunSpec) -> Callable[[], list[Trace]
 
 def upkeep(evolver: Evolver, spec: RunSpec) -> Callable[[], str | None] | None:
     """The job's ``after_round``: consolidate (``[memory] consolidate``) and prune (``[memory.forget]``)
-    every agent's memory (``evolve.deploy.upkeep``); None when neither is asked for."""
+    every agent's memory (``evolve.jobs.upkeep``); None when neither is asked for."""
     from evolve.build import build_critic
-    from evolve.deploy.upkeep import forgets, memory_upkeep
+    from evolve.jobs.upkeep import forgets, memory_upkeep
 
     store, m = evolver.memory, spec.memory
     if store is None or not (m.consolidate or forgets(store)):
@@ -125,7 +125,7 @@ def _noted(result: JobResult, evolver: Evolver) -> JobResult:
     """``result`` with the run's quarantined served ratings in its note: they wait for a fix, not a retry."""
     from dataclasses import replace
 
-    from evolve.deploy.responses import quarantine_note
+    from evolve.serve.responses import quarantine_note
 
     note = quarantine_note(evolver.log.engine, evolver.run_name)
     return replace(result, note=f"{result.note}; {note}" if result.note else note) if note else result
@@ -140,7 +140,7 @@ def cmd_job(args: argparse.Namespace) -> None:
     """Take the run's lease first, then load the models: a job that skips loads nothing (cron ticks stay cheap)."""
     from apps.options import say_database
     from connectors import make_engine
-    from evolve.deploy.jobs import JobResult, holding, run_job, take_lease
+    from evolve.jobs.job import JobResult, holding, run_job, take_lease
 
     if not args.once:
         raise ConfigError(
@@ -171,7 +171,7 @@ def cmd_job(args: argparse.Namespace) -> None:
 
 def cmd_scheduler(args: argparse.Namespace) -> None:
     from apps.options import say_database
-    from evolve.deploy.jobs import run_job
+    from evolve.jobs.job import run_job
 
     every = parse_duration(args.every)
     spec = _spec(args)

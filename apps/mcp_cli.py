@@ -1,4 +1,4 @@
-"""``evolve mcp SPEC``: serve the spec's memory as an MCP server (``evolve.deploy.mcp_server``).
+"""``evolve mcp SPEC``: serve the spec's memory as an MCP server (``evolve.serve.protocols.mcp``).
 
 Two transports:
 
@@ -7,14 +7,15 @@ Two transports:
   ``--tenant`` (required: without it every client on the machine would write to one memory unnoticed;
   under ``[serve] memory = "base"`` every tenant reads and rates the trained run itself). stdout carries
   the protocol only: everything else goes to stderr.
-- ``--transport http``: streamable HTTP at ``http://HOST:PORT/mcp``; every request carries
-  ``Authorization: Bearer <key>`` and the key names the tenant (401 otherwise). Keys come from the
-  same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS``
-  (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]`` table (``apps.keys``).
+- ``--transport http``: streamable HTTP at ``http://HOST:PORT/mcp`` (``evolve.serve.protocols.mcp_http``);
+  every request carries ``Authorization: Bearer <key>`` and the key names the tenant (401 otherwise). Keys
+  come from the same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS``
+  (``"key1=alice,key2=bob"``) and a TOML file (``--keys FILE``) with a ``[keys]`` table
+  (``evolve.serve.protocols.keys``).
 
-The operator (``evolve.deploy.mcp_operator``: distrust a writer, undo it, list and release held memories)
-gets a server of its own at the same endpoint: over HTTP, a session whose bearer key is an operator key
-(``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS``, the keys file's ``[admin]`` table) sees those four tools and
+The operator (``evolve.serve.protocols.mcp_operator``: distrust a writer, undo it, list and release held
+memories) gets a server of its own at the same endpoint: over HTTP, a session whose bearer key is an operator
+key (``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS``, the keys file's ``[admin]`` table) sees those four tools and
 no tenant's, and a tenant's session never sees them; without an operator key nobody does. Over stdio,
 ``--admin`` instead of ``--tenant`` serves them: whoever starts the process can open its database anyway
 (``evolve memory distrust``), so its owner is the operator, and no key is asked.
@@ -31,102 +32,16 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, redirect_stdout
-from contextvars import ContextVar
+from contextlib import redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from apps.keys import ADMIN_ENV, load_admin_keys, load_keys
 from apps.options import add_admin_key, add_log_level_alias, count, server_log_level
 from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
-
-if TYPE_CHECKING:
-    from evolve.deploy.mcp_memory import TenantMemory
-
-ENDPOINT = "/mcp"
-TENANT: ContextVar[str | None] = ContextVar("evolve_mcp_tenant", default=None)
-"""The tenant of the HTTP request being served: set by ``bearer_tenants``; the SDK carries it into handlers."""
-
-
-def bearer_tenants(app: Any, keys: Mapping[str, str], *, operator: Any = None, admin_keys: Sequence[str] = ()) -> Any:
-    """``app`` behind bearer keys: a request without a valid ``Authorization: Bearer <key>`` gets a 401;
-    one with a tenant's key is served by ``app`` with ``TENANT`` set to the key's tenant, one with an operator
-    key (``admin_keys``) by ``operator`` (the operator's app). Keys are compared in constant time."""
-    from apps.keys import check_keys, is_admin, tenant_for
-
-    table = [(key.encode(), tenant) for key, tenant in check_keys(keys).items()]
-    admins = [key.encode() for key in load_admin_keys(tenants=keys, keys=admin_keys)] if operator is not None else []
-    lifespan = app if operator is None else both_lifespans(app, operator)
-    denied = json.dumps(
-        {"error": {"message": "missing or invalid API key: send 'Authorization: Bearer <key>'",
-                   "type": "invalid_request_error", "code": "invalid_api_key"}}
-    ).encode()  # fmt: skip
-
-    async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":  # the lifespan: the SDK's session managers start and stop
-            await lifespan(scope, receive, send)
-            return
-        given = [v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"]
-        tenant = tenant_for(given[0], table) if len(given) == 1 else None
-        if tenant is None and len(given) == 1 and is_admin(given[0], admins):
-            await operator(scope, receive, send)
-            return
-        if tenant is None:
-            headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-            await send({"type": "http.response.start", "status": 401, "headers": headers})
-            await send({"type": "http.response.body", "body": denied})
-            return
-        token = TENANT.set(tenant)
-        try:
-            await app(scope, receive, send)
-        finally:
-            TENANT.reset(token)
-
-    return guarded
-
-
-def both_lifespans(first: Any, second: Any) -> Any:
-    """An app that only runs the lifespans of two Starlette apps (each starts its SDK session manager)."""
-    from starlette.applications import Starlette
-
-    @asynccontextmanager
-    async def lifespan(_: Any) -> AsyncIterator[None]:
-        async with first.router.lifespan_context(first), second.router.lifespan_context(second):
-            yield
-
-    return Starlette(lifespan=lifespan)
-
-
-def http_app(
-    memory: TenantMemory, keys: Mapping[str, str], *, host: str = "127.0.0.1", admin_keys: Sequence[str] = ()
-) -> Any:
-    """The streamable HTTP app (endpoint ``/mcp``) over ``memory``, each bearer key serving its tenant, each of
-    ``admin_keys`` the operator's tools. ``host`` is the interface it listens on: on a loopback one the SDK
-    refuses other Host headers (DNS rebinding). One app per server: the SDK's session managers run once."""
-    from apps.keys import check_base_memory
-    from evolve.deploy.mcp_operator import create_operator_server
-    from evolve.deploy.mcp_server import create_mcp_server
-
-    check_base_memory(memory.spec.serve.memory, keys)
-
-    def tenant_of() -> str:
-        tenant = TENANT.get()
-        if tenant is None:
-            raise ConfigError("this request carries no bearer key")
-        return tenant
-
-    server = create_mcp_server(memory, tenant_of=tenant_of)
-    app = server.streamable_http_app(streamable_http_path=ENDPOINT, host=host)
-    if not admin_keys:
-        return bearer_tenants(app, keys)
-    operator = create_operator_server(memory.store).streamable_http_app(streamable_http_path=ENDPOINT, host=host)
-    return bearer_tenants(app, keys, operator=operator, admin_keys=admin_keys)
+from evolve.serve.protocols.keys import ADMIN_ENV, check_base_memory, load_admin_keys, load_keys
 
 
 def cmd_mcp(args: argparse.Namespace) -> None:
@@ -135,7 +50,7 @@ def cmd_mcp(args: argparse.Namespace) -> None:
         import mcp  # noqa: F401 (checked before the store opens)
         import uvicorn  # noqa: F401
     except ImportError as e:
-        from evolve.deploy.mcp_server import INSTALL_HINT
+        from evolve.serve.protocols.mcp import INSTALL_HINT
 
         raise ConfigError(INSTALL_HINT) from e
     if args.transport == "stdio":
@@ -145,9 +60,9 @@ def cmd_mcp(args: argparse.Namespace) -> None:
 
 
 def serve_stdio(args: argparse.Namespace) -> None:
-    from evolve.deploy.mcp_memory import TenantMemory
-    from evolve.deploy.mcp_operator import create_operator_server
-    from evolve.deploy.mcp_server import create_mcp_server
+    from evolve.serve.protocols.mcp import create_mcp_server
+    from evolve.serve.protocols.mcp_operator import create_operator_server
+    from evolve.serve.tenant_memory import TenantMemory
     from evolve.spec import check_tenant, load_spec
 
     if (args.tenant is None) == (not args.admin):
@@ -189,7 +104,8 @@ def serve_stdio(args: argparse.Namespace) -> None:
 
 
 def serve_http(args: argparse.Namespace) -> None:
-    from evolve.deploy.mcp_memory import TenantMemory
+    from evolve.serve.protocols.mcp_http import ENDPOINT, http_app
+    from evolve.serve.tenant_memory import TenantMemory
     from evolve.spec import load_spec
 
     if args.tenant is not None or args.admin:
@@ -203,8 +119,6 @@ def serve_http(args: argparse.Namespace) -> None:
     except ConfigError as e:  # the key sources and checks are evolve serve's: say which command it was
         raise ConfigError(str(e).replace("evolve serve", "evolve mcp --transport http")) from None
     spec = load_spec(args.spec)
-    from apps.keys import check_base_memory
-
     check_base_memory(spec.serve.memory, keys)
     port = 8200 if args.port is None else args.port
     host, log_level = args.host or "127.0.0.1", server_log_level(args, "warning")

@@ -1,7 +1,7 @@
 """``evolve memory ACTION``: read a store (``stats``, ``show``), move memories (``export``, ``import``) or the whole
 database (``backup``, ``restore``); the memory lifecycle by hand (``consolidate``, ``prune``, ``history``, ``undo``:
 docs/design/decisions.md, "A memory that matures") and the defences against a writer (``distrust``, ``release``,
-``quarantined``: ``memory.trust``, issue 40). Each action is a subcommand that takes only its own flags, and
+``quarantined``: ``memory.defences.trust``, issue 40). Each action is a subcommand that takes only its own flags, and
 finds the store by ``--spec SPEC`` or ``--db URL``.
 
 ``evolve job`` runs consolidation and forgetting after each round when the spec asks; these commands do
@@ -29,9 +29,10 @@ from connectors import EvolveError, make_engine
 from connectors.chat import ChatModel
 from connectors.db import default_url, sqlite_path
 from connectors.redact import redact_url
-from memory import MemoryConfig, MemoryStore, reads
+from memory import MemoryConfig, MemoryStore
 from memory.config import DAY, ForgetConfig
-from memory.schema import memory_items, read_state
+from memory.storage import items as reads
+from memory.storage.schema import memory_items, read_state
 
 ACTIONS = ("consolidate", "prune", "history", "undo", "distrust", "release", "quarantined")
 
@@ -169,7 +170,7 @@ def cmd_lifecycle(args: argparse.Namespace, llm: ChatModel | None = None) -> Non
 
 
 def defences(store: MemoryStore, args: argparse.Namespace) -> None:
-    """``distrust``, ``release``, ``quarantined`` and ``undo --writer`` (``memory.distrust``, ``memory.quarantine``)."""
+    """``distrust``, ``release``, ``quarantined`` and ``undo --writer`` (``memory.defences.distrust``, ``memory.defences.quarantine``)."""
     w, ns = args.writer, args.namespace
     where = f" in {ns}" if ns else ""
     if args.action == "distrust":
@@ -234,7 +235,7 @@ def cmd_memory(args: argparse.Namespace) -> None:
 
 def backup_or_restore(args: argparse.Namespace) -> None:
     """``evolve memory backup|restore FILE``: the whole database (memories, prompts, runs, jobs), no embedder needed."""
-    from evolve.deploy.backup import backup, restore
+    from evolve.backup.database import backup, restore
 
     url = args.db
     if args.action == "backup":

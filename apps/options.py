@@ -36,8 +36,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.install import extra_hint
-
 
 def count(low: int, high: int | None = None) -> Callable[[str], int]:
     """An integer option in ``[low, high]`` (no upper bound when ``high`` is None)."""
@@ -69,12 +67,9 @@ def seconds(text: str) -> float:
 __all__ = ["count", "seconds"]
 
 
-SERVE_INSTALL_HINT = f"evolve serve needs FastAPI and uvicorn: {extra_hint('serve')}"
-
-
 def add_admin_key(parser: argparse.ArgumentParser, *, only: str = "") -> None:
-    """``--admin-key KEY`` (repeatable), as ``evolve serve`` and ``evolve mcp`` take it (``apps.keys``);
-    ``only`` prefixes the help (``"http: "``)."""
+    """``--admin-key KEY`` (repeatable), as ``evolve serve`` and ``evolve mcp`` take it
+    (``evolve.serve.protocols.keys``); ``only`` prefixes the help (``"http: "``)."""
     parser.add_argument(
         "--admin-key", action="append", default=[], metavar="KEY",
         help=f"{only}an operator key: opens the memory's defences (distrust, undo, release) and no tenant's "

@@ -30,8 +30,9 @@ from apps.playground_cli import script_args
 from apps.team_cli import diagnose_spec, diagnosis_folder, save_diagnosis
 from connectors import EvolveError, Message, StoreError
 from evolve import PromptGraph, list_runs
-from evolve.deploy.feedback import namespace_of
-from evolve.deploy.serving import Answer, Deployment
+from evolve.serve.answers import Answer
+from evolve.serve.deployment import Deployment
+from evolve.serve.feedback import namespace_of
 from evolve.spec import check_tenant, load_spec
 from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem, MemoryStore

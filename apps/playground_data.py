@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from connectors import ConfigError
 from evolve import RoundMetrics, Team
-from evolve.deploy.serving import FeedbackReceipt
 from evolve.prompts.versions import PromptVersion
+from evolve.serve.feedback import FeedbackReceipt
 from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem
 

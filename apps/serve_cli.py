@@ -1,8 +1,9 @@
-"""``evolve serve SPEC``: load the API keys and the spec, then serve ``apps.server``'s app with uvicorn.
+"""``evolve serve SPEC``: load the API keys and the spec, then serve the OpenAI-compatible app
+(``evolve.serve.protocols.openai_http``) with uvicorn.
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
 a TOML file (``--keys FILE``); the operator's (``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS``, the file's
-``[admin]`` table) open ``apps.server_admin``'s routes (``apps.keys``)::
+``[admin]`` table) open ``evolve.serve.protocols.openai_admin``'s routes (``evolve.serve.protocols.keys``)::
 
     [keys]
     "sk-alice-3f9c..." = "alice"
@@ -25,10 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from apps.keys import ADMIN_ENV, load_admin_keys, load_keys
-from apps.options import SERVE_INSTALL_HINT as INSTALL_HINT
 from apps.options import add_admin_key, add_log_level_alias, count, exit_on, restore_signals, server_log_level
 from connectors import ConfigError
+from evolve.serve.protocols.keys import ADMIN_ENV, load_admin_keys, load_keys
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
         import fastapi  # noqa: F401 (checked before the models load)
         import uvicorn  # noqa: F401 (checked before the models load)
     except ImportError as e:
+        from evolve.serve.protocols.openai_http import INSTALL_HINT
+
         raise ConfigError(INSTALL_HINT) from e
-    from apps.server import create_app
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
+    from evolve.serve.protocols.openai_http import create_app
     from evolve.spec import load_spec
 
     keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))

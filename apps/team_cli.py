@@ -65,8 +65,8 @@ def diagnose_spec(
     tasks, sampled with ``seed`` (default: the spec's)."""
     from connectors import load_embedder
     from evolve.build import build_team
-    from evolve.deploy.chat_requests import trained_prompts
     from evolve.envs.tasks import load_tasks
+    from evolve.serve.chat_requests import trained_prompts
     from evolve.teams.diagnose import diagnose
     from evolve.teams.parallel import ParallelTeam
 

@@ -4,7 +4,7 @@ Half of the 24 staff of ``data/changing_facts.jsonl`` move desks before round 5:
 extension is a new number, and every memory that showed the old one is stale. ``without`` is the store
 as it was (``MemoryConfig.supersede=False``): stale memories keep competing with the new one by
 similarity and Q until their Q has fallen. ``with`` supersedes them as soon as a memory states the new
-number (the failure whose feedback reveals it; ``memory.lifecycle``). Both use the family's spec settings
+number (the failure whose feedback reveals it; ``memory.upkeep.supersession``). Both use the family's spec settings
 (k1 = 10, k2 = 1, δ = 0.5, λ = 0.5, α = 0.3, centred rewards, failure memories keeping the feedback) and
 the ``oracle`` reader of ``bench.ablations`` (it answers with what the best recalled memory shows, so the
 figures measure recall, not a model's reading), over seeds (task order, paraphrase choice).

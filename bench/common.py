@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.mirror.index import load_faiss
+from memory.mirror.backend import load_faiss
 
 
 def machine() -> dict[str, Any]:

@@ -4,7 +4,7 @@ never merges two different tasks (issue 20, item 4).
 Writes that name their task (``WriteEntry.task``, as the ``Evolver`` does) are grouped by task and never
 merged. Writes without one (``evolve serve``, a LangChain app) are grouped by cosine: a new intent joins
 the most similar key at or above ``MemoryConfig.group_threshold``. This benchmark replays every phrasing
-of every task of a family through ``memory.scoring.assign_groups`` (the store's own grouping), in
+of every task of a family through ``memory.write.grouping.assign_groups`` (the store's own grouping), in
 shuffled orders, at a ladder of thresholds, and counts
 
 - **merged tasks**: tasks that share a group with a different task (what must be zero), and
@@ -35,7 +35,7 @@ from connectors import Embedder, load_embedder
 from evolve import load_tasks
 from evolve.envs.bundled import bundled_root
 from memory import MemoryConfig
-from memory.scoring import assign_groups
+from memory.write.grouping import assign_groups
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = bundled_root()
@@ -123,7 +123,7 @@ def markdown(r: dict[str, Any]) -> str:
         "# Intent grouping: paraphrases together, different tasks apart",
         "",
         f"Embedder {r['embedder']}; every phrasing of every task replayed through the store's grouping "
-        f"(`memory.scoring.assign_groups`) in {r['orders']} shuffled orders. *Merged* = share of tasks that "
+        f"(`memory.write.grouping.assign_groups`) in {r['orders']} shuffled orders. *Merged* = share of tasks that "
         "share a group with another task (worst order); *grouped* = mean share of a task's phrasings in its "
         "largest group (1 = all paraphrases together).",
         "",

@@ -5,7 +5,7 @@ the local model, three conditions from the same seeds:
 
 - ``today``: Q-memory as it is by default: one memory per attempt, kept forever.
 - ``capped``: after every round, ``MemoryStore.prune`` evicts down to ``--capacity`` memories with the
-  utility order of ``memory.forgetting`` (superseded, then low Q after enough rewards, stale, proven, new),
+  utility order of ``memory.upkeep.forgetting`` (superseded, then low Q after enough rewards, stale, proven, new),
   as ``evolve job`` does with ``[memory.forget] capacity``.
 - ``consolidated``: after every round, ``MemoryStore.consolidate`` distils a strategy per task (by rule,
   from at least 3 episodes), then the same prune; recall draws from episodes and strategies.
@@ -38,8 +38,8 @@ from bench.common import machine, merge_summary
 from bench.learning_conditions import ENVS, EnvSpec, seed_order
 from connectors import ChatClient, Embedder, load_chat, load_embedder
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
-from evolve.deploy.upkeep import memory_upkeep
 from evolve.figures import paired_interval
+from evolve.jobs.upkeep import memory_upkeep
 from memory import MemoryConfig, MemoryStore
 from memory.config import ForgetConfig
 

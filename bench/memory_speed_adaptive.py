@@ -39,8 +39,8 @@ from bench.memory_speed_measure import (
 from bench.memory_speed_report import adaptive_keys, adaptive_table, size_tag
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.records import Recall
-from memory.retrieval import search_width as width
+from memory.recall.planning import search_width as width
+from memory.storage.records import Recall
 from memory.store import MemoryStore
 
 NEAREST = RetrievalConfig(k1=10, k2=10, delta=-1.0, lam=0.0)  # the ten most similar, whatever their Q
@@ -126,7 +126,7 @@ def serving(
 
 
 def search_width(cfg: MemoryConfig) -> int:
-    """As deep as a recall asks its index (``memory.retrieval.search_width``)."""
+    """As deep as a recall asks its index (``memory.recall.planning.search_width``)."""
     return width(cfg.retrieval.k1, 10**9)
 
 

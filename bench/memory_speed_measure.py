@@ -23,11 +23,12 @@ from tqdm import tqdm
 from connectors.errors import ConfigError
 from connectors.install import extra_hint
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.learning import Reinforcement
-from memory.mirror.index import VectorIndex, load_faiss
+from memory.learn.rewards import Reinforcement
+from memory.mirror.backend import load_faiss
+from memory.mirror.index import VectorIndex
 from memory.mirror.sync import index_file
-from memory.records import Recall
-from memory.scoring import select
+from memory.recall.scoring import select
+from memory.storage.records import Recall
 from memory.store import MemoryStore
 
 DIM = 384

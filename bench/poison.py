@@ -11,10 +11,10 @@ tenant's well-rated memory does. It arrives by one of two paths:
 - ``import``: he exports his memories (``MemoryStore.export``) and the operator imports the file into the
   run's namespace (``MemoryStore.import_``, writer ``import:<file>``);
 - ``promote``: he is a served tenant whose memories ``[serve] promote = true`` moves into the shared memory
-  (``evolve.deploy.feedback.promote``, writer ``promoted:…``): his own two good ratings are enough today.
+  (``evolve.jobs.served.promote``, writer ``promoted:…``): his own two good ratings are enough today.
   With similarity-only memory Q never moves (α = 0), so nothing of his is ever promoted: that cell measures
   the clean run, and says so. MCP ``remember`` writes into the tenant's own memory too
-  (``evolve.deploy.mcp_memory``), so it reaches other tenants only by this path.
+  (``evolve.serve.tenant_memory``), so it reaches other tenants only by this path.
 
 Defences (``MemoryConfig.trust``; the run's own writer ``run:*`` is trusted): ``none`` (mode ``open``, today),
 ``neutral`` (an untrusted writer's memory starts at Q_init whatever Q it carries), ``quarantine`` (it is not
@@ -48,11 +48,11 @@ from bench.noise import BUNDLED, curve_points, family_env, reader_chat, reader_n
 from bench.poison_report import markdown, plot_family, summary_keys
 from connectors import ChatClient, Embedder, load_embedder
 from evolve import Agent, MemoryView, Task, Team
-from evolve.deploy.feedback import promote
 from evolve.envs.ratings import check_probability
 from evolve.episode import Step, condense
+from evolve.jobs.served import promote
 from memory import MemoryStore, Recall
-from memory.trust import TrustMode, TrustPolicy
+from memory.defences.trust import TrustMode, TrustPolicy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONDITIONS = ("similarity", "q_memory", "q_context")

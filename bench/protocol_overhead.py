@@ -80,7 +80,7 @@ async def pairs(direct: Callable[[], object], served: Callable[[], Awaitable[obj
 
 
 async def mcp_figures(spec: Path, n: int) -> dict[str, dict[str, float]]:
-    from evolve.deploy.mcp_memory import TenantMemory
+    from evolve.serve.tenant_memory import TenantMemory
     from evolve.spec import load_spec
     from tests.support.mcp import http_session, stdio_session
 
@@ -111,7 +111,7 @@ async def a2a_figures(spec: Path, n: int) -> dict[str, float]:
     from a2a.types import Message, Part, Role, SendMessageRequest
 
     from connectors import Message as ChatMessage
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))

@@ -2,7 +2,7 @@
 
 `python -m bench.reliability_backup [--full]` prints JSON. The harness (``populate``, ``snapshot``,
 ``differences``, ``backup_while_writing``, ...) is ``tests/reliability/backup.py``'s, which
-tests/evolve/deploy/test_backup.py runs too, so the figures and the tests check the same thing.
+tests/evolve/backup/test_backup.py runs too, so the figures and the tests check the same thing.
 
 - SQLite: backup → restore into a new file; every row of every table compared field by field (floats
   bit-exact through ``float.hex``): memories, intent keys, recall log, feedback ledger, prompt versions
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from evolve.deploy.backup import backup, restore
+from evolve.backup.database import backup, restore
 from memory.store import MemoryStore
 from tests.reliability.backup import (
     backup_while_writing,

@@ -1,6 +1,6 @@
 """A long bulk load with other processes recalling, reading and reinforcing: the reliability report's figures.
 
-The load is ``tests/reliability/bulk.py``'s (``tests/memory/test_memory_bulk_load.py`` asserts on it).
+The load is ``tests/reliability/bulk.py``'s (``tests/memory/write/test_memory_bulk_load.py`` asserts on it).
 
 ``python -m bench.reliability_bulk`` prints the figures (``--rows`` to change the load).
 """

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from memory.checks import MAX_TEXT
+from memory.write.checks import MAX_TEXT
 from tests.reliability.hostile_input import HOSTILE, Tally, hostile_roundtrip, memory_property, seeded_store
 from tests.reliability.spec_and_server import server_tally, spec_tally
 from tests.reliability.sql_scan import sql_from_values

@@ -33,8 +33,8 @@ from sqlalchemy import select
 
 from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError, StoreError
-from memory import jsonl as portable
-from memory.schema import intents, memory_items
+from memory.storage import jsonl as portable
+from memory.storage.schema import intents, memory_items
 from memory.store import MemoryStore
 
 DIM = 64

@@ -33,8 +33,8 @@ def completeness(url: str, items: int, queries: int, *, cache: int | None = None
     were selected, returned, dropped or returned out of order."""
     from connectors.embedders import HashEmbedder
     from memory import MemoryConfig, MemoryStore, RetrievalConfig
-    from memory.recall_log import candidates_of
-    from memory.schema import recalls as logged_recalls
+    from memory.recall.log import candidates_of
+    from memory.storage.schema import recalls as logged_recalls
 
     config = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=K2, delta=-1.0))
     if cache is not None:

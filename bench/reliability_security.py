@@ -69,7 +69,7 @@ def run(quick: bool = True, pg_url: str | None = None) -> dict[str, Any]:
         by_id = by_id_rows(f"sqlite:///{folder / 'by-id.db'}", "SQLite", 1 if quick else 5)
         if pg_url is not None:
             by_id += by_id_rows(pg_url, "PostgreSQL", 1 if quick else 5)
-        from evolve.deploy.serving import Deployment
+        from evolve.serve.deployment import Deployment
 
         deployment = Deployment(spec_for(folder))
         try:

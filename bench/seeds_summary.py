@@ -33,7 +33,7 @@ FORMER_NAMES = {
     "similarity": "similarity_keeps_answer",
     "q_memory": "q_memory_keeps_answer",
     "q_context": "q_context_keeps_answer",
-    "q_memory_feedback_only": "q_memory",  # the same store and text as today's default (memory.writer.NOT_KEPT)
+    "q_memory_feedback_only": "q_memory",  # the same store and text as today's default (memory.write.writer.NOT_KEPT)
 }
 """A condition's name in a run made before ``MemoryConfig.failure_keeps`` → what it measured, by today's names.
 (``q_memory_writer`` stores a failure as the lesson and the feedback either way; ``no_memory`` stores none.)"""

@@ -1,5 +1,5 @@
 """The rule reader of the strategy bench: ``bench.noise.rule_reply``, which answers with what the best recalled
-episode shows, taught to read a strategy written by rule too (``memory.consolidation.rule_strategy``).
+episode shows, taught to read a strategy written by rule too (``memory.upkeep.consolidation.rule_strategy``).
 
 A figure it yields measures what memory hands the model, not a model's reading of it.
 """

@@ -54,7 +54,7 @@ from connectors.types import Completion, Message, Usage
 INSTALL_HINT = extra_hint("a2a")
 DEFAULT_TIMEOUT = 120.0
 
-# The wire contract between this client and an Evolve A2A server (evolve.deploy.a2a_server): metadata keys.
+# The wire contract between this client and an Evolve A2A server (evolve.serve.protocols.a2a): metadata keys.
 CONTEXT_KEY = "evolve.context"  # message: the turns before the last user turn, [{"role", "content"}]
 PARAMS_KEY = "evolve.params"  # message: sampling parameters for the remote team
 RESPONSE_ID_KEY = "evolve.response_id"  # task and artifact: the Evolve response id, the handle for ratings

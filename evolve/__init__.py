@@ -6,8 +6,8 @@ prompts and adapters it learns, serving a team to tenants (``Deployment``) and s
 Names load on first use (PEP 562), so ``import evolve`` is cheap and pulls in no optional package;
 ``evolve.__all__`` lists every name and a test imports each one. The map below is also the index of
 where things live: the loop at the root, environments in ``envs/``, prompts in ``prompts/``, adapters
-and the training switch in ``weights/``, parallel teams and K* in ``teams/``, serving and jobs in ``deploy/``
-(see ARCHITECTURE.md).
+and the training switch in ``weights/``, parallel teams and K* in ``teams/``, serving and its protocols in
+``serve/``, jobs in ``jobs/``, backups in ``backup/`` (see ARCHITECTURE.md).
 
 Example:
     >>> import evolve
@@ -53,8 +53,8 @@ _WHERE = {
     "compose": "evolve.teams.compose",
     "AdapterRegistry": "evolve.weights.registry",
     "WeightUpdates": "evolve.weights.switch",
-    "Deployment": "evolve.deploy.serving",
-    "run_job": "evolve.deploy.jobs",
+    "Deployment": "evolve.serve.deployment",
+    "run_job": "evolve.jobs.job",
 }
 
 __all__ = [
@@ -99,18 +99,18 @@ __all__ = [
 # connectors.deprecation's REMOVED_IN.
 _MOVED = {
     "AdapterVersion": "evolve.weights.registry",
-    "Answer": "evolve.deploy.serving",
+    "Answer": "evolve.serve.answers",
     "Diagnosis": "evolve.teams.diagnose",
-    "FeedbackReceipt": "evolve.deploy.serving",
+    "FeedbackReceipt": "evolve.serve.feedback",
     "Interval": "evolve.figures",
-    "JobResult": "evolve.deploy.jobs",
+    "JobResult": "evolve.jobs.job",
     "PromptVersion": "evolve.prompts.versions",
     "Recompose": "evolve.teams.compose",
     "Rollout": "evolve.executors",
     "Step": "evolve.episode",
     "TeamAct": "evolve.agent",
     "WeightsReport": "evolve.weights.switch",
-    "job_history": "evolve.deploy.jobs",
+    "job_history": "evolve.jobs.job",
     "kstar": "evolve.teams.diversity",
     "paired_interval": "evolve.figures",
     "render_messages": "evolve.agent",
@@ -137,8 +137,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from evolve.agent import Agent, MemoryView, Team
-    from evolve.deploy.jobs import run_job
-    from evolve.deploy.serving import Deployment
     from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv, multi_turn_tasks
     from evolve.envs.bfcl.single import BfclEnv, bfcl_tasks
     from evolve.envs.champ import champ_tasks
@@ -148,10 +146,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from evolve.episode import Episode
     from evolve.evolver import Evolver, paraphrase_schedule, same_tasks
     from evolve.executors import Executor, InProcess
+    from evolve.jobs.job import run_job
     from evolve.prompts.evolution import PromptEvolution, make_evaluate, split_tasks
     from evolve.prompts.graph import PromptGraph
     from evolve.ray_executor import RayExecutor
     from evolve.run_log import RoundMetrics, list_runs
+    from evolve.serve.deployment import Deployment
     from evolve.teams.compose import compose
     from evolve.teams.diagnose import diagnose
     from evolve.teams.parallel import ParallelTeam

@@ -23,8 +23,8 @@ from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
 from memory import MemoryConfig, MemoryStore, RetrievalConfig, TrustPolicy, similarity_only
-from memory.checks import MAX_NAMESPACE, fit_id
 from memory.config import ForgetConfig
+from memory.write.checks import MAX_NAMESPACE, fit_id
 from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
 
 

@@ -53,7 +53,7 @@ from evolve.weights.switch import (
     weights_switch,
 )
 from memory import MemoryStore, WriteEntry, reinforcements
-from memory.checks import fit_id, writer_name
+from memory.write.checks import fit_id, writer_name
 from optimizers.types import Trace
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class Evolver:
     def run_round(self, round_: int, *, extra_traces: Sequence[Trace] = ()) -> RoundMetrics:
         """One round: every scheduled task once, memory learning after each batch, then a prompt step.
 
-        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.deploy.feedback``) are handed
+        ``extra_traces`` (answers users rated through ``evolve serve``; see ``evolve.jobs.served``) are handed
         to the prompt optimizer as more examples to learn from; it still gates on the tasks alone.
         """
         start = time.perf_counter()
@@ -327,7 +327,7 @@ class Evolver:
         ]
         if feedback:
             self.memory.reinforce_many(feedback)
-        who = writer_name("run", self.run_name)  # meta["writer"]: the trust policy decides by it (memory.trust)
+        who = writer_name("run", self.run_name)  # meta["writer"]: the trust policy decides by it (memory/defences/)
         entries = [
             WriteEntry(
                 e.prompt,

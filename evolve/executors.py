@@ -28,7 +28,7 @@ from evolve.agent import Team, TeamAct
 from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step
 from evolve.run_log import MAX_EPISODE_ID
-from memory.checks import fit_id
+from memory.write.checks import fit_id
 
 
 @runtime_checkable
@@ -125,7 +125,7 @@ class Rollout:
 
     A picklable function object (when its team and environment factory are): an executor calls it
     in this process or ships it to workers. Episode ids are ``<run>:<round>:<task id>``, shortened with a
-    hash (``memory.checks.fit_id``) when longer than the run log's 300-character id column.
+    hash (``memory.write.checks.fit_id``) when longer than the run log's 300-character id column.
 
     Args:
         team: the agents.

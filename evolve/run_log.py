@@ -42,7 +42,7 @@ from evolve.tools.runs import ToolRun
 MAX_RUN = 200
 """The most characters in a run's name (``<run>@<tenant>`` included): the run columns are VARCHAR(200)."""
 MAX_EPISODE_ID = 300
-"""Episode ids (``<run>:<round>:<task id>``) longer than this are shortened with a hash (``memory.checks.fit_id``)."""
+"""Episode ids (``<run>:<round>:<task id>``) longer than this are shortened with a hash (``memory.write.checks.fit_id``)."""
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 """The run log's SQLite connections checkpoint the write-ahead log at the size the memory store's own
 connection does: left at SQLite's 1,000 pages, the run log's small commits would checkpoint (and fsync)

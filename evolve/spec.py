@@ -68,7 +68,7 @@ from connectors import ConfigError
 from evolve.envs.bundled import database_folder, spec_file
 from evolve.tools.mcp import check_entry  # no mcp import: the SDK loads only to connect
 from memory.config import DAY, FailureKeeps, ForgetConfig
-from memory.trust import DEFAULT_TRUSTED, check_patterns
+from memory.defences.trust import DEFAULT_TRUSTED, check_patterns
 
 
 class _Strict(BaseModel):
@@ -152,7 +152,7 @@ class MemorySection(_Strict):
     credit_depth: int = Field(0, ge=0, le=8)  # provenance edges a reward travels back (0: off; MemoryConfig)
     credit_decay: float = Field(0.5, ge=0.0, le=1.0)  # γλ: the weight factor per edge
     forget: ForgetSection | None = None  # [memory.forget]: a budget evolve job prunes each agent's memory to
-    # What an untrusted writer's memories become (memory.trust): "open" as any other's, "neutral" start at Q_init
+    # What an untrusted writer's memories become (memory.defences.trust): "open" as any other's, "neutral" start at Q_init
     # with no visits, "quarantine" held from every recall until `evolve memory release`. Trusted: fnmatch patterns.
     trust: Literal["open", "neutral", "quarantine"] = "open"
     trusted: list[str] = Field(default_factory=lambda: list(DEFAULT_TRUSTED))

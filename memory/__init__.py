@@ -16,13 +16,13 @@ from typing import Any
 
 from connectors.deprecation import moved
 from memory.config import ForgetConfig, MemoryConfig, RetrievalConfig, similarity_only
-from memory.distrust import DistrustReport
-from memory.learning import Reinforcement, reinforcements
-from memory.records import MemoryItem, Recall, ScoredItem
-from memory.scoring import calibrate_threshold
+from memory.defences.distrust import DistrustReport
+from memory.defences.trust import TrustPolicy
+from memory.learn.rewards import Reinforcement, reinforcements
+from memory.recall.scoring import calibrate_threshold
+from memory.storage.records import MemoryItem, Recall, ScoredItem
 from memory.store import MemoryStore
-from memory.trust import TrustPolicy
-from memory.writer import WriteEntry
+from memory.write.writer import WriteEntry
 
 __all__ = [
     "DistrustReport",
@@ -45,24 +45,24 @@ __all__ = [
 # still imports from here, with a DeprecationWarning naming its module, until connectors.deprecation's
 # REMOVED_IN.
 _MOVED = {
-    "LOCAL_WRITER": "memory.trust",
-    "TRUST_MODES": "memory.trust",
-    "WRITER_KINDS": "memory.trust",
-    "MAX_FEEDBACK_ID": "memory.checks",
-    "MAX_ID": "memory.checks",
-    "MAX_NAMESPACE": "memory.checks",
-    "check_writer": "memory.checks",
-    "fit_id": "memory.checks",
-    "writer_name": "memory.checks",
-    "Selection": "memory.scoring",
-    "credit_weights": "memory.scoring",
-    "phase_a": "memory.scoring",
-    "select": "memory.scoring",
-    "td_update": "memory.scoring",
-    "two_phase_scores": "memory.scoring",
-    "zscore": "memory.scoring",
-    "Written": "memory.writer",
-    "compose_experience": "memory.writer",
+    "LOCAL_WRITER": "memory.defences.trust",
+    "TRUST_MODES": "memory.defences.trust",
+    "WRITER_KINDS": "memory.defences.trust",
+    "MAX_FEEDBACK_ID": "memory.write.checks",
+    "MAX_ID": "memory.write.checks",
+    "MAX_NAMESPACE": "memory.write.checks",
+    "check_writer": "memory.write.checks",
+    "fit_id": "memory.write.checks",
+    "writer_name": "memory.write.checks",
+    "Selection": "memory.recall.scoring",
+    "credit_weights": "memory.learn.rule",
+    "phase_a": "memory.recall.scoring",
+    "select": "memory.recall.scoring",
+    "td_update": "memory.learn.rule",
+    "two_phase_scores": "memory.recall.scoring",
+    "zscore": "memory.recall.scoring",
+    "Written": "memory.write.writer",
+    "compose_experience": "memory.write.writer",
 }
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from connectors.db import DURABILITY_LEVELS, Durability
 from connectors.errors import ConfigError
-from memory.trust import TrustPolicy
+from memory.defences.trust import TrustPolicy
 
 CreditMode = Literal["uniform", "score"]
 FailureKeeps = Literal["feedback", "attempt", "both"]
@@ -92,7 +92,7 @@ class ForgetConfig:
         retention: seconds a removal stays reversible from its record. None: forever.
         recall_retention: seconds a logged recall stays explainable and reinforceable by its id; older
             ones leave the log at the next prune, what they taught folded into a summary
-            (``memory.recall_expiry`` has the trade-off). None: keep every recall.
+            (``memory.recall.expiry`` has the trade-off). None: keep every recall.
 
     Example:
         >>> ForgetConfig(capacity=500, merge_similarity=0.97).min_visits
@@ -149,13 +149,13 @@ class RetrievalConfig:
         context_start: with ``context_q``, what a memory's Q is in a context that has not rewarded it.
             ``"neutral"`` (the default): ``MemoryConfig.q_init``, and its Q there folds from ``q_init``:
             a Q earned on other tasks (a look-alike's failure) does not outweigh similarity for a task
-            that never recalled the memory (``memory.context_q``; measured in bench/results/learning_findings.md:
+            that never recalled the memory (``memory.recall.context_q``; measured in bench/results/learning_findings.md:
             mean success over 8 epochs +0.035 [+0.030, +0.040] over ``"global"`` on the four families,
             10 seeds). ``"global"``: its stored Q, and its Q there folds from the Q it had when that
             context first recalled it.
         draw_from: which kinds of memory a recall draws from: ``"both"`` (episodes and the strategies
             consolidation distilled from them, ranked together), ``"episodes"`` or ``"strategies"``
-            (``memory.strategies``). A store with no strategies recalls the same under all but
+            (``memory.upkeep.strategies``). A store with no strategies recalls the same under all but
             ``"strategies"``, which then finds nothing.
 
     Example:
@@ -208,9 +208,9 @@ class MemoryConfig:
         alpha_schedule: how big a step one reward takes. ``"constant"`` (the default, the MemRL paper's):
             α every time. ``"visits"``: ``α_n = max(alpha_floor, 1/(n + 2))`` with n the rewards the memory
             had before this one (its ``visits``; in a context, the rewards of that context's recalls:
-            ``memory.context_q``): a running mean with one pseudo-observation at the starting Q, so one
+            ``memory.recall.context_q``): a running mean with one pseudo-observation at the starting Q, so one
             wrong rating moves a memory with evidence less, floored so a fact that changes can still be
-            followed (``memory.scoring.alpha_for``). ``alpha`` is then unused. Not the default: on the
+            followed (``memory.learn.rule.alpha_for``). ``alpha`` is then unused. Not the default: on the
             noisy-ratings bench (``bench.noise_alpha``: Q in context, rule reader, four families, 10 seeds,
             ρ = 0 to 0.3 wrong ratings) floors 0.1 and 0.2 are level with the constant α pooled at every ρ
             (last epoch at ρ = 0.3: −0.005 [−0.025, +0.014]) and below it on changing facts at ρ = 0.2
@@ -260,14 +260,14 @@ class MemoryConfig:
         supersede: facts that change. When true, a memory written by ``write``/``write_many`` that
             states a different fact than older valid memories of its intent group (a success that gave
             another answer, a failure whose feedback revealed another one: the rule is in
-            ``memory.lifecycle``) supersedes them: they stay stored, marked ``valid_to`` and
+            ``memory.upkeep.supersession``) supersedes them: they stay stored, marked ``valid_to`` and
             ``superseded_by``, and no recall finds them any more (``retrieve(as_of=...)`` still does).
             Off by default, so that a run whose answers vary in wording keeps recalling all its memories.
             On the bundled changing-facts family (oracle reader, 10 seeds, ``bench/changing_facts.py``)
             the tasks whose answer changed succeed 0.39 of the time in the round after the change
             instead of 0.03, and success from the change on rises by +0.086 [+0.076, +0.097].
 
-        credit_depth: credit over several steps (``memory.credit``): how many provenance edges a reward
+        credit_depth: credit over several steps (``memory.learn.credit``): how many provenance edges a reward
             travels back from the memories a recall selected to the memories that were in context when
             those were written. 0 (the default, the switch off): only the recalled memories move. On a
             bundled three-step family whose deciding memory sits two edges above the only reward
@@ -276,15 +276,15 @@ class MemoryConfig:
             first round, where a failure also blames memories that were not at fault.
         credit_decay: γλ in [0, 1], the weight factor per edge: an ancestor ``d`` edges away gets
             ``(γλ)^d`` of the recalled memory's weight.
-        forget: forgetting with a budget (``memory.forgetting.ForgetConfig``: capacity, eviction order,
+        forget: forgetting with a budget (``memory.upkeep.forgetting.ForgetConfig``: capacity, eviction order,
             merging of near-duplicates, how long a removal stays reversible), applied by
             ``MemoryStore.prune`` and ``evolve job``. The default forgets nothing.
-        trust: which writers' memories count as written (``memory.trust.TrustPolicy``): ``"open"`` (the
+        trust: which writers' memories count as written (``memory.defences.trust.TrustPolicy``): ``"open"`` (the
             default) stores every writer's alike; ``"neutral"`` starts an untrusted writer's memories at
             ``q_init`` with no visits; ``"quarantine"`` holds them where no recall finds them until
             ``MemoryStore.release``.
         strategy_start: the Q a strategy that consolidation distils for a group without one starts with
-            (``memory.strategies``; a refined strategy always takes over its predecessor's Q and visits).
+            (``memory.upkeep.strategies``; a refined strategy always takes over its predecessor's Q and visits).
             ``"q_init"`` (the default): ``q_init``, like any new memory. ``"sources"``: the Q its source
             episodes earned, their mean weighted by visits (unweighted when none was rewarded yet), with no
             visits of its own. Under ``RetrievalConfig.context_q`` with the ``"neutral"`` start a task's
@@ -320,7 +320,9 @@ class MemoryConfig:
         if self.strategy_start not in STRATEGY_STARTS:
             raise ConfigError(f"{owner}.strategy_start must be one of {STRATEGY_STARTS}, got {self.strategy_start!r}")
         if not isinstance(self.trust, TrustPolicy):
-            raise ConfigError(f"{owner}.trust must be a memory.trust.TrustPolicy, got {type(self.trust).__name__}")
+            raise ConfigError(
+                f"{owner}.trust must be a memory.defences.trust.TrustPolicy, got {type(self.trust).__name__}"
+            )
         check_int(owner, "credit_depth", self.credit_depth, 0)
         _check_range(owner, "credit_decay", self.credit_decay, 0.0, 1.0)
         if not isinstance(self.forget, ForgetConfig):
@@ -334,7 +336,7 @@ class MemoryConfig:
                 f" max(alpha_floor, 1/(visits + 2))), got {self.alpha_schedule!r}"
             )
         _check_range(owner, "alpha_floor", self.alpha_floor, 0.0, 1.0)
-        _check_range(owner, "q_init", self.q_init, -1e12, 1e12)  # memory.inserts.MAX_VALUE: Q stays finite
+        _check_range(owner, "q_init", self.q_init, -1e12, 1e12)  # memory.write.inserts.MAX_VALUE: Q stays finite
         ok = isinstance(self.group_threshold, (int, float)) and not isinstance(self.group_threshold, bool)
         if not ok or not 0.0 < self.group_threshold <= 1.0:
             raise ConfigError(f"{owner}.group_threshold must be a number in (0, 1], got {self.group_threshold!r}")
@@ -360,3 +362,17 @@ def similarity_only(cfg: MemoryConfig | None = None) -> MemoryConfig:
     """
     cfg = cfg if cfg is not None else MemoryConfig()
     return replace(cfg, alpha=0.0, alpha_schedule="constant", retrieval=replace(cfg.retrieval, lam=0.0, epsilon=0.0))
+
+
+def recall_config(base: RetrievalConfig, k: int | None) -> RetrievalConfig:
+    """``base`` with ``k2 = k`` (phase A's pool ``k1`` widened to hold it); ``base`` itself for None: a caller's
+    "give me k" (LangChain's ``k``, LangGraph's ``limit + offset``) as a recall's settings.
+
+    Example:
+        >>> cfg = recall_config(RetrievalConfig(k1=10, k2=5), 20)
+        >>> cfg.k1, cfg.k2
+        (20, 20)
+    """
+    if k is None:
+        return base
+    return replace(base, k2=k, k1=max(base.k1, k))

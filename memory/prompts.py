@@ -1,6 +1,6 @@
 """Every text the memory writer sends to a model or stores, as named constants.
 
-Rendered by ``tests/memory/test_prompts.py`` against a golden snapshot, so a change here shows up as
+Rendered by ``tests/memory/write/test_memory_writer.py`` against a golden snapshot, so a change here shows up as
 a reviewed diff. Fields use ``str.format`` names: ``{task}``, ``{trajectory}``, ``{feedback}``, ...
 """
 
@@ -64,7 +64,7 @@ Feedback: {feedback}"""
 
 OMITTED = "... [{count} characters omitted] ..."
 
-# Consolidation (``memory.consolidation``): several episodes of one kind of task distilled into one
+# Consolidation (``memory.upkeep.consolidation``): several episodes of one kind of task distilled into one
 # strategy. The model answers with four labelled lines, parsed leniently (``parse_strategy``).
 CONSOLIDATE_SYSTEM = (
     "You distil several past attempts at one kind of task into one strategy that helps an agent do "

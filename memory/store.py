@@ -5,6 +5,11 @@ to a vector index, so a recall costs one index search plus microseconds of scori
 ``UPDATE … SET q = q + α·(r − q)`` per batch, computed by the database, so several processes sharing a
 store never lose an update; a feedback id makes it idempotent.
 
+``MemoryStore`` is one class whose methods hand the work to the rooms of the package: ``memory.write`` (adding,
+writing, importing, removing), ``memory.recall`` (retrieving, the recall log), ``memory.learn`` (rewards),
+``memory.upkeep`` (consolidating, pruning, restoring), ``memory.defences`` (the quarantine, distrust) and
+``memory.storage`` (the database and reading memories back).
+
 Example:
     >>> from connectors import HashEmbedder
     >>> with MemoryStore("sqlite://", embedder=HashEmbedder()) as store:
@@ -18,52 +23,40 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
+from sqlalchemy import Engine
 
 from connectors.chat import ChatModel
 from connectors.db import default_url
 from connectors.embedders import Embedder
-from connectors.errors import ConfigError
+from connectors.errors import StoreError
 from connectors.redact import redact_url
-from memory import checks, jsonl, quarantine, reads
-from memory.checks import (
-    check_id,
-    check_namespace,
-    check_owner,
-    check_reward,
-    check_rows,
-    check_text,
-    check_texts,
-    new_id,
-)
-from memory.config import FailureKeeps, MemoryConfig, RetrievalConfig
-from memory.context_q import check_contexts, q_in_context
-from memory.database import Database, OpenStore, mirror_set, resolve_index
-from memory.inserts import BULK_CHUNK, NewItems, chunk_size, insert_batches, remove_items
-from memory.learning import Reinforcement, apply_updates, check_entries, plan_updates
-from memory.records import ItemCache, MemoryItem, Recall, ScoredItem
-from memory.retrieval import Planner, to_recall
-from memory.schema import create_schema
-from memory.trust import LOCAL_WRITER
-from memory.upkeep import StoreUpkeep
-from memory.writer import WriteEntry, check_write_entries, compose_experiences, entry_ids, new_batches
+from memory.config import FailureKeeps, ForgetConfig, MemoryConfig, RetrievalConfig
+from memory.defences import distrust as distrusting
+from memory.defences import quarantine
+from memory.defences.trust import LOCAL_WRITER
+from memory.learn import rewards
+from memory.learn.rewards import Reinforcement
+from memory.recall import log as recall_log
+from memory.recall import retrieving
+from memory.storage import items as stored
+from memory.storage import jsonl
+from memory.storage.database import OpenStore, mirror_set, open_database
+from memory.storage.records import ItemCache, MemoryItem, Recall, ScoredItem
+from memory.upkeep import pruning, restoring, strategies
+from memory.write import adding, checks
+from memory.write.writer import WriteEntry
 
 __all__ = ["MemoryItem", "MemoryStore", "Recall", "ScoredItem", "WriteEntry"]
 
-T = TypeVar("T")
 
-
-class MemoryStore(StoreUpkeep):
-    """Episodic memory whose items carry a learned utility Q (docs/design/decisions.md, "Memory and Q");
-    its reading methods (``get``, ``items``, ``explain``, ``stats``, ``export``) are ``memory.reading``'s,
-    its lifecycle ones (``consolidate``, ``prune``, ``restore``, ``history``) ``memory.upkeep``'s.
+class MemoryStore:
+    """Episodic memory whose items carry a learned utility Q (docs/design/decisions.md, "Memory and Q").
 
     Args:
         url: SQLAlchemy URL; default ``sqlite:///<EVOLVE_HOME>/evolve.db``; ``"sqlite://"`` is in memory.
@@ -92,28 +85,16 @@ class MemoryStore(StoreUpkeep):
         index_path: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
-        if not callable(getattr(embedder, "embed", None)) or not isinstance(getattr(embedder, "dim", None), int):
-            raise ConfigError(f"MemoryStore needs an embedder with .embed(texts) and an int .dim, got {embedder!r}")
-        self.config = config if config is not None else MemoryConfig()
-        if not isinstance(self.config, MemoryConfig):
-            raise ConfigError(f"MemoryStore config must be a MemoryConfig, got {type(self.config).__name__}")
+        self.config = checks.check_store_args(embedder, config)
         self.url, self.embedder, self.dim = url or default_url(), embedder, int(embedder.dim)
-        self._db = Database(self.url, durability=self.config.durability)
-        try:
-            self.config = replace(self.config, index=resolve_index(self.config.index, self._db))
-            create_schema(self._db.engine, dim=self.dim, vector_index=self.config.index == "pgvector")
-            with self._db.transaction() as conn:
-                checks.check_embedder(conn, getattr(embedder, "name", type(embedder).__name__), self.dim, self.url)
-            self._db.keep_connection()  # every use is under the store's lock
-        except BaseException:
-            self._db.close()
-            raise
+        name = getattr(embedder, "name", type(embedder).__name__)
+        self._db, self.config = open_database(self.url, self.config, embedder=name, dim=self.dim)
         self._rng = np.random.default_rng(seed)
         self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
         self._open = OpenStore(self._db, self._mirrors)
         self._texts = ItemCache(self.config.item_cache)
 
-    # -- writing -------------------------------------------------------------------------------
+    # -- writing (memory.write) ----------------------------------------------------------------
     def add(
         self,
         intent: str,
@@ -131,21 +112,11 @@ class MemoryStore(StoreUpkeep):
         With an ``id`` the call is idempotent: when that id is already stored in ``namespace``, the
         stored item is returned and nothing is written (a resumed run re-writing an attempt adds no
         duplicate). Ids are unique across the store: an id taken in another namespace is a ``StoreError``.
-        ``writer`` (``"<kind>:<name>"``, ``memory.trust``) is stored as ``meta["writer"]``, and ``MemoryConfig.trust``
-        decides by it (an untrusted writer's ``q`` may be ignored, its memory held in quarantine).
+        ``writer`` (``"<kind>:<name>"``, ``memory.defences.trust``) is stored as ``meta["writer"]``, and
+        ``MemoryConfig.trust`` decides by it (an untrusted writer's ``q`` may be ignored, its memory held).
         """
-        check_text("intent", intent)
-        check_text("experience", experience)
-        namespace, meta = check_namespace(namespace), checks.with_writer(meta, writer)
-        if id is not None:
-            check_id("id", id)
-            existing = self._find_many([id], None)
-            if existing:
-                return check_owner(existing[0], namespace)
-        vecs, ids = self._embed([intent]), None if id is None else [id]
-        batch = NewItems.build([intent], [experience], vecs, q=self._q0(q), success=[success], meta=meta, ids=ids)
-        stored = self._insert({namespace: batch}, skip_existing=id is not None)
-        return stored[batch.ids[0]]
+        return adding.add(self._open, self.config, self._embed, intent, experience, namespace=namespace,
+                          success=success, q=q, meta=meta, id=id, writer=writer)  # fmt: skip
 
     def add_many(
         self,
@@ -157,37 +128,16 @@ class MemoryStore(StoreUpkeep):
         group: bool = True,
         writer: str = LOCAL_WRITER,
     ) -> list[MemoryItem]:
-        """Store many ``(intent, experience)`` rows; returns the ``MemoryItem``s stored, in row order (what
-        ``add`` returns, for each row).
+        """Store many ``(intent, experience)`` rows; returns the ``MemoryItem``s stored, in row order.
 
-        ``embeddings`` (n, dim) may be given to skip the embedder (rows are L2-normalised). ``meta`` is
-        one mapping for all rows or one per row. ``group=False`` skips intent grouping: every row
-        becomes its own intent key (a bulk load of distinct tasks avoids the O(n²) comparison). ``writer``: as ``add``'s.
-
-        Every row is checked before anything is written. Up to ``BULK_CHUNK`` rows are one
-        transaction; a larger load commits in chunks of about ``BULK_SECONDS`` each, so other processes
-        sharing the database wait at most about a second for a turn instead of the whole load (a load
-        stopped half way keeps its committed chunks).
+        ``embeddings`` (n, dim) may be given to skip the embedder (rows are L2-normalised). ``meta`` is one
+        mapping for all rows or one per row. ``group=False`` skips intent grouping: every row becomes its own
+        intent key (a bulk load of distinct tasks avoids the O(n²) comparison). ``writer``: as ``add``'s.
+        Every row is checked before anything is written; a large load commits in chunks of about a second
+        each, so other processes sharing the database wait at most about that long for a turn.
         """
-        rows = check_rows(rows)
-        namespace, meta = check_namespace(namespace), checks.with_writer(meta, writer)
-        if not rows:
-            return []
-        intents_ = [r[0] for r in rows]
-        given = embeddings is not None
-        vecs = checks.check_embeddings(embeddings, len(rows), self.dim) if given else self._embed(intents_)
-        batch = NewItems.build(
-            intents_, [r[1] for r in rows], vecs, q=self._q0(None), success=[None] * len(rows), meta=meta
-        )
-        lo, size = 0, BULK_CHUNK
-        stored: dict[str, MemoryItem] = {}
-        while lo < len(batch):
-            if lo:
-                self._open.yield_to_writers()
-            start = time.perf_counter()
-            stored.update(self._insert({namespace: batch.take(slice(lo, lo + size))}, group=group))
-            lo, size = lo + size, chunk_size(size, time.perf_counter() - start)
-        return [stored[i] for i in batch.ids]
+        return adding.add_many(self._open, self.config, self._embed, self.dim, rows, namespace=namespace,
+                               embeddings=embeddings, meta=meta, group=group, writer=writer)  # fmt: skip
 
     def write(
         self,
@@ -203,10 +153,10 @@ class MemoryStore(StoreUpkeep):
         failure_keeps: FailureKeeps | None = None,
         writer: str = LOCAL_WRITER,
     ) -> MemoryItem:
-        """Turn one attempt into one memory (``memory.writer``): cheap text, or an LLM-written lesson. A
+        """Turn one attempt into one memory (``memory.write.writer``): cheap text, or an LLM-written lesson. A
         deterministic ``id`` makes writing idempotent; ``failure_keeps`` overrides the config's for it. With
-        ``MemoryConfig.supersede`` it supersedes the memories of its group it contradicts (``memory.lifecycle``).
-        ``writer``: as ``add``'s (``WriteEntry.writer``)."""
+        ``MemoryConfig.supersede`` it supersedes the memories of its group it contradicts
+        (``memory.upkeep.supersession``). ``writer``: as ``add``'s (``WriteEntry.writer``)."""
         entry = WriteEntry(
             intent, trajectory=trajectory, feedback=feedback, success=success, namespace=namespace,
             provenance=provenance, id=id, failure_keeps=failure_keeps, writer=writer,
@@ -216,69 +166,31 @@ class MemoryStore(StoreUpkeep):
     def write_many(self, entries: Sequence[WriteEntry], *, llm: ChatModel | None = None) -> list[MemoryItem]:
         """``write`` for many attempts: one embedding call, one transaction, one index update per namespace.
 
-        Returns one memory per entry, in order. An entry whose ``id`` is already stored in its namespace
-        gets the stored memory back (and costs no model call); entries repeating an id within the batch
-        are written once and all get that memory. Every entry is checked before anything is written,
-        and an id taken in another namespace is a ``StoreError``. With ``MemoryConfig.supersede``, the
-        batch supersedes what it contradicts as the same writes one after another would, in the same
-        transaction; an id already stored supersedes nothing again.
+        Returns one memory per entry, in order. An entry whose ``id`` is already stored in its namespace gets
+        the stored memory back (and costs no model call); entries repeating an id within the batch are written
+        once and all get that memory. Every entry is checked before anything is written, and an id taken in
+        another namespace is a ``StoreError``. With ``MemoryConfig.supersede`` the batch supersedes what it
+        contradicts as the same writes one after another would, in the same transaction.
         """
-        entries = check_write_entries(entries)
-        ids, firsts = entry_ids(entries)
-        given = [e.id for e in entries if e.id is not None]
-        known = {item.id: item for item in self._find_many(given, None)} if given else {}
-        for e in entries:
-            if e.id in known:
-                check_owner(known[e.id], e.namespace)
-        todo = [entries[i] for i in firsts if ids[i] not in known]
-        if todo:
-            written = compose_experiences(todo, llm, keeps=self.config.failure_keeps)
-            vecs = self._embed([e.intent for e in todo])
-            todo_ids = [ids[i] for i in firsts if ids[i] not in known]
-            batches = new_batches(
-                todo, todo_ids, written, vecs, q_init=self.config.q_init, supersede=self.config.supersede
-            )
-            known.update(self._insert(batches, skip_existing=bool(given)))
-        return [known[item_id] for item_id in ids]
-
-    def _insert(
-        self, batches: Mapping[str, NewItems], *, group: bool = True, skip_existing: bool = False
-    ) -> dict[str, MemoryItem]:
-        """Insert per-namespace batches in one transaction; the stored memories by id.
-
-        With ``skip_existing`` the ids are checked again inside the write transaction: a row another
-        process stored since the caller looked is returned as stored, not written twice (and one it
-        stored in another namespace fails the whole transaction). ``MemoryConfig.trust`` is applied first
-        (``memory.quarantine.screen``): held memories come back as stored, in no mirror.
-        """
-        with self._open.locked():
-            with self._open.write() as conn:
-                batches, out = quarantine.screen(conn, batches, self.config, skip_existing=skip_existing)
-                stored, done = insert_batches(
-                    conn, self._mirrors, batches, config=self.config, group=group, skip_existing=skip_existing
-                )
-            out.update(stored)
-            for _, d in done:
-                out.update((item.id, item) for item in d.items)
-            if not self._mirrors.apply_inserts(done):
-                self._open.resync()
-            return out
+        return adding.write_many(self._open, self.config, self._embed, entries, llm=llm)
 
     def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
         """Delete memories of ``namespace`` by id (ids unknown there are skipped); returns how many were
         removed. Other processes drop them when they catch up; the recall log keeps its rows for ``explain``."""
-        ids = check_texts(memory_ids, "memory_ids", single="wrap it in a list")
-        namespace = check_namespace(namespace)
-        if not ids:
-            return 0
-        with self._open.locked():
-            with self._open.write() as conn:
-                generation, removed = remove_items(conn, ids, namespace)
-            if generation is not None and not self._mirrors.apply_removal(generation, removed):
-                self._open.resync()
-            return sum(len(seqs) for seqs in removed.values())
+        return adding.remove(self._open, memory_ids, namespace)
 
-    # -- recalling -----------------------------------------------------------------------------
+    def import_(self, path: str | Path, *, writer: str | None = None) -> int:
+        """Read an ``export`` file (memories already stored in their namespace are skipped); returns how
+        many were added. Every record is checked before anything is written (a ``ConfigError`` names the
+        line and field; nothing is imported); an import stopped half way completes when run again. With
+        the exporting store's embedder the vectors are reused bit for bit (``memory.storage.jsonl``).
+
+        ``writer`` None keeps each record's own ``meta["writer"]`` (a restore of an export is bit-exact), or
+        gives one without it ``import:<file name>``; a ``writer`` stamps every memory, a record's claimed
+        writer kept as ``meta["claimed_writer"]``. ``MemoryConfig.trust`` decides by the result."""
+        return adding.import_file(self._open, self.config, self.embedder, self.dim, path, writer=writer)
+
+    # -- recalling (memory.recall) -------------------------------------------------------------
     def retrieve(
         self,
         query: str,
@@ -297,7 +209,7 @@ class MemoryStore(StoreUpkeep):
         recall is for (a task id): it is logged, and with ``RetrievalConfig.context_q`` it ranks memories
         by the Q they earned in that context. ``shared`` and ``as_of``: see ``retrieve_many``.
         """
-        check_text("query", query)
+        checks.check_text("query", query)
         many = partial(self.retrieve_many, namespace=namespace, config=config, record=record, shared=shared)
         return many([query], contexts=[context], as_of=as_of)[0]
 
@@ -314,111 +226,204 @@ class MemoryStore(StoreUpkeep):
     ) -> list[Recall]:
         """``retrieve`` for many queries (``contexts``: each one's ``context`` or None), batched. With ``shared``
         (another namespace) both meet in one two-phase recall, logged in ``namespace``, shared memories ranked
-        by ``namespace``'s overlay Q (``memory.context_q``); rewards never move the shared memories themselves.
+        by ``namespace``'s overlay Q (``memory.recall.context_q``); rewards never move the shared memories.
 
-        A recall finds only valid memories (none superseded, ``memory.lifecycle``). ``as_of`` (Unix time),
-        for audits: the memories that were valid then, superseded since or not, ranked with today's Q (Q
-        has no history), searched exactly in a copy read from SQL (slower: the whole namespace is read)."""
-        cfg = checks.check_retrieval(config if config is not None else self.config.retrieval)
-        queries = check_texts(queries, "queries", single="use retrieve")
-        namespace, contexts = check_namespace(namespace), check_contexts(contexts, len(queries))
-        shared, as_of = checks.check_shared(shared, namespace), checks.check_time(as_of, "as_of")
-        if not queries:
-            return []
-        vecs = self._embed(queries)
-        with self._open.locked():
-            names, plans, view, texts = (namespace, shared), None, None, self._texts
-            own = q_in_context(
-                self._db, namespace, contexts, cfg, alpha=self.config.alpha, shared=shared, q_init=self.config.q_init,
-                schedule=self.config.alpha_schedule, floor=self.config.alpha_floor,
-            )  # fmt: skip
-            planner = Planner(vecs, cfg, self._rng, own)
-            if as_of is None:  # optimistic: search the mirrors as this process last saw them, check in the
-                # transaction that logs the recall (read-only if none); repeated only if another process wrote
-                plans = planner(*[self._open.mirror(n) for n in names if n is not None])
-            else:  # an audit: exactly the memories valid then, read from SQL, never from the item cache
-                view, texts = partial(self._mirrors.snapshot, as_of=as_of), ItemCache(0)
-            with self._db.transaction(write=record) as conn:
-                plans, found = reads.select_memories(conn, self._mirrors, names, planner, plans, texts, view=view)
-                out = [
-                    to_recall(new_id(), namespace, q, p, found, c, shared)
-                    for q, p, c in zip(queries, plans, contexts, strict=True)
-                ]
-                if record:
-                    reads.log_recalls(conn, out, plans, cfg, self._mirrors.generation, as_of=as_of)
-            return out
+        A recall finds only valid memories (none superseded, ``memory.upkeep.supersession``). ``as_of`` (Unix
+        time), for audits: the memories that were valid then, superseded since or not, ranked with today's Q
+        (Q has no history), searched exactly in a copy read from SQL (slower: the whole namespace is read)."""
+        return retrieving.retrieve(
+            self._open, self._embed, queries, config=self.config, recall_config=config, namespace=namespace,
+            contexts=contexts, shared=shared, as_of=as_of, record=record, rng=self._rng, texts=self._texts,
+        )  # fmt: skip
 
-    # -- learning ------------------------------------------------------------------------------
+    # -- learning (memory.learn) ---------------------------------------------------------------
     def reinforce(
         self, recall: Recall | str, reward: float, *, feedback_id: str | None = None, namespace: str | None = None
     ) -> int:
         """Apply a reward to the memories of one recall: ``Q ← Q + α·w·(r − Q)``, ``visits += 1``.
 
-        ``recall`` is the ``Recall`` that ``retrieve`` returned (it carries its namespace, and is
-        checked against the recall log) or its id, which is looked up among the recalls of
-        ``namespace`` (default ``"default"``). A recall only ever reinforces memories of the namespace
-        it was made in.
+        ``recall`` is the ``Recall`` that ``retrieve`` returned (it carries its namespace, and is checked
+        against the recall log) or its id, looked up among the recalls of ``namespace`` (default
+        ``"default"``). A recall only ever reinforces memories of the namespace it was made in.
 
-        Returns how many items were updated: 0 when ``feedback_id`` was applied before (nothing
-        changes). Raises ``ConfigError`` for a non-finite or out-of-range reward and ``StoreError``
-        for a recall unknown in the namespace, in both cases before anything is written.
+        Returns how many items were updated: 0 when ``feedback_id`` was applied before (nothing changes).
+        Raises ``ConfigError`` for a non-finite or out-of-range reward and ``StoreError`` for a recall unknown
+        in the namespace, in both cases before anything is written.
         """
         return self.reinforce_many([Reinforcement(recall, reward, feedback_id)], namespace=namespace)
 
     def reinforce_many(self, items: Sequence[Reinforcement], *, namespace: str | None = None) -> int:
         """Many ``reinforce`` calls in one transaction and one UPDATE statement; returns items updated.
 
-        Each entry is a ``Reinforcement(recall, reward, feedback_id, namespace)`` (``reinforcements``
-        builds them for one answer's recalls); the feedback id may be None, and so may the namespace: a
-        recall id is looked up in the entry's namespace, else in ``namespace``, else in ``"default"``; a
-        ``Recall`` object in its own. Plain tuples in that order still work, with a DeprecationWarning,
-        until 0.3.0.
+        Each entry is a ``Reinforcement(recall, reward, feedback_id, namespace)`` (``reinforcements`` builds
+        them for one answer's recalls); the feedback id may be None, and so may the namespace: a recall id is
+        looked up in the entry's namespace, else in ``namespace``, else in ``"default"``; a ``Recall`` object
+        in its own. Plain tuples in that order still work, with a DeprecationWarning, until 0.3.0.
         """
-        entries = check_entries(items)
-        namespace = None if namespace is None else check_namespace(namespace)
-        if not entries:
-            return 0
+        return rewards.reinforce(self._open, self.config, items, namespace=namespace)
+
+    # -- reading (memory.storage, memory.recall.log) ---------------------------------------------------
+    def get(self, memory_id: str, *, namespace: str = "default") -> MemoryItem:
+        """One memory of ``namespace`` by id, superseded or not (``StoreError`` when that namespace holds none)."""
+        checks.check_id("memory_id", memory_id)
+        found = self._open.read(
+            partial(stored.fetch_items, ids=[memory_id], namespace=checks.check_namespace(namespace))
+        )
+        if not found:
+            raise StoreError(f"unknown memory id {memory_id!r} in namespace {namespace!r}")
+        return found[0]
+
+    def items(self, namespace: str | None = None, *, include_superseded: bool = True) -> list[MemoryItem]:
+        """Every memory (of one namespace, or all), oldest first; ``include_superseded=False`` leaves out
+        those a newer memory superseded (``MemoryItem.valid``: the ones recalls can find)."""
+        namespace = None if namespace is None else checks.check_namespace(namespace)
+        return self._open.read(partial(stored.all_items, namespace=namespace, valid_only=not include_superseded))
+
+    def explain(self, recall_id: str, *, namespace: str = "default") -> dict[str, Any]:
+        """The logged recall of ``namespace``: query, config, every candidate's sim, Q, z-scores, score,
+        whether it was selected or filtered by δ, whether a newer memory has superseded it since
+        (``superseded``, ``superseded_by``), and the feedback applied to it since."""
+        checks.check_id("recall_id", recall_id)
+        return self._open.read(
+            partial(recall_log.explain, recall_id=recall_id, namespace=checks.check_namespace(namespace))
+        )
+
+    def stats(self, namespace: str | None = None) -> dict[str, Any]:
+        """Counts and the Q distribution: count, q mean/std/min/max/histogram, visits, intents, and how many
+        memories are superseded (counted in ``count`` too)."""
+        namespace = None if namespace is None else checks.check_namespace(namespace)
+        return self._open.read(partial(stored.stats, namespace=namespace))
+
+    def export(self, path: str | Path, *, namespace: str | None = None) -> int:
+        """Write memories as JSONL (ids, Q, visits, timestamps, validity, meta, embeddings kept); returns the
+        count. Atomic: a complete file replaces ``path``, or ``path`` is left as it was (``memory.storage.jsonl``)."""
+        target = jsonl.as_path(path, "export")
+        return self._open.read(lambda conn: jsonl.export_jsonl(conn, target, namespace, self.embedder, self.dim))
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine behind the store; other tables (runs, prompts) may share its database."""
+        return self._db.engine
+
+    # -- upkeep between rounds (memory.upkeep; docs/design/decisions.md, "A memory that matures") -------------
+    def consolidate(
+        self, namespace: str = "default", *, llm: ChatModel | None = None, min_size: int = 3
+    ) -> strategies.Consolidation:
+        """Distil a strategy from each intent group of ``namespace`` with at least ``min_size`` valid episodes,
+        successes and failures together (``memory.upkeep.strategies``): by ``llm`` (one call per group that
+        changed since its last strategy) or, without one, by rule. Strategies are memories of kind
+        ``"strategy"`` with their own Q, recalled as ``RetrievalConfig.draw_from`` says.
+
+        Idempotent: a group whose episodes are the ones its stored strategy came from costs nothing; a group
+        that changed gets a new strategy superseding the old one (which hands over its Q and visits); a
+        group's first strategy starts as ``MemoryConfig.strategy_start`` says. Killed midway, the store is as
+        before or complete (one write transaction after the model calls).
+        """
+        return strategies.consolidate(self._open, self.config, namespace, llm=llm, min_size=min_size)
+
+    def prune(
+        self,
+        namespace: str | None = None,
+        *,
+        config: ForgetConfig | None = None,
+        now: float | None = None,
+        dry_run: bool = False,
+    ) -> pruning.PruneReport:
+        """Forget under a budget (``memory.upkeep.pruning``): merge near-duplicates, evict the namespace down to
+        ``config.capacity`` (default ``MemoryConfig.forget``, which forgets nothing), purge removal records
+        older than ``config.retention``; every removal is recorded and can be undone with ``restore``.
+
+        ``namespace`` None prunes every namespace; ``now`` (Unix time, default the clock) is when staleness
+        is measured and the removals are stamped; ``dry_run`` reports what would go and changes nothing.
+        One write transaction: killed midway, the store is as before. Run again, it removes nothing more.
+
+        Example:
+            >>> from connectors import HashEmbedder
+            >>> with MemoryStore("sqlite://", embedder=HashEmbedder()) as store:
+            ...     _ = store.add_many([("Torcode Lager Nord?", "4471")] * 3)
+            ...     store.prune(config=ForgetConfig(merge_similarity=0.99)).counts
+            {'merged': 2}
+        """
+        return pruning.prune_store(
+            self._open, self.config, self.dim, namespace, forget=config, now=now, dry_run=dry_run
+        )
+
+    def restore(
+        self, ids: Sequence[str], *, namespace: str = "default", now: float | None = None
+    ) -> restoring.RestoreReport:
+        """Put removed memories of ``namespace`` back from the removal log (``memory.upkeep.restoring``): ``ids``
+        are removal ids (``history``) or memory ids (their latest removal). A merged memory's keeper hands
+        back what the merge gave it. Restoring twice changes nothing; records past
+        ``MemoryConfig.forget.retention`` (at ``now``, default the clock) are refused, as are unknown ids (both
+        listed in the report)."""
+        return restoring.restore_store(self._open, self.config, ids, namespace=namespace, now=now)
+
+    def history(
+        self, namespace: str | None = None, *, limit: int = 100, since: float | None = None
+    ) -> list[restoring.LoggedRemoval]:
+        """The removal log, newest first (of ``namespace``, or every namespace): what went, why, when, whether
+        it was restored and whether it still can be. ``since``: removed at or after it."""
+        return restoring.read_history(self._open, self.config, namespace, limit=limit, since=since)
+
+    # -- defences against a writer (memory.defences) ----------------------------------------------------------
+    def quarantined(self, namespace: str | None = None, writer: str | None = None) -> list[MemoryItem]:
+        """The memories ``MemoryConfig.trust`` (mode ``"quarantine"``) holds back from every recall, oldest first:
+        of ``namespace`` and ``writer`` (None: all). Each is as ``release`` would store it (``q_init``, no visits)."""
+        return quarantine.quarantined(self._open, namespace, writer)
+
+    def release(
+        self, *, writer: str | None = None, ids: Sequence[str] | None = None, namespace: str | None = None
+    ) -> int:
+        """Move held memories into the memory (those of ``writer``, ``ids`` and ``namespace``; at least one
+        given): at ``q_init`` with no visits, grouped with the intents they meet; returns how many. Released,
+        they are memories like any other; releasing again moves nothing."""
+        return adding.release(self._open, self.config, self.dim, writer=writer, ids=ids, namespace=namespace)
+
+    def distrust(
+        self, writer: str, *, namespace: str | None = None, action: str = "remove", now: float | None = None
+    ) -> distrusting.DistrustReport:
+        """Stop trusting ``writer`` after the fact (``memory.defences.distrust``): ``action="remove"`` removes its
+        memories (of ``namespace``, or all) through the removal log, so ``history`` lists them and ``restore``
+        puts them back, and drops its held ones; ``"reset"`` sets their Q to ``q_init`` and their visits to 0,
+        logged for ``undo_distrust``. Twice is a no-op (zeros). A writer the store never recorded is a
+        ``ConfigError``."""
+        return distrusting.distrust(self._open, self.config, writer, namespace=namespace, action=action, now=now)
+
+    def undo_distrust(
+        self, writer: str, *, namespace: str | None = None, now: float | None = None
+    ) -> distrusting.DistrustReport:
+        """Undo ``distrust`` of ``writer`` (of ``namespace``, or all): removed memories restored (within
+        ``ForgetConfig.retention``), reset ones given their Q and visits back unless rewarded since, dropped
+        ones held again. The report counts what came back; a second undo brings back nothing."""
+        return distrusting.undo_distrust(self._open, self.config, writer, namespace=namespace, now=now)
+
+    # -- the vector index (memory.mirror) ---------------------------------------------------------------------
+    def index_status(self, namespace: str = "default") -> str:
+        """How the namespace's vector index was obtained: ``loaded`` (saved file, current), ``caught_up``
+        (saved, updated from SQL), ``rebuilt``, ``built`` (no file) or ``database`` (``index="pgvector"``)."""
+        return self._open.index_status(checks.check_namespace(namespace))
+
+    def mirror_status(self, namespace: str = "default") -> str:
+        """The same for the namespace's mirror (ids, Q, visits, vectors): ``loaded`` is its mapped snapshot."""
+        return self._open.index_status(checks.check_namespace(namespace), of="mirror")
+
+    def index_details(self, namespace: str = "default") -> dict[str, Any]:
+        """What the namespace's index holds now: for ``index="auto"``, ``holds`` (``"exact"`` or ``"graph"``), items
+        in the graph (``distinct_vectors``: the vectors it holds) and in the exact part, ``ef_search`` and its measured
+        recall@10 (``measured_recall_at_10``), whether background work runs (``working``) and its last ``error``."""
+        return self._open.index_details(checks.check_namespace(namespace))
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until background index work (``index="auto"``: the switch to a graph, merges, tuning) is done; false
+        when ``timeout`` seconds passed first. Recalls never need this: they are answered exactly meanwhile."""
+        return self._open.wait_for_index(timeout)
+
+    def save_index(self) -> int:
+        """Save changed vector indexes and mirror snapshots beside the database now (``close`` does it too)."""
         with self._open.locked():
-            with self._open.write() as conn:
-                cfg = self.config
-                plan = plan_updates(
-                    conn, entries, alpha=cfg.alpha, credit=cfg.credit, namespace=namespace,
-                    depth=cfg.credit_depth, decay=cfg.credit_decay, schedule=cfg.alpha_schedule, floor=cfg.alpha_floor,
-                )  # fmt: skip
-                generation, after, updated = apply_updates(conn, plan)
-            if generation is not None:
-                if self._mirrors.advance(generation):
-                    self._mirrors.apply_values(after)
-                else:
-                    self._open.resync()
-            return updated
+            return self._mirrors.save()
 
-    # -- moving memories ---------------------------------------------------------------------
-    def import_(self, path: str | Path, *, writer: str | None = None) -> int:
-        """Read an ``export`` file (memories already stored in their namespace are skipped); returns how
-        many were added. Every record is checked before anything is written (a ``ConfigError`` names the
-        line and field; nothing is imported); an import stopped half way completes when run again. With
-        the exporting store's embedder the vectors are reused bit for bit (``memory.jsonl``).
-
-        ``writer`` None keeps each record's own ``meta["writer"]`` (a restore of an export is bit-exact), or
-        gives one without it ``import:<file name>``; a ``writer`` stamps every memory, a record's claimed
-        writer kept as ``meta["claimed_writer"]``. ``MemoryConfig.trust`` decides by the result."""
-        source = jsonl.as_path(path, "import")
-        stamp = partial(checks.imported_meta, writer=None if writer is None else checks.check_writer(writer),
-                        fallback=checks.writer_name("import", source.name))  # fmt: skip
-        checked = jsonl.check_file(source)
-        skip = self._open.read(partial(jsonl.already_stored, checked=checked))
-        reuse = jsonl.same_embedder(checked.header, self.embedder, self.dim)
-        added = 0
-        for namespace, records in jsonl.records(checked, skip):
-            if added // BULK_CHUNK != (added + len(records)) // BULK_CHUNK:
-                self._open.yield_to_writers()  # a turn for other writers about every BULK_CHUNK rows
-            batch, reused = jsonl.to_batch(records, self.embedder, self.dim, reuse=reuse, stamp=stamp)
-            self._insert({namespace: batch}, group=not reused, skip_existing=True)
-            added += len(batch)
-        return added
-
-    # -- lifecycle -----------------------------------------------------------------------------
+    # -- open and closed ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Save changed indexes and release the database. Idempotent."""
         self._open.close()
@@ -432,10 +437,6 @@ class MemoryStore(StoreUpkeep):
     def __repr__(self) -> str:
         name = getattr(self.embedder, "name", "?")
         return f"MemoryStore({redact_url(self.url)!r}, embedder={name!r}, index={self.config.index!r})"
-
-    # -- helpers -------------------------------------------------------------------------------
-    def _q0(self, q: float | None) -> float:
-        return self.config.q_init if q is None else check_reward(q, "add", what="q")
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)

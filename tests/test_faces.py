@@ -124,7 +124,7 @@ MOST = {"evolve": 40, "memory": 20}
 # One name that left each face, and the module that holds it now.
 MOVED = {
     "evolve": ("seed_interval", "evolve.figures"),
-    "memory": ("zscore", "memory.scoring"),
+    "memory": ("zscore", "memory.recall.scoring"),
     "connectors": ("request_key", "connectors.chat"),
     "optimizers": ("pareto_front", "optimizers.selection"),
 }
@@ -181,7 +181,7 @@ def test_the_warning_points_at_the_line_that_imported_the_name(tmp_path: Path) -
     script.write_text("import warnings\nwarnings.simplefilter('always')\nfrom memory import fit_id\n")
     out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, check=True)
     assert f"{script}:3: DeprecationWarning: `from memory import fit_id`" in out.stderr
-    assert "use `from memory.checks import fit_id`" in out.stderr
+    assert "use `from memory.write.checks import fit_id`" in out.stderr
 
 
 @pytest.mark.parametrize("name", sorted(FACES))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -22,6 +23,7 @@ PACKAGES = ("connectors", "memory", "optimizers", "evolve", "apps", "bench", "te
 LIBRARY = ("connectors", "memory", "optimizers", "evolve", "apps")
 MAX_LINES = 450
 MAX_ROOT_MODULES = 12  # evolve/ root: the loop and its vocabulary; concepts get their own folders
+MAX_MEMORY_DEPTH = 8  # memory/: the longest chain of imports between its modules, in modules
 # ARCHITECTURE.md: heavy packages imported inside functions, except at the top of these two modules
 HEAVY = ("torch", "transformers", "sentence_transformers", "peft", "vllm", "faiss", "streamlit", "langchain")
 HEAVY += ("langchain_core", "langgraph", "ray", "psycopg")
@@ -31,7 +33,7 @@ NOT_CODE = {"build", "dist", "site", "node_modules", "__pycache__"}  # folders t
 
 # ---- the import graph ---------------------------------------------------------------------------------
 def module_name(path: Path) -> str:
-    """``evolve/deploy/serving.py`` → ``evolve.deploy.serving``; a package's face is ``<pkg>.__init__``."""
+    """``evolve/serve/deployment.py`` → ``evolve.serve.deployment``; a package's face is ``<pkg>.__init__``."""
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
@@ -358,6 +360,18 @@ def test_no_file_outgrows_a_reader() -> None:
 def test_the_evolve_root_holds_the_loop_and_its_vocabulary_only() -> None:
     root_modules = sorted(p.name for p in (ROOT / "evolve").glob("*.py"))
     assert len(root_modules) <= MAX_ROOT_MODULES, root_modules
+
+
+def test_memory_stacks_at_most_eight_modules_deep() -> None:
+    """``memory/`` in rooms: its longest chain of imports run on import (``scripts/import_depth.py``, the same
+    measure), counted in modules, stays within ``MAX_MEMORY_DEPTH`` (it was 17 in one flat folder)."""
+    spec = importlib.util.spec_from_file_location("import_depth", ROOT / "scripts" / "import_depth.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    depth, chain = script.longest_chain("memory", ROOT)
+    print(f"\nmemory import depth {depth}: {' -> '.join(chain)}")
+    assert depth <= MAX_MEMORY_DEPTH, chain
 
 
 # ---- the package faces --------------------------------------------------------------------------------

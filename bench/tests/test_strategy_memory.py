@@ -22,8 +22,8 @@ from connectors import ConfigError, HashEmbedder, Message, load_chat
 from connectors.quoting import quote
 from evolve import Task
 from memory import RetrievalConfig
-from memory.consolidation import Strategy, rule_strategy
-from memory.records import MemoryItem
+from memory.storage.records import MemoryItem
+from memory.upkeep.consolidation import Strategy, rule_strategy
 
 SITES = ("Zürich-Nordhafen-Logistik-Lager-07", "Basel-Rheinhafen-Kühlhaus-Süd-12", "Genève-Cointrin-Fracht-Ost-03")
 TASKS = [Task(id=f"door-{i}", prompt=f"What is the door code of {site}?", answer=f"{4471 + 7 * i}")

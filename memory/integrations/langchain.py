@@ -21,15 +21,14 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from connectors.errors import ConfigError
 from connectors.install import extra_hint
-from memory.checks import check_k, check_namespace
-from memory.config import RetrievalConfig
-from memory.records import Recall
+from memory.config import RetrievalConfig, recall_config
+from memory.storage.records import Recall
 from memory.store import MemoryStore
+from memory.write.checks import check_k, check_namespace
 
 INSTALL_HINT = extra_hint("langchain")
 
@@ -44,19 +43,6 @@ except ImportError as e:  # the optional extra is missing: say which one
     ) from e
 
 __all__ = ["MemoryRetriever", "recall_config", "to_documents"]
-
-
-def recall_config(base: RetrievalConfig, k: int | None) -> RetrievalConfig:
-    """``base`` with ``k2 = k`` (phase A's pool ``k1`` widened to hold it); ``base`` itself for None.
-
-    Example:
-        >>> cfg = recall_config(RetrievalConfig(k1=10, k2=5), 20)
-        >>> cfg.k1, cfg.k2
-        (20, 20)
-    """
-    if k is None:
-        return base
-    return replace(base, k2=k, k1=max(base.k1, k))
 
 
 def to_documents(recall: Recall) -> list[Document]:

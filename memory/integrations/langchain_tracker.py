@@ -41,9 +41,9 @@ from uuid import UUID
 
 from connectors.errors import ConfigError, StoreError
 from connectors.install import extra_hint
-from memory.checks import check_reward
-from memory.learning import reinforcements
+from memory.learn.rewards import reinforcements
 from memory.store import MemoryStore
+from memory.write.checks import check_reward
 
 INSTALL_HINT = extra_hint("langchain")
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from connectors.errors import ConfigError
-from memory.checks import check_namespace, new_id
+from memory.write.checks import check_namespace, new_id
 
 SEPARATOR = "."
 KEY_PREFIX = "lg"

@@ -53,8 +53,7 @@ from sqlalchemy import Connection, select
 
 from connectors.errors import ConfigError
 from connectors.install import extra_hint
-from memory.config import RetrievalConfig
-from memory.integrations.langchain import recall_config
+from memory.config import RetrievalConfig, recall_config
 from memory.integrations.langgraph_mapping import (
     META_KEY,
     canonical,
@@ -68,9 +67,9 @@ from memory.integrations.langgraph_mapping import (
     value_text,
     version_id,
 )
-from memory.reads import ITEM_FIELDS
-from memory.records import MemoryItem, item_from_row
-from memory.schema import memory_items
+from memory.storage.items import ITEM_FIELDS
+from memory.storage.records import MemoryItem, item_from_row
+from memory.storage.schema import memory_items
 from memory.store import MemoryStore
 
 INSTALL_HINT = extra_hint("langchain")

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from connectors.errors import StoreError
-from memory.mirror import index as vector_index
+from memory.mirror import backend as backends
 from memory.mirror.files import (
     SAVING,
     atomic,
@@ -68,7 +68,7 @@ REBUILD_DEAD = 0.2  # share of tombstones in the graph that starts a rebuild wit
 TUNE_SEED = 1234
 GROUPING_EF = 32  # intent grouping asks for the one nearest key, which joins only at cosine >= 0.98: a
 # neighbour that close is found by a short greedy walk; efSearch tuned for recall@10 (192 at a million
-# items) cost 1 ms a write. A near key missed starts a new group, as ``memory.inserts`` says.
+# items) cost 1 ms a write. A near key missed starts a new group, as ``memory.write.inserts`` says.
 
 
 class AdaptiveIndex:
@@ -424,12 +424,12 @@ class AdaptiveIndex:
 def new_index(dim: int, kind: str) -> SearchIndex:
     """An empty in-process index of ``kind``; ``"adaptive"`` without faiss is NumPy's exact search."""
     if kind == "adaptive":
-        return AdaptiveIndex(dim) if vector_index.load_faiss() is not None else VectorIndex(dim, kind="flat")
+        return AdaptiveIndex(dim) if backends.load_faiss() is not None else VectorIndex(dim, kind="flat")
     return VectorIndex(dim, kind=kind)
 
 
 def load_index(path: Path, *, dim: int, kind: str) -> tuple[SearchIndex, int] | None:
     """``kind``'s saved index at ``path`` and the generation it reflects, or None (then it is rebuilt)."""
     if kind == "adaptive":
-        return AdaptiveIndex.load(path, dim=dim) if vector_index.load_faiss() is not None else None
+        return AdaptiveIndex.load(path, dim=dim) if backends.load_faiss() is not None else None
     return VectorIndex.load(path, dim=dim, kind=kind)

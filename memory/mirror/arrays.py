@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memory.mirror.index import SearchIndex
 from memory.mirror.keyrows import FileRows, pair_sims
-from memory.records import MemoryItem
-from memory.scoring import phase_a
+from memory.recall.scoring import phase_a
+from memory.storage.records import MemoryItem
+
+if TYPE_CHECKING:
+    from memory.mirror.index import SearchIndex
 
 # float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
 SIM_MARGIN = 1e-4
@@ -306,7 +309,7 @@ class NamespaceMirror:
         members the index did not return, the whole group joins, so "equal similarity → older item" is
         decided here and not by the index. ``draw_from`` (``RetrievalConfig.draw_from``): ``"strategies"``
         scores the strategies exactly (they are few; the index's answer is not needed), ``"episodes"``
-        leaves them out of the index's answer (searched that much wider: ``retrieval.search``).
+        leaves them out of the index's answer (searched that much wider: ``memory.recall.planning.search``).
         """
         if draw_from == "strategies":
             rows = np.flatnonzero(self.kinds == STRATEGY)
@@ -442,4 +445,4 @@ class Inserted:
     key_vecs: np.ndarray
     evicted_rows: np.ndarray
     superseded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    """The seqs of stored rows the insert superseded: they leave the mirror (``memory.lifecycle``)."""
+    """The seqs of stored rows the insert superseded: they leave the mirror (``memory.upkeep.supersession``)."""

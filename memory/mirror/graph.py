@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.mirror.index import require_faiss
+from memory.mirror.backend import require_faiss
 
 GRAPH_M = 16  # links per node: recall 1.0 at efSearch 64 on 100k clustered 384-d vectors, 13 s to build (M = 32: 16 s, and 128 more bytes per item)
 GRAPH_EF_CONSTRUCTION = 80
@@ -41,7 +41,7 @@ FLOOR = 0.97  # the promise: tuned for 0.98 on 256 queries, a 1M graph gave 0.95
 TUNE_QUERIES = 512
 TUNE_K = 10
 EF_STEPS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-CANDIDATES = 36  # what a recall of k1 = 10 asks the index for and scores exactly (``memory.retrieval.search_width``)
+CANDIDATES = 36  # what a recall of k1 = 10 asks the index for, scored exactly (``recall.planning.search_width``)
 CODE_TOLERANCE = 0.02  # a vector read back from its codes is within this of the vector stored, per coordinate
 # (half a step, 1/255, when read back; a step more for an item that shares a node's codes: Twins)
 QUERY_NOISE = 0.6  # norm of the noise added to a sampled vector: cosine about 0.85 to it, like a paraphrase

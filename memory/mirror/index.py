@@ -31,8 +31,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from connectors.errors import ConfigError, StoreError
-from connectors.install import extra_hint
 from memory.config import INDEX_KINDS
+from memory.mirror import backend as backends
 from memory.mirror.files import SAVING, file_fault, meta_path, remove_stale_temps
 
 log = logging.getLogger(__name__)
@@ -47,27 +47,6 @@ IVF_NPROBE = 16  # lists searched per query, at least; a sixteenth of them on bi
 IVF_SAMPLE_PER_LIST = 64  # k-means training points per list (FAISS wants at least 39)
 IVF_SEED = 1234
 PARALLEL_QUERIES = 20  # batches at least this large use FAISS's BLAS path and all OpenMP threads
-_warned_missing = False
-
-
-def load_faiss() -> ModuleType | None:
-    """The faiss module, or None when the ``local`` extra is not installed (imported lazily)."""
-    global _warned_missing
-    try:
-        import faiss
-    except ImportError:
-        if not _warned_missing:
-            log.info("faiss is not installed (%s); memory search falls back to NumPy", extra_hint("local"))
-            _warned_missing = True
-        return None
-    return faiss
-
-
-def require_faiss(what: str) -> ModuleType:
-    faiss = load_faiss()
-    if faiss is None:
-        raise ConfigError(f"{what} needs faiss: install the 'local' extra ({extra_hint('local')})")
-    return faiss
 
 
 class SearchIndex(Protocol):
@@ -160,9 +139,9 @@ class VectorIndex:
             raise ConfigError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
         self.dim = dim
         self.kind = kind
-        faiss = load_faiss() if backend != "numpy" else None
+        faiss = backends.load_faiss() if backend != "numpy" else None
         if backend == "faiss" and faiss is None or kind != "flat" and faiss is None:
-            faiss = require_faiss(f"the {kind!r} index")
+            faiss = backends.require_faiss(f"the {kind!r} index")
         self.backend: Backend = "faiss" if faiss is not None else "numpy"
         self._faiss = faiss
         self.raw: Any = self._new_raw()
@@ -334,7 +313,7 @@ class VectorIndex:
     def load(cls, path: Path, *, dim: int, kind: str, saved_as: tuple[str, ...] = ()) -> tuple[VectorIndex, int] | None:
         """A saved index and the generation it reflects, or None when missing, unreadable or foreign.
         ``saved_as``: the sidecar kinds accepted (default: ``kind``; ``"auto"`` saves its exact part as flat)."""
-        faiss = load_faiss()
+        faiss = backends.load_faiss()
         if faiss is None or not path.exists() or not meta_path(path).exists():
             return None
         try:

@@ -48,12 +48,12 @@ log = logging.getLogger(__name__)
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on ``vector``
 EF_SEARCH_MIN = 40  # pgvector's default
 EF_SEARCH_MAX = 1000  # pgvector's maximum
-SCHEMA_LOCK = advisory_key("memory.schema")
+SCHEMA_LOCK = advisory_key("memory.storage.schema")
 HNSW_INDEX = "ix_memory_intents_embedding_hnsw"
 INTENT_ID_INDEX = "ix_memory_items_intent_seq"
 
 # For each query (one row of the unnested array) the nearest keys that still have valid items, then at
-# most k of each key's valid items (superseded ones are never recalled: ``memory.lifecycle``), oldest
+# most k of each key's valid items (superseded ones are never recalled: ``memory.upkeep.supersession``), oldest
 # first (an index range scan on (intent_id, seq)), best first overall; equal similarity (one key's
 # items) keeps the older item. ORDER BY repeats the indexed expression so
 # the planner can walk the HNSW index.

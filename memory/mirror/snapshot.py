@@ -56,7 +56,7 @@ from connectors.errors import StoreError
 from memory.mirror.arrays import EPISODE, KEY_COLUMNS, ROW_COLUMNS, STRATEGY, NamespaceMirror
 from memory.mirror.files import file_fault, meta_path, remove_stale_temps
 from memory.mirror.keyrows import FileRows
-from memory.schema import from_blobs, intents, memory_items, tombstones
+from memory.storage.schema import from_blobs, intents, memory_items, tombstones
 
 log = logging.getLogger(__name__)
 

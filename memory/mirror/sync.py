@@ -28,8 +28,8 @@ from memory.mirror import snapshot
 from memory.mirror.adaptive import load_index, new_index
 from memory.mirror.arrays import NamespaceMirror, Rows, kind_codes
 from memory.mirror.index import SearchIndex, VectorIndex
-from memory.schema import from_blobs, intents, memory_items, tombstones, valid_at
-from memory.statements import chunks, read_generation
+from memory.storage.schema import from_blobs, intents, memory_items, tombstones, valid_at
+from memory.storage.statements import chunks, read_generation
 
 if TYPE_CHECKING:
     from memory.mirror.arrays import Inserted

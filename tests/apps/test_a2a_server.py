@@ -29,8 +29,8 @@ from google.protobuf.json_format import MessageToDict
 
 from apps.cli import main
 from connectors import ConfigError, Message
-from evolve.deploy.feedback import feedback_traces
-from evolve.deploy.serving import Deployment
+from evolve.jobs.served import feedback_traces
+from evolve.serve.deployment import Deployment
 from evolve.spec import load_spec
 from tests.support.a2a import KEY_OF, KEYS, OSAKA, ZURICH, ServedA2A, serving_a2a, user_message
 from tests.support.extras import import_without
@@ -388,6 +388,6 @@ def test_evolve_a2a_without_keys_exits_2_with_a_clear_error(tmp_path: Path, caps
 
 
 def test_without_the_a2a_extra_the_server_names_it() -> None:
-    out = import_without("a2a", "evolve.deploy.a2a_server")
+    out = import_without("a2a", "evolve.serve.protocols.a2a")
     assert out.startswith("ConfigError") and "pip install -e '.[a2a]'" in out
     assert import_without("a2a", "evolve") == "imported" and import_without("a2a", "apps.cli") == "imported"

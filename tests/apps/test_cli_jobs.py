@@ -20,8 +20,8 @@ from sqlalchemy import Engine, Select, func, select
 from apps.cli import main
 from apps.jobs import LEASE_TTL, parse_duration
 from connectors import ConfigError, HashEmbedder, make_engine
-from evolve.deploy.jobs import job_history, lease_name
-from evolve.deploy.leases import DEFAULT_TTL, Lease
+from evolve.jobs.job import job_history, lease_name
+from evolve.jobs.leases import DEFAULT_TTL, Lease
 from evolve.run_log import episodes
 from memory import MemoryStore
 
@@ -222,7 +222,7 @@ def test_a_job_holds_the_run_while_its_models_load(
 ) -> None:
     """No window between the lease check and the round: a rival starting while the models load skips."""
     import evolve.build
-    from evolve.deploy.jobs import JobResult, take_lease
+    from evolve.jobs.job import JobResult, take_lease
 
     spec = write_spec(tmp_path)
     url = f"sqlite:///{tmp_path / 'runs.db'}"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from apps.cli import main
-from evolve.deploy.mcp_memory import TenantMemory
+from evolve.serve.tenant_memory import TenantMemory
 from evolve.spec import load_spec
 from tests.support.mcp import KEYS, OSAKA, ZURICH, ServedMCP, call, failed, http_session, serving_mcp, stdio_session
 from tests.support.serve import write_serve_spec

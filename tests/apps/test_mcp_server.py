@@ -20,7 +20,7 @@ from mcp_types import LATEST_PROTOCOL_VERSION
 from apps.cli import main
 from connectors import Message
 from evolve.build import agent_namespace
-from evolve.deploy.serving import Deployment
+from evolve.serve.deployment import Deployment
 from evolve.spec import load_spec
 from tests.support.extras import import_without
 from tests.support.mcp import (
@@ -292,7 +292,7 @@ def test_a_request_without_a_valid_key_is_refused_with_401(served: ServedMCP) ->
 def test_without_the_mcp_extra_the_command_says_what_to_install(tmp_path: Path) -> None:
     assert (
         import_without("mcp", "apps.cli") == "imported"
-        and import_without("mcp", "evolve.deploy.mcp_server") == "imported"
+        and import_without("mcp", "evolve.serve.protocols.mcp") == "imported"
     )
     code = (
         "import sys; sys.modules['mcp'] = None\nfrom apps.cli import main\n"
@@ -305,7 +305,7 @@ def test_without_the_mcp_extra_the_command_says_what_to_install(tmp_path: Path) 
 def test_the_library_example_runs() -> None:
     import doctest
 
-    import evolve.deploy.mcp_memory
+    import evolve.serve.tenant_memory
 
-    result = doctest.testmod(evolve.deploy.mcp_memory)
+    result = doctest.testmod(evolve.serve.tenant_memory)
     assert result.attempted > 0 and result.failed == 0

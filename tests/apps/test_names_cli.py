@@ -15,11 +15,12 @@ from sqlalchemy import update
 
 from apps.cli import main
 from connectors import Message
-from evolve.deploy.jobs import job_history
-from evolve.deploy.serving import Deployment, feedback_rows
+from evolve.jobs.job import job_history
+from evolve.serve.deployment import Deployment
+from evolve.serve.responses import feedback_rows
 from evolve.spec import load_spec
 from memory import MemoryItem
-from memory.checks import MAX_ID
+from memory.write.checks import MAX_ID
 
 RUN = "heldout-similarity-s7-évaluation nordique"
 TENANT = "Zürich-Nordhafen-Logistik-Genossenschaft-ß"
@@ -133,7 +134,7 @@ def test_a_job_quarantines_a_poisoned_rating_learns_the_rest_and_says_so(
     deployment = Deployment(load_spec(spec))
     with deployment.engine.begin() as conn:  # a row cut short by a copy through a tool with a length limit
         conn.execute(update(feedback_rows).where(feedback_rows.c.response_id == served[0]).values(applied=0))
-        from evolve.deploy.serving import responses
+        from evolve.serve.responses import responses
 
         conn.execute(update(responses).where(responses.c.id == served[0]).values(steps='[{"agent": "réponse'))
     deployment.close()

@@ -16,8 +16,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from connectors import make_engine  # noqa: E402
 from evolve import PromptGraph, RoundMetrics  # noqa: E402
-from evolve.deploy.serving import Deployment  # noqa: E402
 from evolve.run_log import RunLog  # noqa: E402
+from evolve.serve.deployment import Deployment  # noqa: E402
 from evolve.spec import load_spec  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "apps" / "playground.py"
@@ -88,7 +88,7 @@ def answers(at: AppTest) -> list[str]:
     return [m.markdown[0].value for m in at.chat_message if m.name == "assistant"]
 
 
-def last_answer(at: AppTest):  # noqa: ANN201 - evolve.deploy.serving.Answer
+def last_answer(at: AppTest):  # noqa: ANN201 - evolve.serve.answers.Answer
     return at.session_state["turns"][""][-1]["answer"]
 
 

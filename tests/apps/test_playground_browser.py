@@ -10,7 +10,8 @@ from sqlalchemy import select
 
 from apps.playground_browser import ask, chromium_page, find_chromium, open_expander, serve
 from connectors import make_engine
-from evolve.deploy.serving import Deployment, responses
+from evolve.serve.deployment import Deployment
+from evolve.serve.responses import responses
 from evolve.spec import load_spec
 from tests.apps.test_playground import QUESTION, write_spec
 

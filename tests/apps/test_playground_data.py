@@ -18,7 +18,7 @@ from apps.playground_cli import (
 )
 from connectors import ConfigError, HashEmbedder
 from evolve import RoundMetrics
-from evolve.deploy.serving import FeedbackReceipt
+from evolve.serve.feedback import FeedbackReceipt
 from memory import MemoryItem, MemoryStore, RetrievalConfig
 
 

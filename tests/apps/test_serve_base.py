@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from apps.cli import main
-from apps.server import create_app
 from connectors import ConfigError, Message
-from evolve.deploy.serving import Deployment
+from evolve.serve.deployment import Deployment
+from evolve.serve.protocols.openai_http import create_app
 from evolve.spec import load_spec
 
 TENANT = "Nordlicht-Logistik_Filiale-Zürich"  # 33 characters, as real tenant names are

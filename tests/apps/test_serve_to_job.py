@@ -7,8 +7,8 @@ from pathlib import Path
 
 from apps.cli import main
 from connectors import Message
-from evolve.deploy.jobs import job_history
-from evolve.deploy.serving import Deployment
+from evolve.jobs.job import job_history
+from evolve.serve.deployment import Deployment
 from evolve.spec import load_spec
 
 TASKS = [{"id": "harbor-door", "prompt": "What is the door code of the Harbor warehouse?", "answer": "4471"}]

@@ -20,11 +20,11 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 import apps.serve_cli
-import apps.server
 from apps.cli import main
-from apps.serve_cli import load_keys
-from apps.server import split_words
 from connectors import ConfigError, ConnectorError
+from connectors.streaming import split_words
+from evolve.serve.protocols import openai_http
+from evolve.serve.protocols.keys import load_keys
 from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body
 from tests.support.serve import ANSWER, KEY_OF, QUESTION, Served, serving, write_serve_spec
 
@@ -323,7 +323,7 @@ def test_an_unexpected_error_is_a_generic_500(served: Served, monkeypatch: pytes
 def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = apps.server.stream_events
+    real = openai_http.stream_events
 
     def failing(*args: Any) -> Iterator[dict[str, Any]]:
         events = real(*args)
@@ -331,7 +331,7 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
         events.close()
         raise ConnectorError("the backend went away")
 
-    monkeypatch.setattr(apps.server, "stream_events", failing)
+    monkeypatch.setattr(openai_http, "stream_events", failing)
     stream = served.client("alice").chat.completions.create(model="codes", messages=USER, stream=True)
     with pytest.raises(openai.APIError, match="went away"):
         list(stream)

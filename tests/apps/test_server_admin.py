@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from apps.cli import main
-from apps.keys import load_admin_keys
 from connectors import ConfigError
+from evolve.serve.protocols.keys import load_admin_keys
 from memory import MemoryStore
 from tests.support.serve import QUESTION, Served, serving, write_serve_spec
 

@@ -14,10 +14,10 @@ import pytest
 
 from apps import playground_data as data
 from apps.cli import main
-from apps.server import check_keys
 from connectors import ConfigError, Message, StoreError
-from evolve.deploy.serving import Deployment
 from evolve.run_log import list_runs
+from evolve.serve.deployment import Deployment
+from evolve.serve.protocols.keys import check_keys
 from evolve.spec import RunSpec, check_tenant, load_spec
 from tests.reliability.security_probes import CRAFTED, QUESTION, DeploymentSurface, isolation_probe, q_state, seed
 from tests.support.serve import KEY_OF, Served, serving, write_serve_spec

@@ -17,7 +17,7 @@ from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.build import agent_namespace
 from evolve.evolver import centred
 from memory import MemoryStore, Reinforcement
-from memory.checks import MAX_FEEDBACK_ID, fit_id
+from memory.write.checks import MAX_FEEDBACK_ID, fit_id
 
 RUN = "heldout-similarity-s7-évaluation nordique-Ålesund-北京-περιγραφή"
 AGENTS = ["réponse-agent für die nordische Auswertung", "zweiter-prüfer-agent-東京-ロジスティクス"]

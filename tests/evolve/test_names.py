@@ -15,16 +15,17 @@ from sqlalchemy import Engine, inspect, text, update
 from connectors import ConfigError, HashEmbedder, Message, RateLimited, load_chat
 from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.build import agent_namespace
-from evolve.deploy.feedback import learn_from_feedback, learn_served
-from evolve.deploy.jobs import run_job
-from evolve.deploy.responses import open_tables
-from evolve.deploy.serving import Deployment, UnknownResponse, feedback_rows
 from evolve.envs.tasks import MAX_TASK_ID, TaskEnv, load_tasks
 from evolve.executors import Rollout
+from evolve.jobs.job import run_job
+from evolve.jobs.served import learn_from_feedback, learn_served
 from evolve.run_log import MAX_EPISODE_ID, RunLog, episode_from_row
+from evolve.serve.answers import UnknownResponse
+from evolve.serve.deployment import Deployment
+from evolve.serve.responses import feedback_rows, open_tables
 from evolve.spec import RunSpec, check_tenant
 from memory import MemoryStore
-from memory.checks import MAX_FEEDBACK_ID, MAX_ID
+from memory.write.checks import MAX_FEEDBACK_ID, MAX_ID
 
 RUN = "heldout-similarity-s7-évaluation nordique"
 AGENT = "réponse-agent für die nordische Auswertung"

@@ -20,8 +20,8 @@ from connectors import HashEmbedder, ScriptedChat, make_engine
 from connectors.chat import ChatClient
 from connectors.pglock import AdvisoryLock
 from evolve import Agent, Evolver, MemoryView, PromptEvolution, PromptGraph, Team, split_tasks
-from evolve.deploy.jobs import job_history, lease_name, run_job
-from evolve.deploy.leases import Lease
+from evolve.jobs.job import job_history, lease_name, run_job
+from evolve.jobs.leases import Lease
 from memory import MemoryStore
 from tests.evolve.prompts.test_evolution import TASKS, ProposeOnce, obedient
 
@@ -62,7 +62,7 @@ def test_a_lease_whose_connection_is_lost_is_lost(engine: Engine) -> None:
 
 def test_a_killed_holder_frees_the_lease_at_once(pg_url: str, engine: Engine, repo_root: Path) -> None:
     code = (
-        "import sys, time; from connectors import make_engine; from evolve.deploy.leases import Lease; "
+        "import sys, time; from connectors import make_engine; from evolve.jobs.leases import Lease; "
         f"lease = Lease(make_engine({pg_url!r}), 'nightly', holder='doomed', ttl={HOUR}); "
         "print(lease.acquire(), flush=True); time.sleep(600)"
     )

@@ -13,7 +13,7 @@ from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.build import memory_config
 from evolve.spec import load_spec
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
-from memory.schema import recalls
+from memory.storage.schema import recalls
 from tests.support.copying_model import copying_reply
 
 NAMES = ["Quartz", "Quartzite", "Ash", "Ashford"]

@@ -8,7 +8,7 @@ import pytest
 
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig, similarity_only
-from memory.records import MemoryItem, Recall
+from memory.storage.records import MemoryItem, Recall
 
 
 def test_defaults_are_the_papers() -> None:

@@ -21,7 +21,7 @@ from memory import MemoryStore, Reinforcement
 from memory.mirror.adaptive import load_index
 from memory.mirror.files import meta_path
 from memory.mirror.sync import index_file
-from memory.schema import feedback, memory_items
+from memory.storage.schema import feedback, memory_items
 from tests.reliability.crash import FAILURES, check
 
 

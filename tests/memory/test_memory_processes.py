@@ -18,7 +18,7 @@ import pytest
 
 from connectors.embedders import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.scoring import td_update
+from memory.learn.rule import td_update
 from memory.store import MemoryStore, Recall
 
 N_UPDATES = 200

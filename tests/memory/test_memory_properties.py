@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.errors import ConfigError
-from memory.checks import MAX_TEXT
+from memory.write.checks import MAX_TEXT
 from tests.reliability.hostile_input import HOSTILE, Tally, hostile_roundtrip, memory_property, seeded_store
 
 

@@ -14,9 +14,9 @@ import pytest
 from connectors.embedders import HashEmbedder
 from connectors.errors import ConfigError, StoreError
 from memory.config import MemoryConfig, RetrievalConfig, similarity_only
-from memory.learning import Reinforcement
-from memory.records import MemoryItem
-from memory.scoring import td_update
+from memory.learn.rewards import Reinforcement
+from memory.learn.rule import td_update
+from memory.storage.records import MemoryItem
 from memory.store import MemoryStore, Recall
 
 Open = Callable[..., MemoryStore]
@@ -307,7 +307,7 @@ def test_recalled_items_are_fresh_copies(store: MemoryStore) -> None:
 
 
 def test_item_cache_keeps_the_most_recently_used() -> None:
-    from memory.records import ItemCache, MemoryItem
+    from memory.storage.records import ItemCache, MemoryItem
 
     cache = ItemCache(size=2)
     items = [MemoryItem(f"m{i}", "default", "t", "e", 0.0, 0, 0.0, {}) for i in range(3)]

@@ -7,7 +7,7 @@ disagree on; ``item_fields`` / ``field_differences`` do the same for what an exp
 ``backup_while_writing`` backs up while a writer thread keeps adding memories; ``replayed_feedback``
 re-sends every stored feedback id (nothing may change).
 
-``tests/evolve/deploy/test_backup.py`` and ``tests/apps/test_cli_backup.py`` assert on them;
+``tests/evolve/backup/test_backup.py`` and ``tests/apps/test_cli_backup.py`` assert on them;
 ``bench/reliability_backup.py`` runs them at size (SQLite, PostgreSQL through pg_dump/pg_restore, JSONL
 export/import) for the reliability report.
 """
@@ -28,8 +28,8 @@ from sqlalchemy.pool import NullPool
 
 from connectors import make_engine
 from connectors.embedders import HashEmbedder
-from evolve.deploy.backup import backup
-from evolve.deploy.backup_pg import bundled_bin
+from evolve.backup.database import backup
+from evolve.backup.postgres import bundled_bin
 from memory.store import MemoryStore
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
@@ -123,7 +123,7 @@ def differences(a: Snapshot, b: Snapshot) -> int:
 
 def item_fields(url: str) -> dict[str, tuple[Any, ...]]:
     """Each memory's user-visible fields and its intent vector, by id (what export/import must keep)."""
-    from memory.schema import intents, memory_items
+    from memory.storage.schema import intents, memory_items
 
     query = select(*(memory_items.c[f] for f in ITEM_FIELDS), intents.c.embedding).join(
         intents, intents.c.id == memory_items.c.intent_id

@@ -6,7 +6,7 @@ write), ``get``, ``stats`` and ``reinforce`` on a small namespace until the load
 wait is timed. A bulk load commits in bounded chunks and frees the write lock between them, so no
 caller sees "database is locked" and the longest wait stays about a second, whatever the load's size.
 
-``tests/memory/test_memory_bulk_load.py`` asserts on ``contended_load``; ``python -m bench.reliability_bulk``
+``tests/memory/write/test_memory_bulk_load.py`` asserts on ``contended_load``; ``python -m bench.reliability_bulk``
 runs it at size and prints the figures (``--rows`` to change the load).
 """
 
@@ -39,12 +39,12 @@ class Waits:
 def _loader(url: str, rows: int, chunk: int | None, started: Any, done: Any, out: Any) -> None:
     """Bulk-load ``rows`` memories (in the process that may hold the write lock for long)."""
     from connectors.embedders import HashEmbedder
-    from memory import store as store_module
     from memory.store import MemoryStore
+    from memory.write import adding
 
     if chunk is not None:  # every chunk this size, not only the first (later ones are otherwise timed)
-        store_module.BULK_CHUNK = chunk
-        store_module.chunk_size = lambda rows, seconds: chunk
+        adding.BULK_CHUNK = chunk
+        adding.chunk_size = lambda rows, seconds: chunk
     vecs = np.random.default_rng(7).standard_normal((rows, DIM)).astype(np.float32)
     texts = [(f"bulk memory {i}: route {i % 97} of depot {i % 13}", f"lesson {i}") for i in range(rows)]
     with MemoryStore(url, embedder=HashEmbedder(DIM)) as store:
@@ -97,7 +97,7 @@ def _one_round(store: Any, tag: int, i: int, waits: Waits) -> None:
 def contended_load(url: str, *, rows: int, workers: int = 2, chunk: int | None = None,
                    busy_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the load against ``workers`` busy processes; what they saw. ``chunk`` fixes the size of every
-    chunk (the store's ``BULK_CHUNK`` and ``chunk_size``) and ``busy_ms`` the workers' busy timeout (both
+    chunk (``memory.write.adding``'s ``BULK_CHUNK`` and ``chunk_size``) and ``busy_ms`` the workers' busy timeout (both
     for tests of the mechanism)."""
     from connectors.embedders import HashEmbedder
     from memory.store import MemoryStore

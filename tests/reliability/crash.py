@@ -38,11 +38,11 @@ from sqlalchemy import select
 
 from connectors import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.learning import Reinforcement
-from memory.recall_log import candidates_of
-from memory.schema import feedback, intents, memory_items, recalls
+from memory.learn.rewards import Reinforcement
+from memory.recall.log import candidates_of
+from memory.storage.schema import feedback, intents, memory_items, recalls
 from memory.store import MemoryStore
-from memory.writer import WriteEntry
+from memory.write.writer import WriteEntry
 
 DIM = 32
 NAMESPACES = ("default", "tenant-b")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from connectors import HashEmbedder, make_engine
-from evolve.deploy.jobs import job_history
+from evolve.jobs.job import job_history
 from memory import MemoryStore
 from tests.reliability.crash import integrity_ok, visit_mismatches
 

@@ -27,12 +27,12 @@ from sqlalchemy import func, inspect, select
 
 from connectors.embedders import HashEmbedder
 from connectors.errors import EvolveError
-from memory.checks import MAX_TEXT
 from memory.config import RetrievalConfig
-from memory.records import Recall
-from memory.schema import feedback, recalls
+from memory.storage.records import Recall
+from memory.storage.schema import feedback, recalls
 from memory.store import MemoryStore
-from memory.writer import WriteEntry
+from memory.write.checks import MAX_TEXT
+from memory.write.writer import WriteEntry
 
 HOSTILE = [
     "'", '"', "''", "'; DROP TABLE memory_items; --", "Robert'); DROP TABLE memory_feedback;--",

@@ -6,7 +6,7 @@ every thread interleaves adds (its own namespace and a shared one), logged recal
 from the database, with a feedback id derived from the recall so that workers race on the same ids).
 Every exception a caller sees is captured. The sequential result is then computed from what the
 workers report: an item's feedback all carries the reward of its namespace, so n updates give the same
-Q in any order (the TD rule applied n times, ``memory.scoring.td_update``); every item's Q and visits
+Q in any order (the TD rule applied n times, ``memory.learn.rule.td_update``); every item's Q and visits
 must equal it, and every feedback id must apply exactly once.
 
 ``tests/memory/test_memory_concurrency.py`` asserts on ``mixed_workload``; ``bench/reliability_load.py``
@@ -32,8 +32,8 @@ from sqlalchemy import Engine, text
 
 from connectors.embedders import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.learning import Reinforcement
-from memory.scoring import td_update
+from memory.learn.rewards import Reinforcement
+from memory.learn.rule import td_update
 from memory.store import MemoryStore
 
 SHARED = "shared"

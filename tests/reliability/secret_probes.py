@@ -139,7 +139,7 @@ def secrets_probe(folder: Path) -> dict[str, Any]:
 
 def _run_job(spec: Any) -> list[str]:
     from evolve.build import build
-    from evolve.deploy.jobs import run_job
+    from evolve.jobs.job import run_job
 
     evolver = build(spec, progress=False)
     result = run_job(evolver)
@@ -150,7 +150,7 @@ def _run_job(spec: Any) -> list[str]:
 
 
 def _serve(spec: Any, folder: Path) -> list[str]:
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
 
     deployment = Deployment(spec)
     answer = deployment.answer([Message("user", QUESTION)], tenant="alice")

@@ -19,7 +19,8 @@ from typing import Any
 from connectors import ConfigError, Message, StoreError
 from evolve.agent import Agent, render_messages
 from evolve.build import agent_namespace
-from evolve.deploy.serving import Deployment, UnknownResponse
+from evolve.serve.answers import UnknownResponse
+from evolve.serve.deployment import Deployment
 from memory import MemoryItem, Recall
 
 QUESTION = "What is the door code of the Harbor warehouse?"

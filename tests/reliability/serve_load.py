@@ -80,7 +80,7 @@ def write_spec(folder: Path) -> Path:
 
 def seed(spec: Path) -> None:
     """Memories in every tenant's namespace, so that answers recall and feedback reinforces."""
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))
@@ -202,7 +202,7 @@ def drive(urls: list[str], clients: int, per_client: int) -> tuple[list[Request]
 
 
 def visits_total(spec: Path) -> int:
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))

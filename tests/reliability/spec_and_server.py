@@ -5,7 +5,8 @@ out-of-range or non-finite number, odd Unicode, an unknown key, or bytes that ar
 each loads, or raises ``ConfigError`` naming the field. ``server_property`` posts generated bodies to
 ``/v1/chat/completions`` and ``/v1/feedback``: each is answered, or refused with a 4xx in OpenAI's
 error shape, and a refused body leaves the store unchanged. ``tests/evolve/test_spec_properties.py`` and
-``tests/apps/test_server_properties.py`` assert on them; ``bench/reliability_input.py`` counts them.
+``tests/evolve/serve/protocols/test_openai_http_properties.py`` assert on them; ``bench/reliability_input.py``
+counts them.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def served_app(folder: Path) -> Iterator[Any]:
     """A TestClient over ``evolve serve``'s app for a scripted team (it answers anything)."""
     from starlette.testclient import TestClient
 
-    from apps.server import create_app
-    from evolve.deploy.serving import Deployment
+    from evolve.serve.deployment import Deployment
+    from evolve.serve.protocols.openai_http import create_app
 
     spec = json.loads(json.dumps(BASE_SPEC))
     spec["run"]["database"] = f"sqlite:///{folder / 'serve.db'}"

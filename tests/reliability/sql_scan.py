@@ -24,8 +24,8 @@ SQL_ALLOWED = {
     ("connectors/db.py", "POLL_BUSY_MS"): "PRAGMA takes no bound parameters; an int constant",
     ("connectors/db.py", "PRAGMA {pragma}"): "the engine's own pragma list: constants and a checked durability level",
     ("connectors/db.py", "BEGIN {mode}"): "the begin mode, checked against BEGIN_MODES just before",
-    ("memory/database.py", "SQLITE_CACHE_KIB"): "PRAGMA takes no bound parameters; an int constant",
-    ("evolve/deploy/backup.py", "quote(n)"): "table names read from the schema, quoted by the dialect's preparer",
+    ("memory/storage/database.py", "SQLITE_CACHE_KIB"): "PRAGMA takes no bound parameters; an int constant",
+    ("evolve/backup/database.py", "quote(n)"): "table names read from the schema, quoted by the dialect's preparer",
 }
 """Formatted SQL that interpolates trusted constants, never a caller's value: (file, snippet) -> why."""
 

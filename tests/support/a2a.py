@@ -25,9 +25,9 @@ from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
-from apps.a2a_cli import tenant_lookup
-from evolve.deploy.a2a_server import BearerAuth
-from evolve.deploy.serving import Deployment
+from evolve.serve.deployment import Deployment
+from evolve.serve.protocols.a2a import BearerAuth
+from evolve.serve.protocols.keys import tenant_lookup
 from tests.support.serve import running
 
 # Tenants with long Unicode names, as real deployments name them.
@@ -56,7 +56,7 @@ class ServedA2A:
 @contextmanager
 def serving_a2a(spec: Path, keys: Mapping[str, str] = KEYS, **options: Any) -> Iterator[ServedA2A]:
     """``evolve a2a`` for ``spec`` with ``keys`` (key → tenant); ``options`` go to ``create_a2a_app``."""
-    from evolve.deploy.a2a_server import create_a2a_app
+    from evolve.serve.protocols.a2a import create_a2a_app
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))

@@ -16,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
-from evolve.deploy.mcp_memory import TenantMemory
+from evolve.serve.tenant_memory import TenantMemory
 from tests.support.serve import running
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ class ServedMCP:
 def serving_mcp(spec: Path, keys: Mapping[str, str] = KEYS, *, admin_keys: Sequence[str] = ()) -> Iterator[ServedMCP]:
     """``evolve mcp --transport http`` for ``spec`` (with the operator's ``admin_keys``): uvicorn in a thread on a
     free port of 127.0.0.1."""
-    from apps.mcp_cli import ENDPOINT, http_app
+    from evolve.serve.protocols.mcp_http import ENDPOINT, http_app
     from evolve.spec import load_spec
 
     memory = TenantMemory(load_spec(spec))

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
-from evolve.deploy.serving import Deployment
+from evolve.serve.deployment import Deployment
 
 QUESTION = "What is the door code of the Harbor warehouse?"
 ANSWER = "The door code is 4471."
@@ -92,7 +93,7 @@ def running(app_at: Callable[[str], Any]) -> Iterator[str]:
 def serving(spec: Path, keys: Mapping[str, str] = KEYS, *, admin_keys: Sequence[str] = ()) -> Iterator[Served]:
     """``evolve serve`` for ``spec`` with ``keys`` (key → tenant) and the operator's ``admin_keys``: uvicorn in a
     thread on a free port of 127.0.0.1."""
-    from apps.server import create_app
+    from evolve.serve.protocols.openai_http import create_app
     from evolve.spec import load_spec
 
     deployment = Deployment(load_spec(spec))
@@ -101,3 +102,10 @@ def serving(spec: Path, keys: Mapping[str, str] = KEYS, *, admin_keys: Sequence[
             yield Served(f"{url}/v1", deployment)
     finally:
         deployment.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The live ``evolve serve`` app the server tests of a module share (a conftest imports this fixture)."""
+    with serving(write_serve_spec(tmp_path_factory.mktemp("serve"))) as live:
+        yield live

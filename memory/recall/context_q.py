@@ -1,0 +1,235 @@
+"""Q in context: the value a memory earned in the recalls made for one context (a task), read from the
+recall log, so a memory that helped one task does not rank high for its look-alikes. The same fold
+gives a served tenant its overlay Q on the shared (trained) memories it rated: its ratings move its
+own ranking of them, never the shared Q other tenants see.
+
+The log already holds everything: each recall's context, the Q each selected memory had when it was
+recalled, and the rewards that followed (``memory_feedback``). Folding those rewards in the order they
+were applied with the store's rule, ``Q ← Q + α·(r − Q)``, from the Q the memory had when the context
+first recalled it, gives its Q in that context; nothing else is stored, so rewards stay idempotent and
+every process reads the same values. Rewards count with weight 1 (``credit="score"`` is not applied).
+
+Where a context has not rewarded a memory, ``RetrievalConfig.context_start`` says what its Q there is:
+``"global"``, its stored Q, so a memory recalled for a look-alike and failed there (Q −0.3) ranks below
+a less similar one for its own task before that task ever recalled it; ``"neutral"``, ``q_init``, and
+its fold there starts from ``q_init`` too: only what a context rewarded moves a memory's rank in it.
+
+When the log's retention expired old recalls (``memory.recall.expiry``), the fold of their rewards was
+kept (``memory_recall_summary``) and the fold goes on from it with the rewards applied since (it was
+folded from the Q that ranked each memory then: under ``"neutral"``, ``q_init``, or the tenant's overlay
+Q of a shared memory it rated).
+
+With ``MemoryConfig.alpha_schedule="visits"`` the fold's step is ``max(floor, 1/(n + 2))`` where n counts
+the rewards that memory had in that context (in the tenant's overlay: the tenant's rewards of it) before
+this one (``memory.learn.rule.alpha_for``), not its visits anywhere. The summary of expired recalls keeps
+values, not counts: a memory whose fold goes on from one is taken to have had one reward there (the least
+it had); ``memory.recall.expiry`` itself still folds what expires at the constant α.
+
+Example:
+    >>> fold([("task-a", "m1", 0.3, -1.0), ("task-a", "m1", 0.3, 1.0), ("task-b", "m1", 0.0, 1.0)], alpha=0.5)
+    {'task-a': {'m1': 0.325}, 'task-b': {'m1': 0.5}}
+    >>> fold([("a", "m1", 0.0, 1.0), ("a", "m1", 0.0, 1.0), ("a", "m1", 0.0, -1.0)], alpha=0.3,
+    ...      schedule="visits", floor=0.0)   # the mean of (0, 1, 1, −1): Q₀ = 0 counts once
+    {'a': {'m1': 0.25}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from sqlalchemy import Connection, Select, func, select
+
+from connectors.db import check_chars
+from connectors.errors import ConfigError
+from memory.config import RetrievalConfig
+from memory.learn.rule import alpha_for
+from memory.recall.log import candidates_of, expired_through
+from memory.recall.planning import QOver
+from memory.storage.schema import feedback, recall_summary, recalls, resets
+from memory.storage.statements import chunks
+
+MAX_CONTEXT = 200
+"""The most characters in a recall context (``memory_recalls.context`` is VARCHAR(200), as task ids are)."""
+
+
+def fold(
+    rows: Iterable[tuple[str, str, float, float]],
+    *,
+    alpha: float,
+    start: Mapping[str, Mapping[str, float]] | None = None,
+    first: float | None = None,
+    schedule: str = "constant",
+    floor: float = 0.0,
+) -> dict[str, dict[str, float]]:
+    """(context, memory id, Q when first recalled there, reward) rows in the order applied → Q in context;
+    ``start``: the Q-values folded so far (from rewards applied before ``rows``); ``first``: the Q a
+    memory's fold starts from in a context that has none for it (None: the Q it was recalled with there);
+    ``schedule`` and ``floor``: the step's (``memory.learn.rule.alpha_for``), n counted per context and memory.
+
+    After rewards r_1..r_n from a start s the fold is (1−α)^n·s + Σ_i α·(1−α)^(n−i)·r_i (α capped at 1);
+    under ``"visits"`` with ``floor = 0`` it is (s + Σ_i r_i)/(n + 1).
+    """
+    out: dict[str, dict[str, float]] = {context: dict(values) for context, values in (start or {}).items()}
+    rows = list(rows)
+    seen = {(context, item): 1 for context, values in out.items() for item in values}
+    counts = []  # the rewards each row's memory had in its context before this one
+    for context, item, _, _ in rows:
+        counts.append(seen.get((context, item), 0))
+        seen[(context, item)] = counts[-1] + 1
+    steps = alpha_for(counts, alpha=min(alpha, 1.0), schedule=schedule, floor=floor).tolist()
+    for (context, item, q_then, reward), step in zip(rows, steps, strict=True):
+        values = out.setdefault(context, {})
+        q = values.get(item, q_then if first is None else first)
+        values[item] = q + step * (reward - q)
+    return out
+
+
+def context_values(
+    conn: Connection,
+    namespace: str,
+    contexts: Sequence[str],
+    *,
+    alpha: float,
+    first: float | None = None,
+    schedule: str = "constant",
+    floor: float = 0.0,
+) -> dict[str, dict[str, float]]:
+    """Each context's memories and their Q there (contexts that never recalled a rewarded memory are absent);
+    ``first``, ``schedule``, ``floor``: as ``fold``'s."""
+    start: dict[str, dict[str, float]] = {}
+    rows: list[tuple[str, str, float, float]] = []
+    reset = reset_since(conn, namespace)
+    for part in chunks(sorted(set(contexts))):
+        start.update(forget_reset(folded(conn, namespace, "context", part), reset))
+        heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
+        rows.extend((context, item, q, reward) for context, _, reward, c, at in heads_of(conn, heads)
+                    for item, q in c.selected_where(None) if at > reset.get(item, -1.0))  # fmt: skip
+    return fold(rows, alpha=alpha, start=start, first=first, schedule=schedule, floor=floor)
+
+
+def overlay_values(
+    conn: Connection, namespace: str, shared: str, *, alpha: float, schedule: str = "constant", floor: float = 0.0
+) -> dict[str, float]:
+    """A tenant's overlay Q on the shared memories it rated: the rewards its recalls in ``namespace`` gave
+    memories of ``shared``, folded as ``fold`` does from the Q each had when first recalled there."""
+    heads = rewarded(conn, namespace).where(recalls.c.shared == shared)
+    reset = reset_since(conn, shared)
+    rows = (("", item, q, reward) for _, _, reward, c, at in heads_of(conn, heads)
+            for item, q in c.selected_where(True) if at > reset.get(item, -1.0))  # fmt: skip
+    start = forget_reset({"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}, reset)
+    return fold(rows, alpha=alpha, start=start, schedule=schedule, floor=floor).get("", {})
+
+
+def reset_since(conn: Connection, namespace: str) -> dict[str, float]:
+    """The memories of ``namespace`` a distrust reset and no undo gave back (``memory.defences.distrust``): id → when.
+    Rewards they got before then no longer count in any context or overlay; an undo brings them back."""
+    r = resets.c
+    query = select(r.item_id, func.max(r.reset_at)).where(r.namespace == namespace, r.undone_at.is_(None))
+    return {str(item): float(at) for item, at in conn.execute(query.group_by(r.item_id))}
+
+
+def forget_reset(values: dict[str, dict[str, float]], reset: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Folded values without the memories reset since (what expired recalls left folded predates the reset)."""
+    if not reset:
+        return values
+    return {key: {i: q for i, q in items.items() if i not in reset} for key, items in values.items()}
+
+
+def rewarded(conn: Connection, namespace: str) -> Select[Any]:
+    """The rewards given to recalls of ``namespace`` that are still to fold (applied after what expired
+    recalls left folded), in the order applied: (context, id, reward, candidates, applied at) of each recall."""
+    query = (
+        select(recalls.c.context, recalls.c.id, feedback.c.reward, recalls.c.candidates, feedback.c.applied_at)
+        .select_from(recalls.join(feedback, feedback.c.recall_id == recalls.c.id))
+        .where(recalls.c.namespace == namespace)
+        .order_by(feedback.c.applied_at, feedback.c.id)
+    )
+    through = expired_through(conn, namespace)
+    return query if through is None else query.where(feedback.c.applied_at > through)
+
+
+def heads_of(conn: Connection, query: Select[Any]) -> Iterator[tuple[Any, str, float, Any, float]]:
+    """``query``'s rows (``rewarded``'s columns) with each recall's ``memory.recall.log.Candidates`` in place of its
+    stored candidates."""
+    rows = conn.execute(query).all()
+    found = candidates_of(conn, list({r[1]: r[3] for r in rows}.items()))
+    return ((r[0], r[1], float(r[2]), found[r[1]], float(r[4])) for r in rows)
+
+
+def folded(conn: Connection, namespace: str, kind: str, keys: Sequence[str]) -> dict[str, dict[str, float]]:
+    """What expired recalls left folded (``memory.recall.expiry``): key (a context, a shared namespace) →
+    memory id → its Q there."""
+    s = recall_summary.c
+    query = select(s.key, s.item_id, s.value).where(s.namespace == namespace, s.kind == kind, s.key.in_(list(keys)))
+    out: dict[str, dict[str, float]] = {}
+    for key, item, value in conn.execute(query):
+        out.setdefault(key, {})[item] = float(value)
+    return out
+
+
+def check_contexts(contexts: Sequence[str | None] | None, n: int) -> list[str | None]:
+    """One context per query (a non-empty string of at most 200 characters, or None); ConfigError otherwise."""
+    if contexts is None:
+        return [None] * n
+    if isinstance(contexts, str) or len(contexts) != n:
+        raise ConfigError(
+            f"contexts must be a list of one context (or None) per query: {n} expected, got {contexts!r:.80}"
+        )
+    for c in contexts:
+        if c is not None and not (isinstance(c, str) and c.strip() and len(c) <= MAX_CONTEXT):
+            raise ConfigError(
+                f"a recall context must be a non-empty string of at most {MAX_CONTEXT} characters, got {c!r:.80}"
+            )
+        if c is not None:
+            check_chars("recall context", c)
+    return list(contexts)
+
+
+class Transactions(Protocol):
+    """What ``q_in_context`` reads through: ``memory.storage.database.Database`` (named here by shape, not
+    imported: the database module stands above the mirrors, which the recall log's retention never needs)."""
+
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Connection]: ...
+
+
+def q_in_context(
+    db: Transactions,
+    namespace: str,
+    contexts: Sequence[str | None],
+    cfg: RetrievalConfig,
+    *,
+    alpha: float,
+    shared: str | None = None,
+    q_init: float = 0.0,
+    schedule: str = "constant",
+    floor: float = 0.0,
+) -> list[QOver]:
+    """Per query, the Q-values that replace the stored ones in its ranking: the tenant's overlay on the
+    ``shared`` memories it rated, and the Q its context earned (``RetrievalConfig.context_q``), which
+    wins where both speak; with ``context_start="neutral"`` a query made for a context ranks every other
+    memory at ``q_init``. Empty when none of this applies. No more SQL for a neutral start than for a
+    global one: the same rows, folded from another start. ``schedule``, ``floor``: the step's, as ``fold``'s."""
+    named = [c for c in contexts if c is not None] if cfg.context_q else []
+    if not named and shared is None:
+        return []
+    neutral = cfg.context_start == "neutral"
+    with db.transaction(write=False) as conn:
+        overlay = (
+            overlay_values(conn, namespace, shared, alpha=alpha, schedule=schedule, floor=floor)
+            if shared is not None
+            else {}
+        )
+        first = q_init if neutral else None
+        values = (
+            context_values(conn, namespace, named, alpha=alpha, first=first, schedule=schedule, floor=floor)
+            if named
+            else {}
+        )
+    return [
+        QOver(overlay | values.get(c, {}), rest=q_init if neutral else None)
+        if c is not None and named
+        else QOver(overlay)
+        for c in contexts
+    ]

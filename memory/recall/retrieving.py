@@ -1,0 +1,153 @@
+"""A recall through the store: the queries planned on the mirrors, the selected memories read, the recall logged.
+
+``retrieve`` is ``MemoryStore.retrieve_many``'s work: it asks ``memory.recall.context_q`` for the Q-values the
+queries rank by, plans them optimistically on the mirrors as this process last saw them
+(``memory.recall.planning``), and in the transaction that logs the recalls (``memory.recall.log``) catches the
+mirrors up, plans again if another process wrote meanwhile, and reads every selected memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sqlalchemy import Connection
+
+from connectors.errors import StoreError
+from memory.config import MemoryConfig, RetrievalConfig
+from memory.recall.context_q import check_contexts, q_in_context
+from memory.recall.log import log_recalls
+from memory.recall.planning import Plan, Planner, to_recall
+from memory.storage.items import fetch_items
+from memory.storage.records import ItemCache, MemoryItem, Recall
+from memory.write.checks import check_namespace, check_retrieval, check_shared, check_texts, check_time, new_id
+
+if TYPE_CHECKING:
+    from memory.mirror.arrays import NamespaceMirror
+    from memory.mirror.sync import MirrorSet
+    from memory.storage.database import OpenStore
+
+SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
+
+
+def selected_items(
+    conn: Connection, plans: list[Plan], namespaces: tuple[str, str | None], texts: ItemCache
+) -> dict[str, MemoryItem]:
+    """The selected memories with the Q and visits that scored them; texts from ``texts`` or SQL.
+
+    ``namespaces`` are the recall's own and shared one (or None): each memory is read from the one its
+    plan says it came from. Items read from SQL are used as read, then offered to the cache: the cache
+    is bounded, so reading them back from it would lose those it evicted at once (any batch larger than
+    the cache). A selected memory SQL no longer holds is left out (the caller re-plans).
+    """
+    values: dict[str, tuple[float, int, bool]] = {}
+    for p in plans:
+        for i in p.selected:
+            values[str(p.ids[i])] = (float(p.stored_q[i]), int(p.visits[i]), bool(p.shared[i]))
+    base: dict[str, MemoryItem] = {}
+    for item_id in values:
+        cached = texts.get(item_id)
+        if cached is not None:
+            base[item_id] = cached
+    for shared, namespace in ((False, namespaces[0]), (True, namespaces[1])):
+        missing = [i for i, v in values.items() if i not in base and v[2] == shared]
+        if missing and namespace is not None:
+            fetched = fetch_items(conn, missing, namespace)
+            base.update((item.id, item) for item in fetched)
+            texts.put(fetched)
+    return {
+        item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items() if item_id in base
+    }
+
+
+def revalued(item: MemoryItem, q: float, visits: int) -> MemoryItem:
+    """``item`` with ``q`` and ``visits`` and a meta of its own (``dataclasses.replace`` at a third of its cost)."""
+    return MemoryItem(**{**item.__dict__, "q": q, "visits": visits, "meta": dict(item.meta)})
+
+
+def select_memories(
+    conn: Connection,
+    mirrors: MirrorSet,
+    namespaces: tuple[str, str | None],
+    planner: Planner,
+    plans: list[Plan] | None,
+    texts: ItemCache,
+    *,
+    view: Callable[[Connection, str], NamespaceMirror] | None = None,
+) -> tuple[list[Plan], dict[str, MemoryItem]]:
+    """Catch the mirrors up, plan again when another process wrote since ``plans`` were made (or when there
+    are none yet), and read every selected memory: the plans and the memories a recall returns.
+    ``namespaces`` are the recall's own namespace and the shared one it searches too (or None); ``view``
+    gives the mirror searched for a namespace (default: the store's own; ``MirrorSet.snapshot`` for an audit).
+
+    A recall returns exactly what it selected: when a selected memory is gone from SQL (removed by
+    another process after the catch-up, possible under READ COMMITTED), the mirrors catch up again and
+    the queries are planned again.
+    """
+    namespace, shared = namespaces
+    view = view or mirrors.get
+    for attempt in range(SELECT_ATTEMPTS):
+        seen = mirrors.generation
+        mirrors.sync(conn)
+        if plans is None or attempt or mirrors.generation != seen:
+            plans = planner(view(conn, namespace), None if shared is None else view(conn, shared))
+        found = selected_items(conn, plans, namespaces, texts)
+        if all(i in found for p in plans for i in p.selected_ids):
+            return plans, found
+    raise StoreError(
+        f"recall in namespace {namespace!r}: selected memories kept being removed by other processes "
+        f"({SELECT_ATTEMPTS} attempts); try again"
+    )
+
+
+def retrieve(
+    opened: OpenStore,
+    embed: Callable[[list[str]], np.ndarray],
+    queries: Sequence[str],
+    *,
+    config: MemoryConfig,
+    recall_config: RetrievalConfig | None,
+    namespace: str,
+    contexts: Sequence[str | None] | None,
+    shared: str | None,
+    as_of: float | None,
+    record: bool,
+    rng: np.random.Generator,
+    texts: ItemCache,
+) -> list[Recall]:
+    """``MemoryStore.retrieve_many``: the arguments checked, the queries embedded (``embed``), planned and
+    logged under the store's lock (``recall_config`` None: ``config.retrieval``; ``texts``: the item cache).
+
+    Optimistic: the queries are planned on the mirrors as this process last saw them and checked in the
+    transaction that logs the recalls (read-only if none), planned again only if another process wrote. An
+    audit (``as_of``) plans on a copy read from SQL of the memories valid then, never from the item cache.
+    """
+    cfg = check_retrieval(recall_config if recall_config is not None else config.retrieval)
+    queries = check_texts(queries, "queries", single="use retrieve")
+    namespace, contexts = check_namespace(namespace), check_contexts(contexts, len(queries))
+    shared, as_of = check_shared(shared, namespace), check_time(as_of, "as_of")
+    if not queries:
+        return []
+    vecs = embed(queries)
+    mirrors, names = opened.mirrors, (namespace, shared)
+    with opened.locked():
+        own = q_in_context(
+            opened.db, namespace, contexts, cfg, alpha=config.alpha, shared=shared, q_init=config.q_init,
+            schedule=config.alpha_schedule, floor=config.alpha_floor,
+        )  # fmt: skip
+        planner, plans, view = Planner(vecs, cfg, rng, own), None, None
+        if as_of is None:
+            plans = planner(*[opened.mirror(n) for n in names if n is not None])
+        else:
+            view, texts = partial(mirrors.snapshot, as_of=as_of), ItemCache(0)
+        with opened.db.transaction(write=record) as conn:
+            plans, found = select_memories(conn, mirrors, names, planner, plans, texts, view=view)
+            out = [
+                to_recall(new_id(), namespace, q, p, found, c, shared)
+                for q, p, c in zip(queries, plans, contexts, strict=True)
+            ]
+            if record:
+                log_recalls(conn, out, plans, cfg, mirrors.generation, as_of=as_of)
+        return out

@@ -1,0 +1,263 @@
+"""The store's SQL side: the engine for a URL, and for a SQLite file one connection kept open.
+
+A file store keeps one connection for its whole life (the store serialises every use under its lock),
+which saves a pool checkout and reset per call and lets the connection carry a bigger page cache;
+server databases (PostgreSQL) and in-memory SQLite check a connection out per transaction. Every
+transaction turns storage faults (disk full, read-only, locked) into ``StoreError``; a read
+transaction (``write=False``) takes no write lock on SQLite.
+
+Example:
+    >>> db = Database("sqlite://")
+    >>> with db.transaction(write=False) as conn:
+    ...     conn.exec_driver_sql("SELECT 1").scalar_one()
+    1
+    >>> db.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import StaticPool
+
+from connectors.db import Durability, make_engine, opened_read_only, sqlite_path, storage_faults
+from connectors.errors import ConfigError, StoreError
+from connectors.redact import redact, redact_url
+from memory.config import SERVER_INDEX_KINDS, IndexKind, MemoryConfig
+from memory.mirror.adaptive import AdaptiveIndex
+from memory.mirror.sync import MirrorSet
+from memory.storage.schema import create_schema
+from memory.write.checks import check_embedder
+
+if TYPE_CHECKING:
+    from memory.mirror.arrays import NamespaceMirror
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SQLITE_CACHE_KIB = 65536
+BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
+
+
+class Database:
+    """An engine plus, once ``keep_connection`` is called on a SQLite file, its one kept connection.
+
+    ``read_only`` is true when the SQLite file is opened read-only (``mode=ro`` in the URL, or a file
+    that cannot be written): reads work, a write raises ``StoreError`` naming read-only.
+    """
+
+    def __init__(self, url: str, *, durability: Durability = "normal") -> None:
+        self.url = url
+        self.engine = engine_for(url, durability=durability)
+        self.read_only = opened_read_only(self.engine)
+        self._reads = self.engine.execution_options(sqlite_begin="DEFERRED")
+        self._conn: Connection | None = None
+
+    def keep_connection(self) -> None:
+        """Hold one connection for a SQLite file (no-op for other databases)."""
+        if not (self.url.startswith("sqlite") and sqlite_path(self.url) is not None):
+            return
+        with storage_faults(self.url):
+            self._conn = self.engine.connect()
+        raw = self._conn.connection.dbapi_connection
+        assert raw is not None
+        # A bigger page cache for this connection: inserts land in the id index at random places.
+        raw.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")  # type: ignore[attr-defined]
+        raw.execute("PRAGMA wal_autocheckpoint=10000")  # type: ignore[attr-defined]
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Connection]:
+        """One transaction (the caller serialises use of the kept connection).
+
+        A write begins ``IMMEDIATE`` on SQLite (the write lock up front, waiting up to the busy
+        timeout); a read (``write=False``) begins ``DEFERRED``: it takes no lock, so another process's
+        long write does not hold it up, and it sees the last commit. Elsewhere both are plain
+        transactions. A storage fault raised inside is a ``StoreError`` naming its cause.
+        """
+        with storage_faults(self.url):
+            if self._conn is None:
+                with (self.engine if write else self._reads).begin() as conn:
+                    yield conn
+            else:
+                self._conn.execution_options(sqlite_begin="IMMEDIATE" if write else "DEFERRED")  # in place
+                with self._conn.begin():
+                    yield self._conn
+
+    def close(self) -> None:
+        """Release the kept connection and the pool; a connection that fails to close is logged, not raised."""
+        conn, self._conn = self._conn, None
+        try:
+            if conn is not None:
+                conn.close()
+        except DBAPIError as e:
+            log.warning("memory database %s: closing its connection failed: %s", redact_url(self.url), redact(e.orig))
+        finally:
+            self.engine.dispose()
+
+
+def open_database(url: str, config: MemoryConfig, *, embedder: str, dim: int) -> tuple[Database, MemoryConfig]:
+    """A store's database, its schema created or upgraded and its embedder recorded (or checked: a store
+    keeps the embedder it was built with), and ``config`` with its index kind resolved (``resolve_index``)."""
+    db = Database(url, durability=config.durability)
+    try:
+        config = replace(config, index=resolve_index(config.index, db))
+        create_schema(db.engine, dim=dim, vector_index=config.index == "pgvector")
+        with db.transaction() as conn:
+            check_embedder(conn, embedder, dim, url)
+        db.keep_connection()  # every use is under the store's lock
+    except BaseException:
+        db.close()
+        raise
+    return db, config
+
+
+def engine_for(url: str, *, durability: Durability = "normal") -> Engine:
+    if url.startswith("sqlite") and sqlite_path(url) is None:
+        # One shared connection, or every thread would see its own empty in-memory database.
+        return make_engine(url, durability=durability, poolclass=StaticPool)
+    return make_engine(url, durability=durability)
+
+
+def resolve_index(kind: IndexKind, db: Database) -> IndexKind:
+    """The index kind a store on ``db`` uses: ``"auto"`` is ``"pgvector"`` on PostgreSQL (the database
+    answers phase A, no process builds an index) and ``"adaptive"`` elsewhere (exact while small)."""
+    postgres = db.engine.dialect.name == "postgresql"
+    if kind == "auto":
+        return "pgvector" if postgres else "adaptive"
+    if kind in SERVER_INDEX_KINDS and not postgres:
+        raise ConfigError(
+            f"MemoryConfig.index={kind!r} needs a PostgreSQL database with pgvector (postgresql+psycopg://…), "
+            f"got {redact_url(db.url)!r}; use 'auto', 'flat', 'hnsw' or 'ivf' here"
+        )
+    return kind
+
+
+def mirror_set(db: Database, *, dim: int, kind: str, index_path: str | Path | None) -> MirrorSet:
+    """The store's mirrors: with an in-process index (saved beside a SQLite file unless the database is
+    read-only), or with one the database serves (``"pgvector"``)."""
+    served = None
+    if kind == "pgvector":
+        from memory.mirror.pgvector import PgVectorIndex
+
+        served = partial(PgVectorIndex, db.transaction, dim=dim)
+    folder = index_dir(db.url, index_path)
+    return MirrorSet(dim=dim, kind=kind, index_dir=folder, served_index=served, read_only=db.read_only)
+
+
+def index_dir(url: str, index_path: str | Path | None) -> Path | None:
+    """Where saved vector indexes live: ``index_path``, else ``<db file>.faiss`` beside a SQLite file."""
+    if index_path is not None:
+        return Path(index_path)
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    return path.with_name(path.name + ".faiss") if path is not None else None
+
+
+class OpenStore:
+    """What an open ``MemoryStore`` holds: its database, its mirrors, the lock that serialises every use
+    in this process, and whether it was closed.
+
+    ``locked`` is the lock on an open store; ``write`` a write transaction whose mirrors were caught
+    up under the database's write lock; ``read`` one read transaction (no write lock).
+    """
+
+    def __init__(self, db: Database, mirrors: MirrorSet) -> None:
+        self.db, self.mirrors = db, mirrors
+        self.lock = threading.RLock()
+        self.closed = False
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The lock, on a store that is still open (else ``StoreError``)."""
+        with self.lock:
+            if self.closed:
+                raise StoreError(f"this MemoryStore ({redact_url(self.db.url)}) is closed")
+            yield
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction with the mirrors caught up inside it; hold ``locked`` around it."""
+        with self.db.transaction() as conn:
+            self.mirrors.sync(conn, lock=True)
+            yield conn
+
+    def read(self, query: Callable[[Connection], T]) -> T:
+        """``query`` in one read transaction (no write lock), under the lock, on an open store."""
+        with self.locked(), self.db.transaction(write=False) as conn:
+            return query(conn)
+
+    def mirror(self, namespace: str) -> NamespaceMirror:
+        """The namespace's mirror as this process last saw it; loaded from SQL on first use."""
+        loaded = self.mirrors.loaded(namespace)
+        if loaded is not None:
+            return loaded
+        with self.db.transaction(write=False) as conn:
+            self.mirrors.sync(conn)
+            return self.mirrors.get(conn, namespace)
+
+    def index_status(self, namespace: str, *, of: str = "index") -> str:
+        """How the namespace's vector index (``of="index"``) or mirror (``"mirror"``) was obtained
+        (``MemoryStore.index_status``, ``MemoryStore.mirror_status``)."""
+        with self.locked():
+            with self.db.transaction(write=False) as conn:
+                self.mirrors.sync(conn)
+                self.mirrors.get(conn, namespace)
+            return (self.mirrors.index_state if of == "index" else self.mirrors.mirror_state)[namespace]
+
+    def index_details(self, namespace: str) -> dict[str, Any]:
+        """What the namespace's index holds now (``MemoryStore.index_details``)."""
+        with self.locked():
+            mirror = self.mirror(namespace)
+            index = mirror.index
+            state = self.mirrors.index_state.get(namespace)
+            if isinstance(index, AdaptiveIndex):
+                return {**index.status(), "obtained": state}
+            return {"kind": index.kind, "holds": "graph" if index.approximate else "exact", "items": len(mirror),
+                    "working": False, "obtained": state}  # fmt: skip
+
+    def wait_for_index(self, timeout: float | None) -> bool:
+        """Wait for every loaded namespace's background index work; false when ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for mirror in self.mirrors.all():
+            if isinstance(mirror.index, AdaptiveIndex):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not mirror.index.wait(left):
+                    return False
+        return True
+
+    def resync(self) -> None:
+        """Catch the mirrors up after another process wrote between this one's write and its apply."""
+        with self.db.transaction(write=False) as conn:
+            self.mirrors.sync(conn)
+
+    def yield_to_writers(self) -> None:
+        """Between two chunks of a bulk load on SQLite, leave the write lock free long enough for the
+        other processes waiting for it (``connectors.db.begin_immediate`` polls every few milliseconds)
+        to take their turns; PostgreSQL queues lock waiters in order, so it needs no pause."""
+        if self.db.engine.dialect.name == "sqlite":
+            time.sleep(BULK_PAUSE)
+
+    def close(self) -> None:
+        """Save changed indexes and mirror snapshots, and release the database. Idempotent."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            for mirror in self.mirrors.all():  # background index work stops at its next step
+                if isinstance(mirror.index, AdaptiveIndex):
+                    mirror.index.close()
+            try:
+                self.mirrors.save(restamp=True)
+            except Exception as e:  # derived data: losing it costs a rebuild, not memories
+                log.warning("memory store: could not save the vector index or mirror (%s); rebuilt on open", e)
+            finally:
+                self.db.close()
