@@ -9,7 +9,7 @@ from typing import Any
 from connectors import EvolveError
 from connectors.install import extra_hint
 from evolve import RoundMetrics
-from evolve.figures import paired_interval, seed_interval
+from evolve.intervals import paired_interval, seed_interval
 
 
 def round_table(curves: Mapping[str, Sequence[RoundMetrics]], *, metric: str = "success_rate") -> str:

@@ -45,7 +45,7 @@ from connectors.prompted_tools import call_text
 from evolve import Task
 from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv, multi_turn_tasks
 from evolve.envs.bfcl.single import BfclEnv, bfcl_tasks
-from evolve.figures import paired_interval, seed_interval
+from evolve.intervals import paired_interval, seed_interval
 from memory import RetrievalConfig
 
 log = logging.getLogger(__name__)

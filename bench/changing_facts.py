@@ -36,7 +36,7 @@ from bench.learning_conditions import ENVS, EnvSpec, seed_order
 from connectors import ChatClient, Embedder, ScriptedChat, load_embedder
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.evolver import centred
-from evolve.figures import Interval, paired_interval, seed_interval
+from evolve.intervals import Interval, paired_interval, seed_interval
 from memory import MemoryConfig, MemoryStore
 
 RESULTS = Path(__file__).resolve().parent / "results"

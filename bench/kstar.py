@@ -46,7 +46,7 @@ from bench.learning import load_model
 from connectors import ChatClient, Embedder, Environment, load_embedder
 from evolve import Agent, Evolver, MemoryView, Task, Team
 from evolve.envs.tasks import TaskEnv, load_tasks
-from evolve.figures import paired_interval, seed_interval
+from evolve.intervals import paired_interval, seed_interval
 from evolve.teams.compose import coverage, mean_kstar, vote_accuracy
 from evolve.teams.diagnose import Diagnosis, diagnose
 from memory import MemoryStore

@@ -10,7 +10,7 @@ E epochs over the same tasks. From the epochs × tasks matrix of successes:
 
 Over seeds (task order, sampling, paraphrase choice) a cell reports the mean with its 95% interval and
 keeps every seed's figures; Q-memory and similarity-only memory are compared seed by seed (paired), and a
-difference is called one only when its interval excludes zero (``evolve.figures``).
+difference is called one only when its interval excludes zero (``evolve.intervals``).
 
 Example:
     >>> m = success_matrix([[0.0, 1.0], [1.0, 0.0]])
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from connectors import ConfigError
-from evolve.figures import Interval, paired_interval, seed_interval
+from evolve.intervals import Interval, paired_interval, seed_interval
 
 SKIPPED = "full profile only"
 """What a cell says when its condition runs in the full profile only: never a number."""

@@ -45,7 +45,7 @@ from bench.common import machine, merge_summary
 from connectors import Embedder, load_embedder
 from evolve.envs.bundled import bundled_root
 from evolve.evolver import centred
-from evolve.figures import Interval, paired_interval, seed_interval
+from evolve.intervals import Interval, paired_interval, seed_interval
 from memory import MemoryConfig, MemoryStore, Recall, RetrievalConfig, WriteEntry
 
 RESULTS = Path(__file__).resolve().parent / "results"

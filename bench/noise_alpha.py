@@ -5,7 +5,7 @@ and, with ``--alpha-schedule visits --alpha-floor F``, with the step ``max(F, 1/
 rewards (``noise_visits<F in hundredths>.json``), on the same seeds, tasks and wrong ratings. This pairs
 them: per ρ, the difference (visits − constant) in last-epoch success and in the area under the curve,
 per family and pooled over the families (each seed's mean over the families, so the pairs stay seeds),
-with ``evolve.figures.paired_interval``.
+with ``evolve.intervals.paired_interval``.
 
 The gate (issue 40, item 3b): a floor is adopted only if, at every ρ > 0 that ran, it is above today's
 rule pooled (paired interval above zero on last-epoch success or on the area under the curve) and below it
@@ -26,7 +26,7 @@ from typing import Any
 from bench.noise import alpha_tag
 from bench.noise_report import LABELS, rhos_of, seeds_of, verdict
 from connectors import ConfigError
-from evolve.figures import Interval, paired_interval
+from evolve.intervals import Interval, paired_interval
 
 METRICS = ("last", "auc")
 Report = Mapping[str, Any]

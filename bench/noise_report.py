@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.figures import Interval, paired_interval, seed_interval
+from evolve.intervals import Interval, paired_interval, seed_interval
 
 METRICS = ("last", "epoch2", "epoch4", "auc", "cum")
 LABELS = {"last": "last epoch", "epoch2": "epoch 2", "epoch4": "epoch 4", "auc": "area under the curve",

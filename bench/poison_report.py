@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.noise_report import page
-from evolve.figures import Interval, paired_interval, seed_interval
+from evolve.intervals import Interval, paired_interval, seed_interval
 
 NAMES = {"similarity": "similarity", "q_memory": "one Q per memory", "q_context": "Q-memory (default: in context)"}
 DEFAULT = "q_context"

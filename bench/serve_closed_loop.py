@@ -13,7 +13,7 @@ comment the checker's message (what was wrong and a correct call, as a reviewing
 job (``python -m apps.cli job SPEC --tenant T --once``, its own process, while the server keeps
 serving) learns the rated answers into the tenant's memory; its own round runs on a one-task
 environment, so what it learns comes from the app's ratings. Seeds draw the tasks; mean and 95%
-interval over seeds, differences paired by seed (``evolve.figures``).
+interval over seeds, differences paired by seed (``evolve.intervals``).
 
 Run: ``python -m bench.serve_closed_loop [--category simple_python] [--tasks 12] [--epochs 3] [--seeds 3] [--rho 0.2]``
 → bench/results/serve_closed_loop.{json,md} and the ``closed_loop_*`` keys of bench/results/summary.json; with
@@ -47,7 +47,7 @@ from evolve.envs.bfcl.data import tool_of
 from evolve.envs.bfcl.single import bfcl_tasks, grade
 from evolve.envs.ratings import SAID_CORRECT, SAID_WRONG, check_probability, flipped
 from evolve.envs.tasks import Task
-from evolve.figures import paired_interval, seed_interval
+from evolve.intervals import paired_interval, seed_interval
 from tests.support.serve import serving
 
 ROOT = Path(__file__).resolve().parents[1]

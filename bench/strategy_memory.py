@@ -12,7 +12,7 @@ Protocols: on the bundled families, the MemRL one (E epochs over the same tasks,
 paraphrases per round as ``bench.learning`` does; *last* = success in the final epoch, *cum* = solved at
 least once); on BFCL categories, ``bench.bfcl_learning``'s (E epochs over train tasks, then unseen test
 tasks once with memory frozen: *transfer*). Over seeds: means with 95% intervals, and paired differences
-against ``episodic`` (``evolve.figures``). Besides success, each cell records what recall drew (episodes or
+against ``episodic`` (``evolve.intervals``). Besides success, each cell records what recall drew (episodes or
 strategies, per round), what consolidation wrote, and the memory's size at the end.
 
 ``--min-size`` (default 2): episodes an intent group (one task) needs before it is consolidated. Each round

@@ -2,7 +2,7 @@
 memory with a verdict each, what recall drew, the memory's size at the end; the ``strategy_*`` summary keys.
 
 A verdict is ``above`` or ``below`` when the 95% interval of the paired difference (over seeds) excludes
-zero, ``level`` when it does not (``evolve.figures.paired_interval``); one seed gives no interval and no claim.
+zero, ``level`` when it does not (``evolve.intervals.paired_interval``); one seed gives no interval and no claim.
 
 Example:
     >>> verdict(paired_interval(baseline=[0.5, 0.5, 0.6], treatment=[0.7, 0.8, 0.8]))
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from evolve.figures import Interval, paired_interval, seed_interval
+from evolve.intervals import Interval, paired_interval, seed_interval
 
 BASELINE = "episodic"
 TREATMENTS = ("strategies", "both")

@@ -15,7 +15,7 @@ from connectors.embedders import (
     SentenceTransformerEmbedder,
     load_embedder,
 )
-from connectors.env import Environment, Observation
+from connectors.environment import Environment, Observation
 from connectors.errors import (
     ConfigError,
     ConnectorError,

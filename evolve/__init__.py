@@ -102,7 +102,7 @@ _MOVED = {
     "Answer": "evolve.serve.answers",
     "Diagnosis": "evolve.teams.diagnose",
     "FeedbackReceipt": "evolve.serve.feedback",
-    "Interval": "evolve.figures",
+    "Interval": "evolve.intervals",
     "JobResult": "evolve.jobs.job",
     "PromptVersion": "evolve.prompts.versions",
     "Recompose": "evolve.teams.compose",
@@ -112,9 +112,9 @@ _MOVED = {
     "WeightsReport": "evolve.weights.switch",
     "job_history": "evolve.jobs.job",
     "kstar": "evolve.teams.diversity",
-    "paired_interval": "evolve.figures",
+    "paired_interval": "evolve.intervals",
     "render_messages": "evolve.agent",
-    "seed_interval": "evolve.figures",
+    "seed_interval": "evolve.intervals",
 }
 
 

@@ -8,6 +8,7 @@ release, with a warning that says where they live now.
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 import warnings
@@ -123,7 +124,7 @@ MOST = {"evolve": 40, "memory": 20}
 
 # One name that left each face, and the module that holds it now.
 MOVED = {
-    "evolve": ("seed_interval", "evolve.figures"),
+    "evolve": ("seed_interval", "evolve.intervals"),
     "memory": ("zscore", "memory.recall.scoring"),
     "connectors": ("request_key", "connectors.chat"),
     "optimizers": ("pareto_front", "optimizers.selection"),
@@ -188,3 +189,30 @@ def test_the_warning_points_at_the_line_that_imported_the_name(tmp_path: Path) -
 def test_an_unknown_name_is_still_an_attribute_error(name: str) -> None:
     with pytest.raises(AttributeError, match=f"module '{name}' has no attribute 'NoSuchThing'"):
         getattr(face(name), "NoSuchThing")  # noqa: B009 - the attribute a user would mistype
+
+
+RENAMED = [  # (old module, a name it held, its home now): renamed because the old name misled
+    ("evolve.versions", "Ledger", "evolve.ledger"),  # the HEAD ledger, next to evolve/prompts/versions.py
+    ("evolve.figures", "paired_interval", "evolve.intervals"),  # statistics over seeds, not plots
+    ("connectors.env", "Observation", "connectors.environment"),  # the environment seam, not env variables
+]
+
+
+@pytest.mark.parametrize(("old", "name", "home"), RENAMED, ids=[r[0] for r in RENAMED])
+def test_a_renamed_module_still_imports_for_one_release_with_a_warning(old: str, name: str, home: str) -> None:
+    with pytest.warns(DeprecationWarning, match=rf"`from {old} import {name}` is deprecated .* `from {home} import"):
+        exec(f"from {old} import {name} as value; from {home} import {name}; assert value is {name}", {})
+
+
+def test_nothing_in_the_repository_imports_a_renamed_module() -> None:
+    root = Path(__file__).resolve().parents[1]
+    olds = "|".join(re.escape(r[0]) for r in RENAMED)
+    pattern = re.compile(rf"^\s*(from ({olds}) import|import ({olds})\b)", re.M)
+    shims = {root / (r[0].replace(".", "/") + ".py") for r in RENAMED}
+    found = [
+        str(path.relative_to(root))
+        for folder in ("connectors", "memory", "optimizers", "evolve", "apps", "tests", "bench", "scripts")
+        for path in (root / folder).rglob("*.py")
+        if path not in shims and pattern.search(path.read_text("utf-8"))
+    ]
+    assert found == []

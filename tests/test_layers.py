@@ -358,7 +358,10 @@ def test_no_file_outgrows_a_reader() -> None:
 
 
 def test_the_evolve_root_holds_the_loop_and_its_vocabulary_only() -> None:
-    root_modules = sorted(p.name for p in (ROOT / "evolve").glob("*.py"))
+    """Deprecated paths (a ``moved_module`` shim and nothing else, gone in the next release) do not count."""
+    root_modules = sorted(
+        p.name for p in (ROOT / "evolve").glob("*.py") if "__getattr__ = moved_module(" not in p.read_text("utf-8")
+    )
     assert len(root_modules) <= MAX_ROOT_MODULES, root_modules
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench.noise import main
 from bench.noise_alpha import compare, gate
-from evolve.figures import paired_interval
+from evolve.intervals import paired_interval
 
 
 def report(by_family: dict[str, list[float]], floor: float | None = None) -> dict[str, Any]:

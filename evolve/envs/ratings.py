@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from connectors.env import Environment, Observation
+from connectors.environment import Environment, Observation
 from connectors.errors import ConfigError
 
 SAID_CORRECT = "Correct."

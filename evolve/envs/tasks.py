@@ -2,7 +2,7 @@
 
 A task file holds one JSON object per line: ``{"id": "t1", "prompt": "...", "answer": "4471"}`` plus
 optional ``checker``, ``family``, ``feedback``, ``hint``, ``tolerance``, ``tests``, ``timeout``; any
-other key lands in ``Task.meta``. ``TaskEnv`` implements ``connectors.env.Environment``: ``reset``
+other key lands in ``Task.meta``. ``TaskEnv`` implements ``connectors.environment.Environment``: ``reset``
 returns the prompt, ``step`` checks the answer and ends the episode with a reward and feedback text.
 
 Example:
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.db import check_chars
-from connectors.env import Observation
+from connectors.environment import Observation
 from connectors.errors import ConfigError
 from evolve.envs.rules import check_task as _check_rules
 from evolve.envs.rules import validate_task as _validate_rules

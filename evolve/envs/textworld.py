@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from connectors.env import Observation
+from connectors.environment import Observation
 from connectors.errors import ConfigError
 from connectors.install import extra_hint
 from evolve.envs.tasks import Task, register_checker

@@ -7,7 +7,7 @@ same text twice is a no-op. HEAD is a pointer: rollback moves it and nothing is 
 things ever change after a write: per-example validation scores merge into a version (they are
 measurements of an immutable text, so they may arrive later), and HEAD moves — each move is a row in
 ``prompt_head_moves``, so a rollback is auditable. HEAD, its moves and its lock are the shared ledger
-of :mod:`evolve.versions` (adapters use the same one); this module stores and loads the versions.
+of :mod:`evolve.ledger` (adapters use the same one); this module stores and loads the versions.
 Tables carry a ``prompt_`` prefix and live in the same database as memory.
 """
 
@@ -31,6 +31,7 @@ from sqlalchemy import (
 
 from connectors.errors import ConfigError, StoreError
 from connectors.types import Usage
+from evolve.ledger import canonical_json, check_limit, check_text, id_prefix, transaction
 from evolve.prompts.versions import (
     LEDGER,
     Edge,
@@ -48,7 +49,6 @@ from evolve.prompts.versions import (
     usage_row,
     version_id,
 )
-from evolve.versions import canonical_json, check_limit, check_text, id_prefix, transaction
 from optimizers.types import Candidate, Version
 
 log = logging.getLogger(__name__)

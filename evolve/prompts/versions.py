@@ -1,6 +1,6 @@
 """Prompt versions at rest: the ``prompt_*`` tables, the immutable ``PromptVersion`` and the pure helpers
 that address, validate and diff versions. ``evolve.prompts.graph.PromptGraph`` moves HEAD over them
-through ``LEDGER``, the shared HEAD ledger of :mod:`evolve.versions`."""
+through ``LEDGER``, the shared HEAD ledger of :mod:`evolve.ledger`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from sqlalchemy import (
 
 from connectors.errors import ConfigError
 from connectors.types import Usage
-from evolve.versions import Ledger, content_address, head_tables
+from evolve.ledger import Ledger, content_address, head_tables
 from optimizers.types import Candidate
 
 # An experience library is a list of lessons and may hold none; any other empty component is a broken rewrite.

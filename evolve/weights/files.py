@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.errors import ConfigError, StoreError
-from evolve.versions import content_address
+from evolve.ledger import content_address
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -58,7 +58,7 @@ def manifest(folder: Path) -> dict[str, str]:
 
 def content_id(files: Mapping[str, str]) -> str:
     """The content address of an adapter: sha256 over the sorted (relative path, file sha256) pairs, cut
-    like a prompt version's id (:func:`evolve.versions.content_address`)."""
+    like a prompt version's id (:func:`evolve.ledger.content_address`)."""
     return content_address(sorted(files.items()))
 
 

@@ -8,7 +8,7 @@ into place (:mod:`evolve.weights.files`), so a version folder is complete or abs
 ``adapter_*`` tables in the same database as memory and prompts; a row is never changed. Each agent of a
 run has a HEAD that says which adapter it runs with (none: the bare base model); every HEAD move is a
 row in ``adapter_head_moves``, so a rollback is auditable and nothing is ever deleted. HEAD, its moves
-and its lock are the shared ledger of :mod:`evolve.versions` (prompt graphs use the same one). This
+and its lock are the shared ledger of :mod:`evolve.ledger` (prompt graphs use the same one). This
 module only moves files and rows: it never imports torch or peft.
 """
 
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, insert, select
 
 from connectors.errors import ConfigError, StoreError
-from evolve.versions import Ledger, check_limit, check_text, head_tables, id_prefix, transaction
+from evolve.ledger import Ledger, check_limit, check_text, head_tables, id_prefix, transaction
 from evolve.weights.files import check_adapter_folder, content_id, manifest, store_files
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from connectors import ConfigError, HashEmbedder, Message, load_chat
-from connectors.env import Observation
+from connectors.environment import Observation
 from evolve import Agent, Episode, Evolver, Executor, InProcess, MemoryView, Task, Team
 from evolve.executors import Rollout, split
 from evolve.ray_executor import make_executor

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.env import Observation
+from connectors.environment import Observation
 from connectors.errors import ConfigError
 from connectors.tools import Tool, parse_expression
 from evolve.envs.bfcl.data import function_docs, read_rows, tool_of

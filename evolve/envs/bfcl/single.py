@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.env import Observation
+from connectors.environment import Observation
 from connectors.errors import ConfigError
 from connectors.tools import Tool
 from evolve.envs.bfcl.ast_check import Call, calls_text, check_calls, decode_answer, reference_calls

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from connectors import ConfigError, Tool, ToolCall
-from connectors.env import Environment, Observation
+from connectors.environment import Environment, Observation
 from evolve.envs.bfcl.multi_turn import CATEGORY, BfclMultiTurnEnv, call_text, multi_turn_tasks, task_of
 from evolve.envs.tasks import Task, TaskEnv
 from evolve.tools.runs import run_call

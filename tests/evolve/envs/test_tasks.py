@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from connectors.env import Environment, Observation
+from connectors.environment import Environment, Observation
 from connectors.errors import ConfigError
 from evolve.envs.tasks import (
     CHECKERS,

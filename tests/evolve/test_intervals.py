@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from connectors import ConfigError
-from evolve.figures import Interval, paired_interval, seed_interval, t975
+from evolve.intervals import Interval, paired_interval, seed_interval, t975
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 8, 31, 61, 121])

@@ -10,8 +10,8 @@ from sqlalchemy import Column, Connection, Engine, Integer, MetaData, String, Ta
 from sqlalchemy.exc import IntegrityError
 
 from connectors import ConfigError, StoreError, make_engine
+from evolve.ledger import Ledger, content_address, head_tables, id_prefix, transaction
 from evolve.prompts.versions import prompt_head_moves, prompt_heads, version_id
-from evolve.versions import Ledger, content_address, head_tables, id_prefix, transaction
 from evolve.weights.files import content_id
 from evolve.weights.registry import adapter_head_moves, adapter_heads
 
@@ -228,7 +228,7 @@ def test_content_addresses_are_those_existing_databases_hold() -> None:
 def test_docstring_examples_run() -> None:
     import doctest
 
-    import evolve.versions
+    import evolve.ledger
 
-    result = doctest.testmod(evolve.versions)
+    result = doctest.testmod(evolve.ledger)
     assert result.attempted > 0 and result.failed == 0
