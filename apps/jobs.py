@@ -100,9 +100,9 @@ def served_feedback(evolver: Evolver, spec: RunSpec) -> Callable[[], list[Trace]
 
 def upkeep(evolver: Evolver, spec: RunSpec) -> Callable[[], str | None] | None:
     """The job's ``after_round``: consolidate (``[memory] consolidate``) and prune (``[memory.forget]``)
-    every agent's memory (``evolve.jobs.upkeep``); None when neither is asked for."""
+    every agent's memory (``evolve.jobs.maintenance``); None when neither is asked for."""
     from evolve.build import build_critic
-    from evolve.jobs.upkeep import forgets, memory_upkeep
+    from evolve.jobs.maintenance import forgets, memory_upkeep
 
     store, m = evolver.memory, spec.memory
     if store is None or not (m.consolidate or forgets(store)):

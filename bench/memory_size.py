@@ -39,7 +39,7 @@ from bench.learning_conditions import ENVS, EnvSpec, seed_order
 from connectors import ChatClient, Embedder, load_chat, load_embedder
 from evolve import Agent, Evolver, MemoryView, Task, Team, paraphrase_schedule
 from evolve.intervals import paired_interval
-from evolve.jobs.upkeep import memory_upkeep
+from evolve.jobs.maintenance import memory_upkeep
 from memory import MemoryConfig, MemoryStore
 from memory.config import ForgetConfig
 

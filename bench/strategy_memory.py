@@ -4,7 +4,7 @@ Three conditions, all Q-memory with the paper's α and λ (``bench.learning_cond
 
 - ``episodic``: today's memory: recall draws episodes only, nothing is consolidated;
 - ``strategies``: after every round the agent's namespace is consolidated exactly as ``evolve job`` does
-  it (``evolve.jobs.upkeep.memory_upkeep`` after ``Evolver.run_round``; by rule, or by ``--critic``), and
+  it (``evolve.jobs.maintenance.memory_upkeep`` after ``Evolver.run_round``; by rule, or by ``--critic``), and
   recall draws strategies only;
 - ``both``: the same consolidation; recall draws episodes and strategies, ranked together.
 
@@ -71,7 +71,7 @@ from bench.strategy_memory_report import markdown, summarise_family, summary_key
 from bench.strategy_reader import rule_reader
 from connectors import ChatClient, ConfigError, Embedder, load_chat, load_embedder
 from evolve import Episode, Evolver, Task
-from evolve.jobs.upkeep import memory_upkeep
+from evolve.jobs.maintenance import memory_upkeep
 from evolve.run_log import episode_from_row
 from memory import MemoryStore
 from memory.config import STRATEGY_STARTS, StrategyStart

@@ -1,7 +1,7 @@
-"""Deprecated: ``evolve.deploy.upkeep`` moved to ``evolve.jobs.upkeep``. Its names still import from here, with a
+"""Deprecated: ``evolve.deploy.upkeep`` moved to ``evolve.jobs.maintenance``. Its names still import from here, with a
 DeprecationWarning that says where each lives now, until 0.3.0 (``connectors.deprecation``).
 """
 
 from connectors.deprecation import moved_module
 
-__getattr__ = moved_module(__name__, "evolve.jobs.upkeep")
+__getattr__ = moved_module(__name__, "evolve.jobs.maintenance")

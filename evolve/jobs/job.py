@@ -187,7 +187,7 @@ def run_job(
             ``evolve serve``); it may return traces (``evolve.jobs.served.feedback_traces``) that the round's
             prompt step learns from (``Evolver.run_round``'s ``extra_traces``), or None.
         after_round: called inside the lease once the round is recorded (memory upkeep:
-            ``evolve.jobs.upkeep``); what it returns joins the job's note. A failure there fails the job
+            ``evolve.jobs.maintenance``); what it returns joins the job's note. A failure there fails the job
             with the round already done, and the next job runs the next round.
         lease: the run's lease, already taken with ``take_lease`` (before the evolver was built); None
             takes it here. Either way ``run_job`` releases it. A lease lost since it was taken (it

@@ -22,7 +22,7 @@ MOVED = [
     ("evolve.deploy.rating", "rate", "evolve.serve.rating"),
     ("evolve.deploy.mcp_memory", "TenantMemory", "evolve.serve.tenant_memory"),
     ("evolve.deploy.jobs", "run_job", "evolve.jobs.job"),
-    ("evolve.deploy.upkeep", "memory_upkeep", "evolve.jobs.upkeep"),
+    ("evolve.deploy.upkeep", "memory_upkeep", "evolve.jobs.maintenance"),
     ("apps.server", "create_app", "evolve.serve.protocols.openai_http"),
     ("apps.server", "ChatRequest", "evolve.serve.protocols.openai_requests"),
     ("apps.server", "check_keys", "evolve.serve.protocols.keys"),
