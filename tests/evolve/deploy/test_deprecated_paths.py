@@ -26,6 +26,12 @@ MOVED = [
     ("apps.server", "create_app", "evolve.serve.protocols.openai_http"),
     ("apps.server", "ChatRequest", "evolve.serve.protocols.openai_requests"),
     ("apps.server", "check_keys", "evolve.serve.protocols.keys"),
+    ("apps.keys", "check_keys", "evolve.serve.protocols.keys"),
+    ("evolve.deploy.streaming", "AnswerStream", "evolve.serve.streaming"),
+    ("evolve.deploy.feedback", "FeedbackReceipt", "evolve.serve.feedback"),
+    ("evolve.deploy.feedback", "learn_served", "evolve.jobs.served"),
+    ("evolve.deploy.leases", "Lease", "evolve.jobs.leases"),
+    ("evolve.deploy.backup", "backup", "evolve.backup.database"),
 ]
 
 
