@@ -9,11 +9,13 @@ starts to end:
   prompt included) go along in the message's metadata under ``evolve.context`` as ``[{"role",
   "content"}]``: an Evolve A2A server (``evolve a2a``) answers them as ``evolve serve`` answers a
   conversation, and recalls its memory by the last turn alone; another A2A agent sees the last turn only;
-- ``temperature``, ``top_p``, ``max_tokens``, ``seed`` and ``stop`` go in ``evolve.params``: an Evolve
-  server applies them to its team; anything else a model call may take (``tools``, ``response_format``,
-  ``logprobs``, an adapter) cannot travel over A2A and is a ``ConfigError``, never dropped;
+- ``temperature``, ``top_p``, ``max_tokens``, ``seed``, ``stop`` and the presence and frequency penalties
+  go in ``evolve.params``: an Evolve server applies them to its team; anything else a model call may take
+  (``tools``, ``response_format``, ``logprobs``, an adapter) cannot travel over A2A and is a
+  ``ConfigError``, never dropped;
 - the answer is the text of the completed task's artifacts (a reply that is a message: its text); the
-  usage an Evolve server reports (``evolve.usage``) is counted.
+  usage an Evolve server reports (``evolve.usage``) is counted, and an answer it marks cut
+  (``evolve.finish_reason: "length"``) keeps ``finish_reason="length"``.
 
 Errors, by how the caller recovers: no connection or a 5xx → a retryable ``ConnectorError``; a timeout →
 ``ProviderTimeout``; 429 → ``RateLimited``; 401/403 → a ``ConnectorError`` that names the key's variable,
@@ -60,7 +62,8 @@ PARAMS_KEY = "evolve.params"  # message: sampling parameters for the remote team
 RESPONSE_ID_KEY = "evolve.response_id"  # task and artifact: the Evolve response id, the handle for ratings
 USAGE_KEY = "evolve.usage"  # task: {"prompt_tokens", "completion_tokens"} the team spent
 ERROR_KEY = "evolve.error"  # failed task: {"kind": "RateLimited" | "ProviderTimeout" | ..., "retryable"}
-SAMPLING = ("temperature", "top_p", "max_tokens", "seed", "stop")
+FINISH_KEY = "evolve.finish_reason"  # completed task and artifact: "length" when max_tokens cut the answer
+SAMPLING = ("temperature", "top_p", "max_tokens", "seed", "stop", "presence_penalty", "frequency_penalty")
 
 T = TypeVar("T")
 
@@ -135,6 +138,8 @@ class A2AChat:
         'a2a/http://127.0.0.1:8100'
     """
 
+    takes_penalties = True  # sent in evolve.params, which an Evolve agent applies to its team
+
     def __init__(
         self,
         url: str,
@@ -163,31 +168,23 @@ class A2AChat:
         """Pickled (to run on other processes) without its client; the copy opens its own."""
         return {**self.__dict__, "_client": None, "_opening": None}
 
-    def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        **extra: Any,
-    ) -> Completion:
-        """The remote agent's answer to the conversation's last user turn (earlier turns as context).
+    def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        """The remote agent's answer to the conversation's last user turn (earlier turns as context);
+        ``params`` may set the ``SAMPLING`` parameters. A completed task whose ``evolve.finish_reason`` is
+        ``length`` (its ``max_tokens`` cut it) comes back with that ``finish_reason``.
 
         Raises:
             ConfigError: no user turn, or a parameter an A2A agent cannot take (tools, response_format...).
             ConnectorError: the agent could not be reached, refused the message, or its task failed.
         """
-        given = {k: v for k, v in extra.items() if v is not None and v is not False}
-        if given:
+        given = {k: v for k, v in params.items() if v is not None and v is not False}
+        refused = sorted(set(given) - set(SAMPLING))
+        if refused:
             raise ConfigError(
-                f"{self.name}: an A2A agent takes none of {sorted(given)}; a remote team member answers text "
+                f"{self.name}: an A2A agent takes none of {refused}; a remote team member answers text "
                 f"and may be given {list(SAMPLING)} (sent to an Evolve agent in {PARAMS_KEY!r})"
             )
-        sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed, "stop": stop}
-        message = a2a_message(messages, {k: v for k, v in sampling.items() if v is not None})
+        message = a2a_message(messages, given)
         try:
             return EventLoopThread.shared().run(self._ask(message), timeout=self.timeout + 5)
         except ConnectorError:
@@ -255,7 +252,8 @@ class A2AChat:
             text = _text(task.status.message.parts)
         used = meta.get(USAGE_KEY) or {}
         usage = Usage(int(used.get("prompt_tokens", 0)), int(used.get("completion_tokens", 0)))
-        return Completion(text, self.name, usage, finish_reason="stop")
+        finish = "length" if meta.get(FINISH_KEY) == "length" else "stop"
+        return Completion(text, self.name, usage, finish_reason=finish)
 
     def _translate(self, error: Exception) -> ConnectorError:
         """Our error for the SDK's (or httpx's, or the loop's), shaped by how the caller recovers."""
@@ -356,6 +354,6 @@ def a2a_chat(
 
 
 __all__ = [
-    "CONTEXT_KEY", "ERROR_KEY", "PARAMS_KEY", "RESPONSE_ID_KEY", "SAMPLING", "USAGE_KEY", "A2AChat", "EventLoopThread",
-    "a2a_chat", "a2a_message", "remote_failure",
+    "CONTEXT_KEY", "ERROR_KEY", "FINISH_KEY", "PARAMS_KEY", "RESPONSE_ID_KEY", "SAMPLING", "USAGE_KEY", "A2AChat",
+    "EventLoopThread", "a2a_chat", "a2a_message", "remote_failure",
 ]  # fmt: skip

@@ -51,7 +51,9 @@ class ChatModel(Protocol):
 
     A backend that can send its answer while generating it also has ``stream(messages, **params) ->
     StreamedCompletion`` (``LocalChat``, ``OpenAIChat``, ``ScriptedChat``); ``ChatClient.stream`` answers
-    through ``complete`` for one that has not.
+    through ``complete`` for one that has not. One that honours OpenAI's ``presence_penalty`` and
+    ``frequency_penalty`` (or passes them on to its server) says ``takes_penalties = True``: a server
+    refuses them for a model without it rather than drop them.
 
     Example:
         >>> from connectors.fakes import ScriptedChat

@@ -44,6 +44,8 @@ class ScriptedChat:
     between pieces to test what a reader sees mid-answer).
     """
 
+    takes_penalties = True  # recorded with every parameter, for tests to check what reached the model
+
     def __init__(
         self,
         replies: Script,

@@ -138,6 +138,8 @@ class LangChainChat:
         'hi'
     """
 
+    takes_penalties = True  # passed to the model's invoke, as every sampling parameter is
+
     def __init__(self, label: str, *, model: Any = None) -> None:
         if not isinstance(label, str) or not label.strip():
             raise ConfigError(

@@ -33,7 +33,7 @@ from connectors.local_stream import stream_generation
 from connectors.model_thread import ModelThread
 from connectors.prompted_tools import plain_turns, prompted_batch
 from connectors.quoting import neutralise_tokens
-from connectors.sampling import GenerationParams, SeededSampler, generation_params, truncate_at_stop
+from connectors.sampling import GenerationParams, generation_params, logits_processors, truncate_at_stop
 from connectors.streaming import StreamedCompletion, refuse_tools
 from connectors.tools import Tool
 from connectors.types import Completion, Message, Usage
@@ -103,6 +103,7 @@ class LocalChat:
 
     serves_adapters = True  # its weights live here: MARFT can train adapters for it (load_adapter serves them)
     tools_each = True  # complete_batch takes one tool list per prompt (ChatClient batches them together)
+    takes_penalties = True  # presence_penalty and frequency_penalty: a logits processor (connectors.sampling)
 
     def __init__(
         self,
@@ -153,15 +154,19 @@ class LocalChat:
         tools: Sequence[Tool] | None = None,
         tool_choice: str | None = None,
         tools_each: Sequence[Sequence[Tool]] | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
     ) -> list[Completion]:
         """Answers for many prompts, generated together in chunks of ``batch_size``.
 
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
         greedy, no nucleus cut), so callers can forward OpenAI-style parameters unchanged. ``tools`` are
         prompted in and the calls read back (``connectors.prompted_tools``); ``tools_each`` gives each
-        prompt its own tools, still in one batch.
+        prompt its own tools, still in one batch. ``presence_penalty`` and ``frequency_penalty`` (in
+        [-2, 2]) apply OpenAI's formula to the answer's tokens so far (``connectors.sampling.penalize``).
         """
-        params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
+        penalties = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty}
+        params = self._params(max_tokens, temperature, top_p, seed, stop, adapter, **penalties)
 
         def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
             def chunks() -> list[Completion]:
@@ -188,6 +193,8 @@ class LocalChat:
         adapter: str | None = None,
         tools: Sequence[Tool] | None = None,
         tool_choice: str | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
     ) -> StreamedCompletion:
         """One answer sent token by token as it is generated, with :meth:`complete`'s parameters and the
         same text for the same seed. No tools (``ChatClient.stream`` asks :meth:`complete` for those).
@@ -197,7 +204,8 @@ class LocalChat:
         generation at the next token.
         """
         refuse_tools(self.name, tools, tool_choice)
-        params = self._params(max_tokens, temperature, top_p, seed, stop, adapter)
+        penalties = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty}
+        params = self._params(max_tokens, temperature, top_p, seed, stop, adapter, **penalties)
         prompt = plain_turns(messages)  # tool turns of an earlier exchange, as complete() writes them
 
         def generate(extra: Mapping[str, Any]) -> Completion:
@@ -255,10 +263,11 @@ class LocalChat:
         seed: int | None,
         stop: str | Sequence[str] | None,
         adapter: str | None,
+        **penalties: float | None,
     ) -> GenerationParams:
         if adapter is not None and adapter not in self.adapters:
             raise ConfigError(f"{self.name}: unknown adapter {adapter!r}; loaded adapters: {sorted(self.adapters)}")
-        return generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter)
+        return generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter, **penalties)
 
     def _on_model(self, work: Callable[[], T]) -> T:
         """``work()`` with the model loaded and held, on the process's torch thread (``connectors.model_thread``)."""
@@ -328,7 +337,7 @@ class LocalChat:
             return_dict_in_generate=True,
             output_logits=True,
         )
-        processors = [SeededSampler(params.temperature, params.top_p, generator)] if generator is not None else []
+        processors = logits_processors(params, generator, enc["input_ids"].shape[1])
         try:
             with torch.inference_mode(), self._adapter_context(params.adapter):
                 out = model.generate(

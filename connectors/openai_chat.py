@@ -134,6 +134,7 @@ class OpenAIChat:
     """
 
     native_response_format = True  # the server takes response_format and constrains its decoding to it
+    takes_penalties = True  # presence_penalty and frequency_penalty go to the server
 
     def __init__(
         self,
@@ -176,7 +177,7 @@ class OpenAIChat:
     ) -> Completion:
         """One answer. ``tools`` go out as native function calling (``tool_choice``: ``"auto"``,
         ``"required"`` or ``"none"``) and the calls come back in ``Completion.tool_calls``; ``extra`` goes
-        to the server as is (``logprobs=True``, ``response_format=…``)."""
+        to the server as is (``logprobs=True``, ``response_format=…``, ``presence_penalty=…``)."""
         sampling = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p, "seed": seed, "stop": stop}
         request = {k: v for k, v in sampling.items() if v is not None}
         request.update(tool_request(tools, tool_choice))

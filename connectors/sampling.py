@@ -1,5 +1,6 @@
 """Sampling settings and maths shared by the local backends (``LocalChat``, ``VLLMChat``): OpenAI-style
-parameters validated into ``GenerationParams``, nucleus sampling with a seeded generator, stop strings.
+parameters validated into ``GenerationParams``, nucleus sampling with a seeded generator, OpenAI's
+presence and frequency penalties, stop strings.
 
 torch is imported inside the functions that need it, never when ``connectors`` is imported.
 """
@@ -23,6 +24,8 @@ class GenerationParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     adapter: str | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 def generation_params(
@@ -33,13 +36,16 @@ def generation_params(
     seed: int | None,
     stop: str | Sequence[str] | None,
     adapter: str | None = None,
+    *,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
 ) -> GenerationParams:
     """OpenAI-style sampling arguments, validated; ``None`` means the default (``default_max_tokens``,
-    greedy, no nucleus cut). Shared by the local backends (``LocalChat``, ``VLLMChat``).
+    greedy, no nucleus cut, no penalty). Shared by the local backends (``LocalChat``, ``VLLMChat``).
 
     Example:
-        >>> generation_params(64, None, None, 0.9, 7, "###")
-        GenerationParams(max_new_tokens=64, temperature=0.0, top_p=0.9, seed=7, stop=('###',), adapter=None)
+        >>> generation_params(64, None, None, 0.9, 7, "###", frequency_penalty=0.5).frequency_penalty
+        0.5
     """
     n = default_max_tokens if max_tokens is None else max_tokens
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -51,7 +57,30 @@ def generation_params(
     if not 0.0 < top_p <= 1.0:
         raise ConfigError(f"top_p must be in (0, 1], got {top_p!r}")
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    return GenerationParams(n, float(temperature), float(top_p), seed, stops, adapter)
+    presence = _penalty("presence_penalty", presence_penalty)
+    frequency = _penalty("frequency_penalty", frequency_penalty)
+    return GenerationParams(n, float(temperature), float(top_p), seed, stops, adapter, presence, frequency)
+
+
+def _penalty(name: str, value: float | None) -> float:
+    """A penalty in OpenAI's range [-2, 2] (None: 0)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -2.0 <= value <= 2.0:
+        raise ConfigError(f"{name} must be a number in [-2, 2], got {value!r}")
+    return float(value)
+
+
+def penalize(logits: Any, generated: Any, presence: float, frequency: float) -> Any:
+    """OpenAI's presence and frequency penalties: ``logits[j] - c[j] * frequency - (c[j] > 0) * presence``,
+    where ``c[j]`` counts token ``j`` among each row's ``generated`` tokens (the answer so far, not the
+    prompt). Positive values push the answer towards tokens it has not used yet; negative ones, back."""
+    import torch
+
+    counts = torch.zeros_like(logits, dtype=torch.float32)
+    counts.scatter_add_(1, generated, torch.ones_like(generated, dtype=torch.float32))
+    penalty = counts * frequency + (counts > 0).float() * presence
+    return (logits.float() - penalty).to(logits.dtype)
 
 
 def nucleus_probs(logits: Any, temperature: float, top_p: float) -> Any:
@@ -75,6 +104,29 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
+class Penalties:
+    """A logits processor applying ``penalize`` to the tokens generated after the first ``prompt_length``."""
+
+    def __init__(self, presence: float, frequency: float, prompt_length: int) -> None:
+        self.presence = presence
+        self.frequency = frequency
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        return penalize(scores, input_ids[:, self.prompt_length :], self.presence, self.frequency)
+
+
+def logits_processors(params: GenerationParams, generator: Any, prompt_length: int) -> list[Any]:
+    """What transformers' ``generate`` applies to each step's logits, in order: the penalties (when set),
+    then the seeded sampler (when sampling: ``generator`` is not None)."""
+    out: list[Any] = []
+    if params.presence_penalty or params.frequency_penalty:
+        out.append(Penalties(params.presence_penalty, params.frequency_penalty, prompt_length))
+    if generator is not None:
+        out.append(SeededSampler(params.temperature, params.top_p, generator))
+    return out
+
+
 class SeededSampler:
     """A logits processor that samples the next token with its own generator and leaves only that token.
 
@@ -95,4 +147,7 @@ class SeededSampler:
         return torch.full_like(scores, float("-inf")).scatter(1, choice, 0.0)
 
 
-__all__ = ["GenerationParams", "SeededSampler", "generation_params", "nucleus_probs", "truncate_at_stop"]
+__all__ = [
+    "GenerationParams", "Penalties", "SeededSampler", "generation_params", "logits_processors", "nucleus_probs",
+    "penalize", "truncate_at_stop",
+]  # fmt: skip

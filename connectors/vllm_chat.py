@@ -103,6 +103,7 @@ class VLLMChat:
 
     serves_adapters = True  # its weights live here: MARFT can train adapters for it (one LoRARequest each)
     tools_each = True  # complete_batch takes one tool list per prompt (ChatClient batches them together)
+    takes_penalties = True  # presence_penalty and frequency_penalty: vLLM's own SamplingParams
 
     def __init__(
         self,
@@ -172,6 +173,8 @@ class VLLMChat:
         tools: Sequence[Tool] | None = None,
         tool_choice: str | None = None,
         tools_each: Sequence[Sequence[Tool]] | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
     ) -> list[Completion]:
         """Answers for many prompts from one ``generate`` call (``tools`` prompted in, calls read back;
         ``tools_each`` gives each prompt its own tools).
@@ -179,12 +182,16 @@ class VLLMChat:
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
         greedy, no nucleus cut). With a ``seed``, prompt i is sampled with seed ``seed + i``: the same
         seed and prompts give the same text, and copies of one prompt in a batch still differ.
+        ``presence_penalty`` and ``frequency_penalty`` go to vLLM's own, which apply OpenAI's formula.
 
         Raises:
             ConfigError: bad sampling values, an unknown adapter, or LoRA asked of an engine without it.
             ConnectorError: vLLM refused the batch (e.g. a prompt longer than ``max_model_len``).
         """
-        params = generation_params(self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter)
+        penalties = {"presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty}
+        params = generation_params(
+            self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter, **penalties
+        )
 
         def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
             if not batch:
@@ -287,6 +294,8 @@ class VLLMChat:
                 max_tokens=params.max_new_tokens,
                 seed=s,
                 stop=list(params.stop) or None,
+                presence_penalty=params.presence_penalty,
+                frequency_penalty=params.frequency_penalty,
                 logprobs=0,  # the chosen token's log-probability, of the raw model distribution
             )
             for s in seeds

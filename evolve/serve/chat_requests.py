@@ -22,8 +22,11 @@ from evolve.prompts.graph import PromptGraph
 from evolve.tools.loop import DESCRIBED
 
 TOOL_CHOICES = ("auto", "none", "required")
-# The parameters a request may set on the agents' calls; anything else is the deployment's business.
-REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice", "logprobs")
+# The parameters a request may set on the agents' calls, over the spec's own (its max_tokens, temperature...);
+# anything else is the deployment's business.
+REQUEST_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "presence_penalty", "frequency_penalty",
+                  "tool_choice", "logprobs")  # fmt: skip
+PENALTIES = ("presence_penalty", "frequency_penalty")
 
 
 def trained_prompts(engine: Engine, run: str, seed: Mapping[str, str]) -> dict[str, str]:
@@ -93,6 +96,17 @@ def first_call_only(steps: tuple[Step, ...]) -> tuple[Step, ...]:
     kept = described[0]
     others = tuple(r for r in last.calls if r.result != DESCRIBED)
     return (*steps[:-1], dataclasses.replace(last, calls=(*others, kept), output=f"[{call_text(kept.call)}]"))
+
+
+def check_penalties(params: Mapping[str, object], team: Team) -> dict[str, object]:
+    """``params`` without penalties of 0 (they ask nothing); ConfigError naming the agents whose model cannot
+    take a penalty that was asked for (its backend does not say ``takes_penalties``), never a silent drop."""
+    asked = [k for k in PENALTIES if params.get(k)]
+    unable = [f"{name} ({agent.model.name})" for name, agent in team.agents.items()
+              if getattr(agent.model.backend, "takes_penalties", False) is not True]  # fmt: skip
+    if asked and unable:
+        raise ConfigError(f"{' and '.join(asked)} cannot be honoured: the model of {', '.join(unable)} takes none")
+    return {k: v for k, v in params.items() if k not in PENALTIES or v}
 
 
 def check_request_tools(tools: Sequence[Tool] | None, choice: object, team: Team) -> list[Tool] | None:

@@ -60,7 +60,14 @@ from evolve.prompts.graph import PromptGraph
 from evolve.serve import formats
 from evolve.serve.answer_checks import Checked, FailedAnswer, checked_act
 from evolve.serve.answers import Answer, UnknownResponse, response_row
-from evolve.serve.chat_requests import REQUEST_PARAMS, check_request_tools, conversation, has_head, trained_prompts
+from evolve.serve.chat_requests import (
+    REQUEST_PARAMS,
+    check_penalties,
+    check_request_tools,
+    conversation,
+    has_head,
+    trained_prompts,
+)
 from evolve.serve.feedback import FeedbackReceipt, check_score, reinforce_recalls
 from evolve.serve.responses import (
     MAX_RESPONSE_ID,
@@ -155,18 +162,20 @@ class Deployment:
     ) -> Answer:
         """Answer the conversation's last user message with the tenant's team; the answer is recorded.
 
-        ``tools`` are the app's: described to the answering agent, never run here; its calls to them are
-        the answer (``Answer.tool_calls``) and the app runs them; ``parallel_tool_calls=False`` keeps the
-        first call of an answer that made several. Only a one-agent team takes tools. Without
-        a ``seed`` each request samples afresh (the spec's seed would make every answer the same).
+        ``params`` (``REQUEST_PARAMS``) override the spec's own for this answer: its ``max_tokens`` is the
+        default, a request's wins. ``tools`` are the app's: described to the answering agent, never run
+        here; its calls to them are the answer (``Answer.tool_calls``) and the app runs them;
+        ``parallel_tool_calls=False`` keeps the first call of an answer that made several. Only a one-agent
+        team takes tools. Without a ``seed`` each request samples afresh (the spec's seed would make every
+        answer the same).
         ``response_format`` (OpenAI's ``json_object`` or ``json_schema``) is told to the team and its
         answer checked, with retries (``evolve.serve.formats``). ``logprobs=True`` asks for the answering
         agent's tokens and log-probabilities (``Answer.logprobs``): a local model computes them, an
         OpenAI-compatible one is asked for them, and a model that gives none makes it a ConfigError.
 
         Raises:
-            ConfigError: no user message, a parameter the deployment does not take, tools for a team
-                of several agents, or a malformed ``response_format``.
+            ConfigError: no user message, a parameter the deployment does not take, a penalty an agent's
+                model cannot take, tools for a team of several agents, or a malformed ``response_format``.
             ConnectorError: the team's model failed (after its retries).
             FailedAnswer: the answer still lacked the ``response_format`` or the required call after
                 ``formats.ATTEMPTS`` tries; it is recorded all the same, under ``response_id``, and takes feedback.
@@ -181,6 +190,7 @@ class Deployment:
             team, version = self.team(tenant)
             spent = timed_recalls(team)
             tools = check_request_tools(tools, given.get("tool_choice"), team)
+            given = check_penalties(given, team)
             given.setdefault("seed", secrets.randbelow(2**31))
             fmt = formats.response_format(response_format)
             sink = team.agents[team.sink].model
@@ -227,6 +237,7 @@ class Deployment:
         observation, query = conversation(messages)
         given = stream_params(params)
         team, version = self.team(tenant)
+        given = check_penalties(given, team)
         given.setdefault("seed", secrets.randbelow(2**31))
         stream = team.stream(observation, query=query, params=given)
         if stream.error is not None:

@@ -39,13 +39,16 @@ class Format:
     kind: str
     name: str = ""
     schema: Mapping[str, Any] | None = None
+    description: str = ""
 
     def instruction(self) -> str:
-        """What the answering agent is told, after the request."""
+        """What the answering agent is told, after the request (with the schema's description, if it has one)."""
         if self.schema is None:
             return "Reply with one JSON object only: no prose, no code fence."
         schema = json.dumps(self.schema, ensure_ascii=False)
-        return f"Reply with one JSON value only (no prose, no code fence) that matches this JSON Schema: {schema}"
+        about = f" ({self.description})" if self.description else ""
+        head = "Reply with one JSON value only (no prose, no code fence) that matches this JSON Schema"
+        return f"{head}{about}: {schema}"
 
 
 def response_format(value: Mapping[str, Any] | None) -> Format | None:
@@ -68,7 +71,7 @@ def response_format(value: Mapping[str, Any] | None) -> Format | None:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:
         raise ConfigError(f"response_format.json_schema.schema is not a valid JSON Schema: {e.message}") from None
-    return Format("json_schema", str(spec.get("name") or ""), schema)
+    return Format("json_schema", str(spec.get("name") or ""), schema, str(spec.get("description") or ""))
 
 
 def read_json(text: str, fmt: Format) -> tuple[str, str]:

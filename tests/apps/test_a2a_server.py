@@ -152,7 +152,7 @@ async def test_the_turns_and_sampling_a_message_brings_reach_the_team(served: Se
     calls = served.deployment.chat.backend.calls  # type: ignore[attr-defined]
     seen = len(calls)
     context = [{"role": "system", "content": "Answer for the night shift."}]
-    params = {"max_tokens": 7, "temperature": 0.25, "seed": 42}
+    params = {"max_tokens": 7, "temperature": 0.25, "seed": 42, "presence_penalty": -0.5, "frequency_penalty": 1.5}
     task = await answered(served, metadata={"evolve.context": context, "evolve.params": params})
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     (messages, sent), *_ = calls[seen:]
@@ -197,6 +197,11 @@ async def test_malformed_messages_are_json_rpc_errors_and_leave_no_task(served: 
 
     cases: list[tuple[Any, type[Exception], str]] = [
         (user_message(QUESTION, metadata={"evolve.params": {"tools": []}}), InvalidParamsError, "evolve.params"),
+        (
+            user_message(QUESTION, metadata={"evolve.params": {"presence_penalty": 2.5}}),
+            InvalidParamsError,
+            "out of range",
+        ),
         (user_message(data={"rating": 1.5}, reference_task_ids=[task.id]), InvalidParamsError, r"\[0, 1\]"),
         (user_message(data={"rating": 1.0}), InvalidParamsError, "referenceTaskIds"),
         (user_message(data={"note": "the Harbor code?"}), InvalidParamsError, "data part only as a rating"),

@@ -302,6 +302,15 @@ def test_a_team_on_an_api_model_answers_and_its_upstream_failure_is_502(tmp_path
             sent = upstream.requests[-1]["json"]
             assert sent["model"] == "upstream-model" and sent["messages"][0]["content"] == "Reply with the code only."
             assert sent["max_tokens"] == 12 and QUESTION in sent["messages"][-1]["content"]
+            assert "presence_penalty" not in sent and "frequency_penalty" not in sent
+
+            upstream.script(Reply(200, chat_body("4471", finish_reason="length")))
+            cut = live.client("alice").chat.completions.create(
+                model="codes", messages=USER, max_tokens=2, presence_penalty=0.5, frequency_penalty=-0.25
+            )  # passed upstream, and the upstream's cut passed back
+            sent = upstream.requests[-1]["json"]
+            assert (sent["max_tokens"], sent["presence_penalty"], sent["frequency_penalty"]) == (2, 0.5, -0.25)
+            assert cut.choices[0].finish_reason == "length"
 
             upstream.script(Reply(500, error_body("upstream exploded", "server_error")))
             response = post(live, "/chat/completions", {"model": "codes", "messages": USER, "stream": True})

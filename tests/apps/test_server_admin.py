@@ -181,7 +181,7 @@ def test_without_an_operator_key_the_routes_are_off_and_say_how_to_turn_them_on(
 @pytest.mark.parametrize(
     ("path", "body", "says"),
     [
-        ("distrust", {"writer": "robot:R2-D2"}, "writer: Value error, writer must be '<kind>:<name>' with kind one of"),
+        ("distrust", {"writer": "robot:R2-D2"}, "writer: writer must be '<kind>:<name>' with kind one of"),
         ("distrust", {"writer": "tenant:Niemand-Unbekannt-Logistik-GmbH"}, "no memory of this store was written by"),
         ("distrust", {"writer": f"tenant:{ZURICH}", "action": "delete"}, "action: Input should be 'remove' or 'reset'"),
         (

@@ -11,7 +11,7 @@ import pytest
 
 from connectors import ConfigError, load_chat
 from connectors.local_chat import LocalChat
-from connectors.sampling import nucleus_probs, truncate_at_stop
+from connectors.sampling import Penalties, nucleus_probs, penalize, truncate_at_stop
 from connectors.types import Message
 
 PROMPTS = [
@@ -141,7 +141,13 @@ def test_missing_folder_is_config_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("params", "match"),
-    [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens")],
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": "high"}, "frequency_penalty"),
+    ],
 )
 def test_bad_call_params_are_config_errors(tiny: LocalChat, params: dict[str, float], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -160,6 +166,36 @@ def test_nucleus_probs() -> None:
     assert float(nucleus_probs(logits, 1.0, 1e-6)[0, 0]) == pytest.approx(1.0)  # the top token always stays
     cold = nucleus_probs(logits, 0.1, 1.0)
     assert float(cold[0, 0]) > float(full[0, 0])
+
+
+def test_penalize_is_openais_formula_token_by_token() -> None:
+    import torch
+
+    logits = torch.randn(2, 7, generator=torch.Generator().manual_seed(0))
+    generated = torch.tensor([[3, 3, 5, 0], [6, 6, 6, 1]])
+    out = penalize(logits, generated, presence=0.5, frequency=0.25)
+    for row in range(2):
+        for j in range(7):
+            c = generated[row].tolist().count(j)
+            assert float(out[row, j]) == pytest.approx(float(logits[row, j]) - c * 0.25 - (c > 0) * 0.5)
+
+
+def test_the_penalties_count_the_answers_tokens_not_the_prompts() -> None:
+    import torch
+
+    out = Penalties(presence=1.0, frequency=0.5, prompt_length=3)(torch.tensor([[4, 4, 4, 2, 2]]), torch.zeros(1, 5))
+    assert out.tolist() == [[0.0, 0.0, -2.0, 0.0, 0.0]]  # token 2 twice in the answer; token 4 only in the prompt
+
+
+def test_penalties_change_what_a_local_model_generates(tiny: LocalChat) -> None:
+    def repeats(**penalties: float) -> list[int]:
+        answers = tiny.complete_batch(PROMPTS, max_tokens=12, **penalties)
+        return [len(c.tokens or ()) - len(set(c.tokens or ())) for c in answers]
+
+    plain = repeats()
+    assert sum(plain) > 0 and repeats(presence_penalty=2.0, frequency_penalty=2.0) == [0] * len(PROMPTS)
+    assert sum(repeats(presence_penalty=-2.0, frequency_penalty=-2.0)) > sum(plain)
+    assert repeats(presence_penalty=0.0, frequency_penalty=None) == plain  # 0 and None: no penalty
 
 
 def test_truncate_at_stop() -> None:
@@ -199,6 +235,7 @@ def test_none_parameters_mean_defaults(tiny: LocalChat) -> None:
         {"stop": ["e", "th"]},
         {"max_tokens": 3},
         {"temperature": 0.9, "top_p": 0.5, "seed": 1},
+        {"presence_penalty": 1.5, "frequency_penalty": 0.5},
     ],
 )
 def test_a_stream_sends_the_text_complete_gives_token_by_token(tiny: LocalChat, params: dict) -> None:

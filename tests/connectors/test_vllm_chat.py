@@ -112,6 +112,18 @@ def test_a_batch_is_one_generate_call_on_chat_templated_token_ids(tiny_model_dir
 
 
 @pytest.mark.usefixtures("fake_vllm")
+def test_penalties_go_to_vllms_own_sampling_parameters(tiny_model_dir: Path) -> None:
+    chat = VLLMChat(str(tiny_model_dir))
+    chat.complete(PROMPTS[0], presence_penalty=0.5, frequency_penalty=-1.0)
+    (sampled,) = chat._llm.calls[-1][1]
+    assert (sampled.presence_penalty, sampled.frequency_penalty) == (0.5, -1.0)
+    chat.complete(PROMPTS[0])
+    assert (chat._llm.calls[-1][1][0].presence_penalty, chat._llm.calls[-1][1][0].frequency_penalty) == (0.0, 0.0)
+    with pytest.raises(ConfigError, match="presence_penalty"):
+        chat.complete(PROMPTS[0], presence_penalty=-2.5)
+
+
+@pytest.mark.usefixtures("fake_vllm")
 def test_seeded_sampling_gives_each_prompt_its_own_seed(tiny_model_dir: Path) -> None:
     chat = VLLMChat(str(tiny_model_dir))
     chat.complete_batch(PROMPTS, temperature=0.7, top_p=0.9, seed=5, max_tokens=4, stop="###")

@@ -8,14 +8,17 @@ rating of a task this tenant does not own (``TaskNotFoundError``, as for a task 
 ``TeamExecutor`` then either
 
 - answers: the task is made (``submitted``), set ``working``, the tenant's team answers in a worker thread
-  (``Deployment.answer``; for ``SendStreamingMessage`` ``Deployment.stream``, whose
-  text goes out as appended chunks of the ``answer`` artifact while it is generated), the whole answer
-  replaces the artifact (``append: false``, ``lastChunk: true``) and the task completes; the task's
-  metadata and the artifact's carry the response id (``evolve.response_id``), the task's the usage
-  (``evolve.usage``) and prompt version. A conversation's earlier turns come from the message's
-  ``evolve.context`` or else from this tenant's earlier tasks in the same ``contextId``. A model failure
-  fails the task (a parameter the team cannot take rejects it) with the reason as its status message and
-  ``evolve.error`` (kind, ``retryable``) in its metadata;
+  (``Deployment.answer``; for ``SendStreamingMessage`` ``Deployment.stream``, whose text goes out as
+  appended chunks of the ``answer`` artifact while it is generated), the whole answer replaces the
+  artifact (``append: false``, ``lastChunk: true``) and the task completes. A long answer need not hold
+  a connection open: ``SendMessage`` with ``returnImmediately`` gets the task back at once, which
+  ``GetTask`` shows ``working`` until it completes. The task's metadata and the artifact's carry the
+  response id (``evolve.response_id``) and why the answer ended (``evolve.finish_reason``: ``length``
+  when ``max_tokens`` cut it, and the completed status's message then says so; else ``stop``), the
+  task's the usage (``evolve.usage``) and prompt version. A conversation's earlier turns come from the
+  message's ``evolve.context`` or else from this tenant's earlier tasks in the same ``contextId``. A
+  model failure fails the task (a parameter the team cannot take rejects it) with the reason as its
+  status message and ``evolve.error`` (kind, ``retryable``) in its metadata;
 - or rates: a message whose data part holds ``{"rating": 0..1, "comment"?, "key"?}`` (or whose metadata
   holds ``evolve.rating``) rates the task it refers to (``referenceTaskIds: [<task>]``; a rating sent on
   the finished task itself is moved there), or the response named by the data's ``response_id``. It goes
@@ -38,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from connectors import ConfigError, ConnectorError, Message, ParseError, RateLimited
-from connectors.a2a_chat import CONTEXT_KEY, ERROR_KEY, PARAMS_KEY, RESPONSE_ID_KEY, SAMPLING, USAGE_KEY
+from connectors.a2a_chat import CONTEXT_KEY, ERROR_KEY, FINISH_KEY, PARAMS_KEY, RESPONSE_ID_KEY, SAMPLING, USAGE_KEY
 from connectors.install import extra_hint
 from evolve.serve.answers import Answer, UnknownResponse
 from evolve.serve.deployment import Deployment
@@ -66,6 +69,7 @@ ANSWER = "answer"  # the artifact's name
 STREAMING = ("SendStreamingMessage", "message/stream")  # the JSON-RPC methods that stream (v1.0, v0.3)
 _ASK, _RATE = "evolve.ask", "evolve.rate"  # where the reader leaves what it read, in the call's state
 ROLES = ("system", "user", "assistant")
+CUT = "The answer was cut off at its token limit (max_tokens): ask again with a larger max_tokens in evolve.params."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +180,8 @@ def _checked(name: str, value: object) -> object | None:
         return None
     if name in ("max_tokens", "seed"):  # JSON numbers arrive as floats
         return int(value) if float(value).is_integer() and (name == "seed" or value >= 1) else None
+    if name.endswith("_penalty"):  # OpenAI's range
+        return float(value) if -2 <= value <= 2 else None
     return float(value) if value >= 0 and (name == "temperature" or value <= 1) else None
 
 
@@ -281,9 +287,10 @@ class TeamExecutor(AgentExecutor):
         except Exception as e:  # every failure ends the task with its reason, never a traceback
             await fail(updater, e)
             return
-        meta = {RESPONSE_ID_KEY: answer.id}
+        meta = {RESPONSE_ID_KEY: answer.id, FINISH_KEY: answer.finish_reason}
         await updater.add_artifact([Part(text=answer.text)], artifact, ANSWER, meta, append=False, last_chunk=True)
-        await updater.update_status(TaskState.TASK_STATE_COMPLETED, metadata=answer_metadata(answer))
+        said = updater.new_agent_message([Part(text=CUT)]) if answer.finish_reason == "length" else None
+        await updater.update_status(TaskState.TASK_STATE_COMPLETED, said, metadata=answer_metadata(answer))
 
     async def _stream(
         self, updater: TaskUpdater, artifact: str, messages: list[Message], tenant: str, params: Mapping[str, Any]
@@ -355,7 +362,8 @@ def answer_metadata(answer: Answer) -> dict[str, Any]:
     """What a completed task's metadata carries: the response id (the handle for ratings), usage, prompts."""
     u = answer.usage
     usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens}
-    return {RESPONSE_ID_KEY: answer.id, USAGE_KEY: usage, "evolve.prompt_version": answer.prompt_version}
+    return {RESPONSE_ID_KEY: answer.id, USAGE_KEY: usage, "evolve.prompt_version": answer.prompt_version,
+            FINISH_KEY: answer.finish_reason}  # fmt: skip
 
 
 async def fail(updater: TaskUpdater, error: Exception) -> None:

@@ -58,7 +58,7 @@ def to_ai_message(answer: Answer, model: str) -> AIMessage:
             "run": answer.run,
             "prompt_version": answer.prompt_version,
             "recall_ids": list(answer.recall_ids),
-            "finish_reason": "stop",
+            "finish_reason": answer.finish_reason,  # "length": max_tokens cut it
         },
         usage_metadata={
             "input_tokens": usage.prompt_tokens,

@@ -35,14 +35,19 @@ A one-agent team serves the app's ``tools``: they are described to the agent, ne
 calls come back as OpenAI's ``tool_calls`` with ``finish_reason`` ``"tool_calls"`` (streamed as OpenAI
 streams them); ``tool_choice`` may be ``auto``, ``none``, ``required`` or a named function, and
 ``parallel_tool_calls: false`` keeps an answer's first call. The conversation may go on with ``tool``
-messages. ``finish_reason`` is ``length`` when ``max_tokens`` cut the answer. A request without a
-``seed`` is sampled afresh. ``response_format`` (``json_object``, ``json_schema``) is told to the team
-and its answer checked and retried (``evolve.serve.formats``); one that stays invalid (or still
-lacks the call ``tool_choice`` requires) is a 502 ``invalid_model_output`` whose error carries the
-``response_id`` it was recorded under: the app rates a failure as it rates any answer. What cannot be served is a 400 that says so: tools for a team of several
-agents, ``top_logprobs``, ``n`` > 1. ``logprobs: true`` gives the answering agent's chosen tokens and their
-log-probabilities (a local model computes them, an OpenAI-compatible one is asked; a streamed answer
-then comes whole, its logprobs on the first content chunk).
+messages. ``max_tokens`` (or ``max_completion_tokens``) defaults to the spec's; ``finish_reason`` is
+``length`` when it cut the answer, whole or streamed. ``presence_penalty`` and ``frequency_penalty``
+reach every agent's model (a local one applies OpenAI's formula; one that cannot take them makes them a
+400 naming it). A request without a ``seed`` is sampled afresh. ``response_format`` (``json_object``,
+``json_schema``) is told to the team and its answer checked and retried (``evolve.serve.formats``); one
+that stays invalid (or still lacks the call ``tool_choice`` requires) is a 502 ``invalid_model_output``
+whose error carries the ``response_id`` it was recorded under: the app rates a failure as it rates any
+answer. ``logprobs: true`` gives the answering agent's chosen tokens and their log-probabilities (a
+local model computes them, an OpenAI-compatible one is asked; a streamed answer then comes whole, its
+logprobs on the first content chunk). What cannot be served is a 400 that says so and names it in
+``param``: tools for a team of several agents, and every field of OpenAI's body that is not honoured
+(``n`` > 1, ``top_logprobs``, ``logit_bias``, ``audio``...: ``evolve.serve.protocols.openai_requests``);
+an unknown field is a 400 naming it and the fields its object takes.
 
 Keys come from ``--key KEY=TENANT`` (repeatable), ``$EVOLVE_API_KEYS`` (``"key1=alice,key2=bob"``) and
 a TOML file (``--keys FILE``); operator keys from ``--admin-key KEY``, ``$EVOLVE_ADMIN_KEYS`` and the
@@ -371,7 +376,7 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
             )  # fmt: skip
         tools, choice = req.request_tools()
         params = req.params() | ({"tool_choice": choice} if choice is not None else {})
-        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        include_usage = req.stream_options is not None and req.stream_options.include_usage is True
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         plain = not tools and choice is None and req.response_format is None and not req.logprobs
         if req.stream and plain:  # plain text: real streaming
@@ -381,7 +386,7 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
         answer = await run_in_threadpool(
             deployment.answer, req.chat_messages(), tenant=tenant, params=params, tools=tools,
             parallel_tool_calls=req.parallel_tool_calls is not False,
-            response_format=req.response_format.model_dump(exclude_none=True) if req.response_format else None,
+            response_format=req.response_format.as_dict() if req.response_format else None,
         )  # fmt: skip
         if not req.stream:
             return JSONResponse(completion_body(answer, req.model), headers=id_header(answer.id) | timing(answer))

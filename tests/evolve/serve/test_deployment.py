@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from connectors import ConfigError, ConnectorError, Message, load_chat
+from connectors import ChatClient, ConfigError, ConnectorError, Message, load_chat
+from connectors.fakes import ScriptedChat
 from evolve.jobs.served import feedback_traces, learn_from_feedback
 from evolve.serve.answers import UnknownResponse
 from evolve.serve.chat_requests import conversation
@@ -139,6 +140,30 @@ def test_bad_requests_get_clear_errors_and_store_nothing(deployment: Deployment)
     with pytest.raises(ConfigError, match="tenant name"):
         deployment.answer([Message("user", QUESTION)], tenant="../alice")
     assert qs(deployment, ids) == {i: (0.0, 0) for i in ids}
+
+
+class Unpenalized(ScriptedChat):
+    takes_penalties = False  # a backend that would drop them
+
+
+def test_penalties_a_model_cannot_take_are_refused_naming_it_and_zero_asks_nothing(tmp_path: Path) -> None:
+    d = Deployment(make_spec(tmp_path), chat=ChatClient(Unpenalized(["4471"])))
+    refusal = r"presence_penalty cannot be honoured: the model of solver \(scripted\) takes none"
+    for ask in (d.answer, d.stream):
+        with pytest.raises(ConfigError, match=refusal):
+            ask([Message("user", QUESTION)], params={"presence_penalty": 0.4})
+    d.answer([Message("user", QUESTION)], params={"presence_penalty": 0.0, "frequency_penalty": 0.0})
+    sent = d.chat.backend.calls[-1][1]  # type: ignore[attr-defined]
+    assert "presence_penalty" not in sent and "frequency_penalty" not in sent
+    d.close()
+
+
+def test_the_specs_max_tokens_is_the_default_and_a_requests_own_wins(deployment: Deployment) -> None:
+    calls = deployment.chat.backend.calls  # type: ignore[attr-defined]
+    deployment.answer([Message("user", QUESTION)])
+    assert calls[-1][1]["max_tokens"] == 32  # ModelSection's default: this spec sets none
+    deployment.answer([Message("user", QUESTION)], params={"max_tokens": 5})
+    assert calls[-1][1]["max_tokens"] == 5
 
 
 def test_a_failing_model_is_a_connector_error(tmp_path: Path) -> None:

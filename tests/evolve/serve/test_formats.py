@@ -32,6 +32,8 @@ def test_json_object_takes_an_object_with_or_without_a_fence_and_nothing_else() 
 def test_json_schema_names_the_first_mismatch_and_where() -> None:
     fmt = response_format(CARD)
     assert fmt is not None and fmt.name == "card" and '"required": ["name"]' in fmt.instruction()
+    described = response_format({**CARD, "json_schema": {**CARD["json_schema"], "description": "A city's card."}})
+    assert described is not None and "JSON Schema (A city's card.): {" in described.instruction()
     assert read_json('{"name": "Ölberg", "tags": ["a"]}', fmt)[1] == ""
     assert (
         read_json('{"name": "Ölberg", "tags": [3]}', fmt)[1]

@@ -149,7 +149,7 @@ def test_requests_without_a_seed_are_sampled_afresh_and_a_seed_is_passed_on(serv
     [
         ({"model": "gpt-4o-mini"}, 404, "serves 'codes'"),
         ({"logprobs": True}, 400, "logprobs were asked for and the answering agent's model (scripted) gave none"),
-        ({"logprobs": True, "top_logprobs": 2}, 400, "top_logprobs are not served"),
+        ({"logprobs": True, "top_logprobs": 2}, 400, "top_logprobs: alternative tokens are not served"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}}}, 400,
          "not a valid JSON Schema"),
         ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400,
