@@ -5,10 +5,11 @@
 client over the JSON-RPC binding. ``complete(messages)`` sends one A2A message and waits for the task it
 starts to end:
 
-- the conversation's last user turn is the message's text; the turns before it (the local agent's system
-  prompt included) go along in the message's metadata under ``evolve.context`` as ``[{"role",
-  "content"}]``: an Evolve A2A server (``evolve a2a``) answers them as ``evolve serve`` answers a
-  conversation, and recalls its memory by the last turn alone; another A2A agent sees the last turn only;
+- the conversation's last user turn is the message's text (its speaker's ``name``, if any, in
+  ``evolve.name``); the turns before it (the local agent's system prompt included) go along in the
+  message's metadata under ``evolve.context`` as ``[{"role", "content", "name"?}]``: an Evolve A2A
+  server (``evolve a2a``) answers them as ``evolve serve`` answers a conversation, and recalls its memory
+  by the last turn alone; another A2A agent sees the last turn only;
 - ``temperature``, ``top_p``, ``max_tokens``, ``seed``, ``stop`` and the presence and frequency penalties
   go in ``evolve.params``: an Evolve server applies them to its team; anything else a model call may take
   (``tools``, ``response_format``, ``logprobs``, an adapter) cannot travel over A2A and is a
@@ -57,7 +58,8 @@ INSTALL_HINT = extra_hint("a2a")
 DEFAULT_TIMEOUT = 120.0
 
 # The wire contract between this client and an Evolve A2A server (evolve.serve.protocols.a2a): metadata keys.
-CONTEXT_KEY = "evolve.context"  # message: the turns before the last user turn, [{"role", "content"}]
+CONTEXT_KEY = "evolve.context"  # message: the turns before the last user turn, [{"role", "content", "name"?}]
+NAME_KEY = "evolve.name"  # message: who speaks the last user turn (a message's name), when it is named
 PARAMS_KEY = "evolve.params"  # message: sampling parameters for the remote team
 RESPONSE_ID_KEY = "evolve.response_id"  # task and artifact: the Evolve response id, the handle for ratings
 USAGE_KEY = "evolve.usage"  # task: {"prompt_tokens", "completion_tokens"} the team spent
@@ -291,10 +293,12 @@ def a2a_message(messages: Sequence[Message], params: Mapping[str, Any]) -> Any:
     if not users or not messages[users[-1]].content.strip():
         raise ConfigError("an A2A agent answers the conversation's last user turn; there is none (or it is empty)")
     last = users[-1]
-    earlier = [{"role": m.role, "content": m.content} for i, m in enumerate(messages) if i != last and m.content]
+    earlier = [context_turn(m) for i, m in enumerate(messages) if i != last and m.content]
     metadata: dict[str, Any] = {}
     if earlier:
         metadata[CONTEXT_KEY] = earlier
+    if messages[last].name:
+        metadata[NAME_KEY] = messages[last].name
     if params:
         metadata[PARAMS_KEY] = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in params.items()}
     return A2AMessage(
@@ -303,6 +307,11 @@ def a2a_message(messages: Sequence[Message], params: Mapping[str, Any]) -> Any:
         parts=[Part(text=messages[last].content)],
         metadata=metadata or None,
     )
+
+
+def context_turn(m: Message) -> dict[str, str]:
+    """One earlier turn as ``evolve.context`` holds it: role, content and the speaker's name when it has one."""
+    return {"role": m.role, "content": m.content} | ({"name": m.name} if m.name else {})
 
 
 def remote_failure(message: str, error: object) -> ConnectorError:
@@ -354,6 +363,6 @@ def a2a_chat(
 
 
 __all__ = [
-    "CONTEXT_KEY", "ERROR_KEY", "FINISH_KEY", "PARAMS_KEY", "RESPONSE_ID_KEY", "SAMPLING", "USAGE_KEY", "A2AChat",
-    "EventLoopThread", "a2a_chat", "a2a_message", "remote_failure",
+    "CONTEXT_KEY", "ERROR_KEY", "FINISH_KEY", "NAME_KEY", "PARAMS_KEY", "RESPONSE_ID_KEY", "SAMPLING", "USAGE_KEY",
+    "A2AChat", "EventLoopThread", "a2a_chat", "a2a_message", "remote_failure",
 ]  # fmt: skip

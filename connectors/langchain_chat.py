@@ -61,21 +61,22 @@ ROLE_OF_TYPE = {"human": "user", "system": "system", "ai": "assistant"}
 
 def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
     """Our messages as LangChain's: system → ``SystemMessage``, user → ``HumanMessage``, assistant →
-    ``AIMessage`` (with its tool calls), tool → ``ToolMessage``."""
+    ``AIMessage`` (with its tool calls), tool → ``ToolMessage``; a speaker's ``name`` kept."""
     out: list[BaseMessage] = []
     for m in messages:
         if m.role == "tool":
-            out.append(ToolMessage(content=m.content, tool_call_id=m.tool_call_id or ""))
+            out.append(ToolMessage(content=m.content, tool_call_id=m.tool_call_id or "", name=m.name))
         elif m.role == "assistant":
             calls = [{"name": c.name, "args": dict(c.arguments), "id": c.id} for c in m.tool_calls]
-            out.append(AIMessage(content=m.content, tool_calls=calls))
+            out.append(AIMessage(content=m.content, tool_calls=calls, name=m.name))
         else:
-            out.append((SystemMessage if m.role == "system" else HumanMessage)(content=m.content))
+            out.append((SystemMessage if m.role == "system" else HumanMessage)(content=m.content, name=m.name))
     return out
 
 
 def from_langchain(messages: str | PromptValue | Iterable[Any]) -> list[Message]:
-    """LangChain input (a string, a prompt value, messages, ``(role, text)`` pairs or dicts) as our messages.
+    """LangChain input (a string, a prompt value, messages, ``(role, text)`` pairs or dicts) as our messages, each
+    message's ``name`` (its speaker) kept.
 
     Raises:
         ConfigError: a message whose role has no counterpart here (tool or function messages).
@@ -97,7 +98,7 @@ def from_langchain(messages: str | PromptValue | Iterable[Any]) -> list[Message]
             raise ConfigError(
                 f"messages[{i}] is a {lc.type!r} message; expected system, human (user) or ai (assistant) messages"
             )
-        out.append(Message(role, str(lc.text)))  # type: ignore[arg-type]
+        out.append(Message(role, str(lc.text), name=lc.name or None))  # type: ignore[arg-type]
     if not out:
         raise ConfigError("messages must not be empty")
     return out

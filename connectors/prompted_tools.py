@@ -77,7 +77,9 @@ def render(messages: Sequence[Message], tools: Sequence[Tool], tool_choice: str 
     turns = [_as_text(m) for m in messages]
     if tool_choice == "none":
         return turns
-    specs = "\n".join(json.dumps(t.spec()["function"], ensure_ascii=False) for t in tools)
+    # strict is not shown: every prompted call is checked against its schema as it is read (parse_tool_calls)
+    plain = [dataclasses.replace(t, strict=False) for t in tools]
+    specs = "\n".join(json.dumps(t.spec()["function"], ensure_ascii=False) for t in plain)
     described = TOOLS_SYSTEM.format(specs=specs, rule=RULES[tool_choice or "auto"], example=example_call(tools))
     if turns and turns[0].role == "system":
         return [Message("system", f"{turns[0].content}\n\n{described}"), *turns[1:]]
@@ -94,7 +96,7 @@ def _as_text(m: Message) -> Message:
         return Message("user", f"Result of {m.tool_call_id}: {m.content}")
     if m.tool_calls:
         calls = ", ".join(call_text(c) for c in m.tool_calls)
-        return Message("assistant", f"{m.content}\n[{calls}]".strip())
+        return Message("assistant", f"{m.content}\n[{calls}]".strip(), name=m.name)
     return m
 
 

@@ -69,12 +69,23 @@ class ToolCall:
 @dataclass(frozen=True)
 class Tool:
     """A function a model may call: ``parameters`` is a JSON Schema of type ``object`` for its arguments;
-    ``fn`` runs it (None for a tool described to the model and run elsewhere)."""
+    ``fn`` runs it (None for a tool described to the model and run elsewhere). ``strict`` (OpenAI's strict
+    function calling) says a call's arguments must fit ``parameters``: an API model is asked to enforce
+    it, and ``evolve serve`` checks the calls it answers with (``argument_problem``).
+
+    Example:
+        >>> schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+        >>> Tool("lookup", "Look a code up.", schema, strict=True).spec()["function"]["strict"]
+        True
+        >>> "strict" in Tool("lookup", "Look a code up.", schema).spec()["function"]
+        False
+    """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
     fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.match(self.name):
@@ -87,6 +98,8 @@ class Tool:
                 f"Tool {self.name!r}: description must be a string, got {type(self.description).__name__}"
             )
         check_schema(self.name, self.parameters)
+        if not isinstance(self.strict, bool):
+            raise ConfigError(f"Tool {self.name!r}: strict must be true or false, got {self.strict!r}")
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> Tool:
@@ -98,9 +111,9 @@ class Tool:
         return cls(tool_name, description if description is not None else summary, schema_of(fn), fn)
 
     def spec(self) -> dict[str, Any]:
-        """The tool as the OpenAI chat API takes it (``tools=[...]``)."""
+        """The tool as the OpenAI chat API takes it (``tools=[...]``); ``strict`` only when it is set."""
         fn = {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
-        return {"type": "function", "function": fn}
+        return {"type": "function", "function": fn | ({"strict": True} if self.strict else {})}
 
 
 def check_schema(name: str, schema: object) -> None:

@@ -17,19 +17,23 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 @dataclass(frozen=True)
 class Message:
     """One chat message. An assistant message may carry the tool calls it asks for (``tool_calls``); a
-    ``tool`` message is one call's result, naming the call it answers (``tool_call_id``).
+    ``tool`` message is one call's result, naming the call it answers (``tool_call_id``). ``name`` is the
+    participant who speaks (OpenAI's optional ``name``: a multi-agent app's agent, one of several users).
 
     Example:
         >>> Message("user", "What is 2 + 2?")
         Message(role='user', content='What is 2 + 2?')
         >>> Message("tool", "120", tool_call_id="call_1").to_dict()
         {'role': 'tool', 'content': '120', 'tool_call_id': 'call_1'}
+        >>> Message("assistant", "Sources found.", name="researcher").to_dict()
+        {'role': 'assistant', 'content': 'Sources found.', 'name': 'researcher'}
     """
 
     role: Role
     content: str
     tool_calls: tuple[ToolCall, ...] = field(default=(), repr=False)
     tool_call_id: str | None = field(default=None, repr=False)
+    name: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -45,10 +49,12 @@ class Message:
                 "a tool message needs the tool_call_id of the call it answers, and only a tool message has one; "
                 f"got role={self.role!r}, tool_call_id={self.tool_call_id!r}"
             )
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
+            raise ConfigError(f"Message.name must be a non-empty string (the participant) or None, got {self.name!r}")
 
     def __repr__(self) -> str:
         extra = "".join(
-            f", {name}={value!r}" for name in ("tool_calls", "tool_call_id") if (value := getattr(self, name))
+            f", {name}={value!r}" for name in ("tool_calls", "tool_call_id", "name") if (value := getattr(self, name))
         )
         return f"Message(role={self.role!r}, content={self.content!r}{extra})"
 
@@ -62,6 +68,8 @@ class Message:
             ]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
         return out
 
 
@@ -130,7 +138,8 @@ def as_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> list[M
             out.append(m)
         elif isinstance(m, Mapping) and "role" in m and "content" in m:
             calls = tuple(_tool_call(c, f"messages[{i}].tool_calls") for c in m.get("tool_calls") or ())
-            out.append(Message(m["role"], m["content"] or "", calls, m.get("tool_call_id")))  # type: ignore[arg-type]
+            role, content = m["role"], m["content"] or ""
+            out.append(Message(role, content, calls, m.get("tool_call_id"), m.get("name")))
         else:
             raise ConfigError(f"messages[{i}] must be a Message or a dict with 'role' and 'content', got {m!r}")
     if not out:

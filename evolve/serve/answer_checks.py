@@ -1,6 +1,8 @@
 """A served answer is checked before it goes out: the JSON a request's ``response_format`` asks for
-(``evolve.serve.formats``) and the function call its ``tool_choice="required"`` (or a named function)
-demands. An answer that fails is asked for again, told what was wrong, up to ``formats.ATTEMPTS`` tries
+(``evolve.serve.formats``), the function call its ``tool_choice="required"`` (or a named function)
+demands, and the arguments of each call to a ``strict`` tool (they must fit its schema, as OpenAI's
+strict function calling promises; a prompted call on a local model is checked as it is read, an API
+model's here). An answer that fails is asked for again, told what was wrong, up to ``formats.ATTEMPTS`` tries
 in all; one that still fails is a ``FailedAnswer`` (a ``ParseError`` that keeps the answer's steps:
 ``evolve serve`` records it and answers 502 ``invalid_model_output`` with its ``response_id``, so the app
 can rate the failure like any answer), never prose passed off as what was asked for.
@@ -20,6 +22,7 @@ from typing import Any
 
 from connectors import Tool, Usage
 from connectors.errors import ParseError, same_kind
+from connectors.tools import argument_problem
 from evolve.agent import Team
 from evolve.episode import Step
 from evolve.serve import formats
@@ -27,6 +30,7 @@ from evolve.serve.chat_requests import first_call_only
 from evolve.tools.loop import DESCRIBED
 
 CALL_NOTE = "Your last reply could not be used: {problem}. You must call one of the functions."
+STRICT_NOTE = "Your last reply could not be used: {problem}. Make the call again with arguments that fit its schema."
 
 
 class FailedAnswer(ParseError):
@@ -66,7 +70,8 @@ def checked_act(
         FailedAnswer: still no valid answer after ``formats.ATTEMPTS`` tries.
     """
     must_call = tools is not None and params.get("tool_choice") == "required"
-    tries = formats.ATTEMPTS if fmt is not None or must_call else 1
+    checks = fmt is not None or must_call or any(t.strict for t in tools or ())
+    tries = formats.ATTEMPTS if checks else 1
     usage, note, wrong = Usage(), "", ""
     steps: tuple[Step, ...] = ()
     for _ in range(tries):
@@ -77,19 +82,31 @@ def checked_act(
             raise same_kind(act.cause, f"the team could not answer: {act.error}")
         steps = act.steps if parallel_tool_calls else first_call_only(act.steps)
         usage = usage + sum((s.usage for s in steps), Usage())
-        wrong = problem(steps, fmt, must_call=must_call)
+        wrong = problem(steps, fmt, must_call=must_call, tools=tools)
         if not wrong:
             steps = cleaned(steps, fmt)
             return Checked(steps, usage, steps[-1].output if steps else act.answer)
-        if must_call and not called(steps):
-            note = CALL_NOTE.format(problem=wrong)
-        elif fmt is not None:
-            note = formats.retry_note(wrong, fmt)
+        note = retry_note(wrong, steps, fmt, must_call=must_call)
+    why = f"the team's answer is not {asked(steps, fmt, must_call)} after {tries} tries: {wrong}"
+    raise FailedAnswer(why, steps=steps, usage=usage)
+
+
+def retry_note(wrong: str, steps: Sequence[Step], fmt: formats.Format | None, *, must_call: bool) -> str:
+    """What the team is told when it is asked again: the call it must make, fix, or the format it missed."""
     if must_call and not called(steps):
-        asked = "a function call (tool_choice required)"
-    else:
-        asked = f"valid for response_format {fmt.kind if fmt else None}"
-    raise FailedAnswer(f"the team's answer is not {asked} after {tries} tries: {wrong}", steps=steps, usage=usage)
+        return CALL_NOTE.format(problem=wrong)
+    if called(steps):
+        return STRICT_NOTE.format(problem=wrong)
+    return formats.retry_note(wrong, fmt) if fmt is not None else ""
+
+
+def asked(steps: Sequence[Step], fmt: formats.Format | None, must_call: bool) -> str:
+    """What the failed answer was not, for ``FailedAnswer``'s message."""
+    if must_call and not called(steps):
+        return "a function call (tool_choice required)"
+    if called(steps):
+        return "a call whose arguments fit its function's strict schema"
+    return f"valid for response_format {fmt.kind if fmt else None}"
 
 
 def called(steps: Sequence[Step]) -> bool:
@@ -97,8 +114,11 @@ def called(steps: Sequence[Step]) -> bool:
     return bool(steps) and any(r.result == DESCRIBED for r in steps[-1].calls)
 
 
-def problem(steps: Sequence[Step], fmt: formats.Format | None, *, must_call: bool) -> str:
-    """What is wrong with the answer ("" when nothing): a required call missing, or JSON that does not fit."""
+def problem(
+    steps: Sequence[Step], fmt: formats.Format | None, *, must_call: bool, tools: Sequence[Tool] | None = None
+) -> str:
+    """What is wrong with the answer ("" when nothing): a required call missing, a call whose arguments break its
+    ``strict`` tool's schema, or JSON that does not fit."""
     if not steps:
         return ""
     if must_call and not called(steps):
@@ -106,9 +126,32 @@ def problem(steps: Sequence[Step], fmt: formats.Format | None, *, must_call: boo
             return f"it made no valid function call: {'; '.join(dict.fromkeys(steps[-1].problems))[:500]}"
         cut = steps[-1].finish == "length"
         return "it made no function call" + (" (max_tokens cut the answer off: allow more tokens)" if cut else "")
-    if fmt is None or called(steps):
+    if called(steps):
+        return strict_problem(steps, tools or ())
+    if fmt is None:
         return ""
     return formats.read_json(steps[-1].output, fmt)[1]
+
+
+def strict_problem(steps: Sequence[Step], tools: Sequence[Tool]) -> str:
+    """Why a call the answer makes to a ``strict`` tool does not fit that tool's schema ("" when every one fits).
+
+    Example:
+        >>> from connectors import ToolCall
+        >>> from evolve.tools.runs import ToolRun
+        >>> schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+        >>> made = ToolRun(ToolCall("lookup", {"code": 4471}), DESCRIBED, True)
+        >>> steps = [Step("solver", (), "[lookup(code=4471)]", calls=(made,))]
+        >>> strict_problem(steps, [Tool("lookup", "", schema, strict=True)])
+        "tool 'lookup': arguments at code 4471 is not of type 'string'"
+    """
+    strict = {t.name: t for t in tools if t.strict}
+    for run in steps[-1].calls if steps else ():
+        tool = strict.get(run.call.name)
+        wrong = argument_problem(tool, run.call.arguments) if tool is not None and run.result == DESCRIBED else None
+        if wrong:
+            return wrong
+    return ""
 
 
 def cleaned(steps: tuple[Step, ...], fmt: formats.Format | None) -> tuple[Step, ...]:
@@ -119,4 +162,4 @@ def cleaned(steps: tuple[Step, ...], fmt: formats.Format | None) -> tuple[Step, 
     return (*steps[:-1], dataclasses.replace(steps[-1], output=text))
 
 
-__all__ = ["Checked", "FailedAnswer", "called", "checked_act", "cleaned", "problem"]
+__all__ = ["Checked", "FailedAnswer", "called", "checked_act", "cleaned", "problem", "strict_problem"]

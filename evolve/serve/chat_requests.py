@@ -49,14 +49,16 @@ def has_head(graph: PromptGraph) -> bool:
 def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     """``(observation, query)`` for a chat: the team answers the observation, memory recalls by the query.
 
-    The query is the last user message. The observation is that message alone when it is the whole
-    conversation; otherwise the app's instructions and the earlier turns come first, quoted, so the
-    agents' own (evolved) system prompts stay in charge.
+    The query is the last user message's content. The observation is that message alone when it is the
+    whole conversation and names no speaker; otherwise the app's instructions and the earlier turns come
+    first, quoted, so the agents' own (evolved) system prompts stay in charge. A message's ``name`` (the
+    participant: a multi-agent app's agent) is shown with its turn, never in the query.
     """
     if not messages:
         raise ConfigError("messages must hold at least one message")
     for i, m in enumerate(messages):
         check_chars(f"messages[{i}].content", m.content)  # recorded, recalled by and learned from
+        check_chars(f"messages[{i}].name", m.name or "")
     users = [i for i, m in enumerate(messages) if m.role == "user"]
     if not users:
         raise ConfigError("messages must hold at least one user message; the team answers the last one")
@@ -65,26 +67,33 @@ def conversation(messages: Sequence[Message]) -> tuple[str, str]:
     if not query.strip():
         raise ConfigError("the last user message is empty")
     context = [m for i, m in enumerate(messages) if i != last]
-    if not context:
+    asker = messages[last].name
+    if not context and asker is None:
         return query, query
-    instructions = [m.content for m in context if m.role == "system"]
+    instructions = [f"{m.name}: {m.content}" if m.name else m.content for m in context if m.role == "system"]
     turns = [turn_text(m) for m in context if m.role != "system"]
     parts = []
     if instructions:
         parts.append("Instructions from the app:\n" + "\n".join(instructions))
     if turns:
         parts.append("Conversation so far:\n" + "\n".join(turns))
-    parts.append(f"Reply to: {query}")
+    parts.append(f"Reply to {asker}: {query}" if asker else f"Reply to: {query}")
     return "\n\n".join(parts), query
 
 
+def speaker(m: Message) -> str:
+    """Who says ``m`` as the observation quotes it: its role, and its participant's name if it has one."""
+    return f"{m.role} ({m.name})" if m.name else m.role
+
+
 def turn_text(m: Message) -> str:
-    """One earlier turn as the observation quotes it: tool calls written out, tool results by call id."""
+    """One earlier turn as the observation quotes it: its speaker, tool calls written out, tool results by call id."""
     if m.role == "tool":
-        return f"tool result ({m.tool_call_id}): {m.content}"
+        by = f" from {m.name}" if m.name else ""
+        return f"tool result ({m.tool_call_id}){by}: {m.content}"
     calls = ", ".join(f"{call_text(c)} (call {c.id})" if c.id else call_text(c) for c in m.tool_calls)
     said = " ".join(x for x in (m.content, f"[called {calls}]" if calls else "") if x)
-    return f"{m.role}: {said}"
+    return f"{speaker(m)}: {said}"
 
 
 def first_call_only(steps: tuple[Step, ...]) -> tuple[Step, ...]:

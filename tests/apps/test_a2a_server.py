@@ -160,6 +160,17 @@ async def test_the_turns_and_sampling_a_message_brings_reach_the_team(served: Se
     assert {k: sent[k] for k in params} == params and isinstance(sent["max_tokens"], int)
 
 
+async def test_the_speakers_names_a_message_brings_reach_the_team(served: ServedA2A) -> None:
+    calls = served.deployment.chat.backend.calls  # type: ignore[attr-defined]
+    seen = len(calls)
+    context = [{"role": "assistant", "content": "The Harbor file is open.", "name": "researcher"}]
+    task = await answered(served, metadata={"evolve.context": context, "evolve.name": "alice"})
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    prompt = calls[seen][0][-1].content
+    assert "assistant (researcher): The Harbor file is open." in prompt
+    assert prompt.endswith(f"Reply to alice: {QUESTION}")
+
+
 # ---- ratings -----------------------------------------------------------------------------------------------------
 
 
@@ -206,6 +217,7 @@ async def test_malformed_messages_are_json_rpc_errors_and_leave_no_task(served: 
         (user_message(data={"rating": 1.0}), InvalidParamsError, "referenceTaskIds"),
         (user_message(data={"note": "the Harbor code?"}), InvalidParamsError, "data part only as a rating"),
         (user_message("   "), InvalidParamsError, "no text to answer"),
+        (user_message(QUESTION, metadata={"evolve.name": ""}), InvalidParamsError, "evolve.name"),
     ]
     picture = user_message(QUESTION)
     picture.parts.append(Part(url="https://example.com/harbor.png"))

@@ -73,6 +73,19 @@ def test_the_last_user_turn_is_sent_with_the_earlier_turns_and_sampling_as_metad
     assert metadata["evolve.params"] == {"temperature": 0.2, "max_tokens": 7, "seed": 11, "stop": ["\n"]}
 
 
+def test_the_speakers_names_travel_with_their_turns(chat: Any, agent: ScriptedAgent) -> None:
+    conversation = [
+        Message("assistant", "The Harbor file is open.", name="researcher"),
+        Message("user", "Code?", name="alice"),
+    ]
+    chat.complete(conversation)
+    _, metadata = agent.seen[-1]
+    assert metadata["evolve.context"] == [
+        {"role": "assistant", "content": "The Harbor file is open.", "name": "researcher"}
+    ]
+    assert metadata["evolve.name"] == "alice"
+
+
 def test_a_reply_that_is_a_message_is_the_answer(chat: Any) -> None:
     assert chat.complete("say it in a message").text == "a message, not a task"
 

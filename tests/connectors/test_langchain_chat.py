@@ -21,7 +21,7 @@ from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 
 from connectors import ChatClient, load_chat  # noqa: E402
 from connectors.errors import ConfigError, ConnectorError, ProviderTimeout, RateLimited  # noqa: E402
-from connectors.langchain_chat import LangChainChat, from_langchain, translate_error  # noqa: E402
+from connectors.langchain_chat import LangChainChat, from_langchain, to_langchain, translate_error  # noqa: E402
 from connectors.types import Message, Usage  # noqa: E402
 from tests.support.extras import import_without  # noqa: E402
 from tests.support.fake_openai import FakeOpenAIServer, Reply, chat_body, error_body  # noqa: E402
@@ -180,6 +180,9 @@ def test_langchain_input_maps_to_our_messages() -> None:
     ]  # fmt: skip
     blocks = HumanMessage(content=[{"type": "text", "text": "look"}, {"type": "text", "text": " here"}])
     assert from_langchain([blocks]) == [Message("user", "look here")]
+    named = from_langchain([AIMessage("The Harbor file is open.", name="researcher"), HumanMessage("Code?")])
+    assert [m.name for m in named] == ["researcher", None]
+    assert [m.name for m in to_langchain(named)] == ["researcher", None]
     with pytest.raises(ConfigError, match="tool"):
         from_langchain([ToolMessage(content="42", tool_call_id="c1")])
     with pytest.raises(ConfigError, match="empty"):

@@ -212,6 +212,18 @@ def test_tools_go_out_as_native_function_calling_and_the_calls_come_back(
     assert done.tool_problems[0].startswith("tool 'book_room': arguments are not valid JSON")
 
 
+def test_a_speakers_name_and_a_strict_tool_reach_the_server(openai_server: FakeOpenAIServer) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"],
+              "additionalProperties": False}  # fmt: skip
+    openai_server.script(Reply(body=tool_call_body(("lookup", '{"code": "4471"}'))))
+    chat = ChatClient(OpenAIChat("test-model", base_url=openai_server.url))
+    said = [Message("assistant", "The Harbor file is open.", name="researcher"), Message("user", "Code?", name="alice")]
+    chat.complete(said, tools=[Tool("lookup", "Look a code up.", schema, strict=True)])
+    sent = openai_server.requests[0]["json"]
+    assert [m.get("name") for m in sent["messages"]] == ["researcher", "alice"]
+    assert sent["tools"][0]["function"]["strict"] is True and sent["tools"][0]["function"]["parameters"] == schema
+
+
 def test_a_cached_answer_keeps_its_tool_calls(openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
     from connectors import ResponseCache, Tool
 

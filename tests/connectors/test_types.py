@@ -30,6 +30,14 @@ def test_message_validates_role_and_content() -> None:
         Message("user", 42)  # type: ignore[arg-type]
 
 
+def test_a_message_may_name_its_speaker() -> None:
+    said = Message("assistant", "Found it.", name="researcher")
+    assert said.to_dict() == {"role": "assistant", "content": "Found it.", "name": "researcher"}
+    assert as_messages([said.to_dict()]) == [said] and "name='researcher'" in repr(said)
+    with pytest.raises(ConfigError, match="name must be a non-empty string"):
+        Message("user", "hi", name=" ")
+
+
 def test_values_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         Message("user", "hi").content = "changed"  # type: ignore[misc]

@@ -41,7 +41,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from connectors import ConfigError, ConnectorError, Message, ParseError, RateLimited
-from connectors.a2a_chat import CONTEXT_KEY, ERROR_KEY, FINISH_KEY, PARAMS_KEY, RESPONSE_ID_KEY, SAMPLING, USAGE_KEY
+from connectors.a2a_chat import (
+    CONTEXT_KEY,
+    ERROR_KEY,
+    FINISH_KEY,
+    NAME_KEY,
+    PARAMS_KEY,
+    RESPONSE_ID_KEY,
+    SAMPLING,
+    USAGE_KEY,
+)
 from connectors.install import extra_hint
 from evolve.serve.answers import Answer, UnknownResponse
 from evolve.serve.deployment import Deployment
@@ -74,11 +83,16 @@ CUT = "The answer was cut off at its token limit (max_tokens): ask again with a 
 
 @dataclasses.dataclass(frozen=True)
 class Ask:
-    """A message to answer: its text, the earlier turns it came with (None: take the context's), parameters."""
+    """A message to answer: its text, the earlier turns it came with (None: take the context's), parameters, and
+    who speaks it (``evolve.name``)."""
 
     text: str
     earlier: tuple[Message, ...] | None
     params: Mapping[str, Any]
+    name: str | None = None
+
+    def message(self) -> Message:
+        return Message("user", self.text, name=self.name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +149,7 @@ def check_parts(message: A2AMessage) -> None:
 
 
 def ask_of(message: A2AMessage) -> Ask:
-    """What a message to answer asks: its text, ``evolve.context`` turns and ``evolve.params``."""
+    """What a message to answer asks: its text, ``evolve.context`` turns, ``evolve.params`` and ``evolve.name``."""
     data = get_data_parts(message.parts)
     if data:  # not dropped unread: a question goes in a text part
         raise InvalidParamsError(
@@ -146,16 +160,27 @@ def ask_of(message: A2AMessage) -> Ask:
         raise InvalidParamsError(message="the message has no text to answer (send a text part)")
     meta = MessageToDict(message.metadata)
     earlier = turns(meta[CONTEXT_KEY]) if CONTEXT_KEY in meta else None
-    return Ask(text, earlier, sampling(meta.get(PARAMS_KEY)))
+    name = meta.get(NAME_KEY)
+    if not is_name(name):
+        raise InvalidParamsError(message=f"{NAME_KEY} must be the speaker's name, a non-empty string; got {name!r:.80}")
+    return Ask(text, earlier, sampling(meta.get(PARAMS_KEY)), name)
+
+
+def is_name(value: object) -> bool:
+    """Whether ``value`` may be a message's speaker: absent, or a non-empty string."""
+    return value is None or (isinstance(value, str) and bool(value.strip()))
 
 
 def turns(raw: object) -> tuple[Message, ...]:
-    """``evolve.context``: the earlier turns, ``[{"role": system|user|assistant, "content": str}]``."""
+    """``evolve.context``: the earlier turns, ``[{"role": system|user|assistant, "content": str, "name"?: str}]``."""
     if not isinstance(raw, list) or not all(
-        isinstance(t, dict) and t.get("role") in ROLES and isinstance(t.get("content"), str) for t in raw
+        isinstance(t, dict) and t.get("role") in ROLES and isinstance(t.get("content"), str) and is_name(t.get("name"))
+        for t in raw
     ):
-        raise InvalidParamsError(message=f'{CONTEXT_KEY} must be a list of {{"role": {"|".join(ROLES)}, "content"}}')
-    return tuple(Message(t["role"], t["content"]) for t in raw)
+        raise InvalidParamsError(
+            message=f'{CONTEXT_KEY} must be a list of {{"role": {"|".join(ROLES)}, "content", "name"?}}'
+        )
+    return tuple(Message(t["role"], t["content"], name=t.get("name")) for t in raw)
 
 
 def sampling(raw: object) -> dict[str, Any]:
@@ -278,7 +303,7 @@ class TeamExecutor(AgentExecutor):
         artifact = str(uuid.uuid4())
         try:
             earlier = ask.earlier if ask.earlier is not None else await self._earlier(context)
-            messages = [*earlier, Message("user", ask.text)]
+            messages = [*earlier, ask.message()]
             if state.get("method") in STREAMING:
                 answer = await self._stream(updater, artifact, messages, tenant, ask.params)
             else:
@@ -324,10 +349,9 @@ class TeamExecutor(AgentExecutor):
             asked = next((m for m in task.history if m.role == Role.ROLE_USER), None)
             said = "".join(p.text for a in task.artifacts for p in a.parts if p.HasField("text"))
             if asked is not None:
-                out += [
-                    Message("user", "\n".join(p.text for p in asked.parts if p.HasField("text"))),
-                    Message("assistant", said),
-                ]
+                name = MessageToDict(asked.metadata).get(NAME_KEY)  # checked when it was asked
+                text = "\n".join(p.text for p in asked.parts if p.HasField("text"))
+                out += [Message("user", text, name=name), Message("assistant", said)]
         return out[-2 * self.history :]
 
     async def _rate(self, context: RequestContext, rating: Rating, event_queue: EventQueue) -> None:

@@ -3,9 +3,10 @@
 Nothing a caller sends is dropped unread. Every field of OpenAI's chat completions body is known here,
 as one of three kinds:
 
-- honoured: read and acted on (the conversation, sampling and its penalties, ``max_tokens``, ``stop``,
-  ``stream``, tools, ``response_format``, ``logprobs``...), or refused by the checks that read it with
-  a 400 that says why (``ChatRequest.request_tools``: tools a team cannot serve);
+- honoured: read and acted on (the conversation and its speakers' names, sampling and its penalties,
+  ``max_tokens``, ``stop``, ``stream``, tools and their ``strict``, ``response_format``, ``logprobs``...),
+  or refused by the checks that read it with a 400 that says why (``ChatRequest.request_tools``: tools a
+  team cannot serve);
 - accepted because it asks nothing of the answer: ``user``, ``safety_identifier`` and
   ``prompt_cache_key``, identifiers OpenAI uses for abuse monitoring and caching;
 - ``Refused``: a 400 whose ``param`` names the field and whose message says why — unless it is absent,
@@ -100,7 +101,7 @@ class ChatMessageIn(_Body):
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
     refusal: str | None = None  # an earlier answer that refused: that turn's text
-    name: Annotated[Any, Refused("participant names are not served: say who speaks in the content")] = None
+    name: str | None = None  # who speaks (a multi-agent app's agent): shown to the team with the turn
     audio: Annotated[Any, Refused("audio is not served: the conversation is text")] = None
     function_call: Annotated[Any, Refused("legacy function calls are not served: use tool_calls")] = None
 
@@ -122,20 +123,19 @@ class ChatMessageIn(_Body):
         return self.content or self.refusal or ""
 
     def message(self) -> Message:
-        """As an Evolve message: developer -> system; an assistant's tool calls and a tool result's call id kept."""
+        """As an Evolve message: developer -> system; an assistant's tool calls, a tool result's call id and the
+        speaker's name kept (an empty name is none)."""
         role = "system" if self.role == "developer" else self.role
         calls = [c.model_dump() for c in self.tool_calls] if self.tool_calls else None
         return as_messages([{"role": role, "content": self.text(), "tool_calls": calls,
-                             "tool_call_id": self.tool_call_id}])[0]  # fmt: skip
+                             "tool_call_id": self.tool_call_id, "name": self.name or None}])[0]  # fmt: skip
 
 
 class FunctionIn(_Body):
     name: str
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    strict: Annotated[
-        Any, Refused("strict: true is not served: a call is not guaranteed to match the parameters schema", False)
-    ] = None
+    strict: bool | None = None  # true: a call's arguments must fit parameters (evolve.serve.answer_checks)
 
 
 class ToolIn(_Body):
@@ -253,7 +253,8 @@ class ChatRequest(_Body):
         """The app's tools (described, run by the app) and the tool choice: a named function narrows the
         tools to it and requires a call; an invalid schema or unknown name is a 400."""
         try:
-            tools = [Tool(f.name, f.description or "", f.parameters) for f in (t.function for t in self.tools or ())]
+            functions = [t.function for t in self.tools or ()]
+            tools = [Tool(f.name, f.description or "", f.parameters, strict=f.strict is True) for f in functions]
         except ConfigError as e:
             raise ApiError(400, f"invalid request: {e}", param="tools") from None
         choice = self.tool_choice

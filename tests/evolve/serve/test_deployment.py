@@ -188,6 +188,21 @@ def test_a_multi_turn_chat_answers_the_last_user_message_and_recalls_by_it() -> 
     assert conversation([Message("user", QUESTION)]) == (QUESTION, QUESTION)
 
 
+def test_named_speakers_are_shown_with_their_turns_and_memory_still_recalls_by_the_question() -> None:
+    observation, query = conversation(
+        [
+            Message("system", "Route codes to the desk.", name="router"),
+            Message("assistant", "The Harbor file is open.", name="researcher"),
+            Message("user", QUESTION, name="alice"),
+        ]
+    )
+    assert query == QUESTION  # the name never enters the recall query
+    assert "Instructions from the app:\nrouter: Route codes to the desk." in observation
+    assert "assistant (researcher): The Harbor file is open." in observation
+    assert observation.endswith(f"Reply to alice: {QUESTION}")
+    assert conversation([Message("user", QUESTION, name="alice")]) == (f"Reply to alice: {QUESTION}", QUESTION)
+
+
 def test_jobs_learn_queued_feedback_once_even_after_a_crash(deployment: Deployment) -> None:
     ids = seed(deployment, "alice")
     team, _ = deployment.team("alice")

@@ -12,7 +12,10 @@ from typing import Any
 import httpx as httpx2
 import openai
 import pytest
+from pydantic import BaseModel
 
+from connectors import Completion, ToolCall
+from connectors.fakes import ScriptedChat
 from tests.support.serve import KEY_OF, Served, serving, write_serve_spec
 
 WEATHER_TOOL: Any = {
@@ -56,8 +59,12 @@ def post(served: Served, body: dict[str, Any]) -> httpx2.Response:
     return httpx2.post(f"{served.url}/chat/completions", content=json.dumps(body), headers=headers, timeout=30)
 
 
+def model_of(served: Served) -> ScriptedChat:
+    return served.deployment.chat.backend  # type: ignore[return-value]  # the spec's ScriptedChat
+
+
 def model_calls(served: Served) -> list[Any]:
-    return served.deployment.chat.backend.calls  # type: ignore[attr-defined]  # the spec's ScriptedChat
+    return model_of(served).calls
 
 
 def test_the_openai_sdk_gets_tool_calls_and_the_conversation_goes_on_with_their_results(served: Served) -> None:
@@ -281,3 +288,55 @@ def test_a_failed_required_call_is_recorded_and_takes_feedback(served: Served) -
     assert rated.status_code == 200 and rated.json()["applied"] is True, rated.text
     bob = httpx2.post(f"{served.url}/feedback", json=rating, headers=bearer("bob"), timeout=30)
     assert bob.status_code == 404  # another tenant's failure is not bob's to rate
+
+
+class CityCard(BaseModel):
+    name: str
+    population: int
+
+
+def card_call(population: object) -> Completion:
+    """An API model's native call to ``CityCard`` (not read from text, so its arguments are not checked on the way)."""
+    call = ToolCall("CityCard", {"name": "Zürich", "population": population}, id="call_1")
+    return Completion("", "scripted", tool_calls=(call,), finish_reason="tool_calls")
+
+
+def test_a_strict_pydantic_function_tool_is_served_to_the_openai_sdk(served: Served) -> None:
+    """``openai.pydantic_function_tool`` always sets ``strict: true``; the SDK's ``parse`` reads the call back."""
+    ask: Any = [{"role": "user", "content": "The city tool for Zürich."}]
+    tool = openai.pydantic_function_tool(CityCard)
+    parsed = served.client("alice").chat.completions.parse(model="codes", messages=ask, tools=[tool])
+    calls = parsed.choices[0].message.tool_calls or []
+    assert [c.function.parsed_arguments for c in calls] == [CityCard(name="Zürich", population=443037)]
+    assert [t.strict for t in model_calls(served)[-1][1]["tools"]] == [True]  # the model is given strict
+
+
+def test_a_strict_call_that_breaks_its_schema_is_asked_again_then_is_a_502_with_a_response_id(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model_of(served), "replies", lambda messages: card_call("many"))
+    before = len(model_calls(served))
+    ask: Any = [{"role": "user", "content": "The city card of Zürich."}]
+    strict = {"model": "codes", "messages": ask, "tools": [openai.pydantic_function_tool(CityCard)]}
+    response = post(served, strict)
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_model_output" and error["response_id"].startswith("chatcmpl-")
+    assert "strict schema after 3 tries: tool 'CityCard': arguments at population 'many'" in error["message"]
+    prompts = [call[0][-1].content for call in model_calls(served)[before:]]
+    assert len(prompts) == 3 and "Make the call again with arguments that fit its schema" in prompts[1]
+    loose = {**strict, "tools": [{"type": "function", "function": {**strict["tools"][0]["function"], "strict": False}}]}
+    assert post(served, loose).status_code == 200  # strict: false asks for no check, as at OpenAI
+
+
+def test_a_strict_call_that_fits_on_the_second_try_is_the_answer(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replies = iter([card_call("many"), card_call(443037)])
+    monkeypatch.setattr(model_of(served), "replies", lambda messages: next(replies))
+    ask: Any = [{"role": "user", "content": "The city card of Zürich."}]
+    body = {"model": "codes", "messages": ask, "tools": [openai.pydantic_function_tool(CityCard)]}
+    response = post(served, body)
+    assert response.status_code == 200, response.text
+    [call] = response.json()["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"name": "Zürich", "population": 443037}

@@ -1,6 +1,7 @@
 """What ``evolve serve`` does with each field of a body: honoured, accepted because it asks nothing of the answer,
 or a 400 whose ``param`` names it and says why; an unknown field, anywhere in a body, is a 400 naming it and
-what its object takes. Nothing is dropped unread. Penalties and ``max_tokens`` reach the team's model."""
+what its object takes. Nothing is dropped unread. Penalties and ``max_tokens`` reach the team's model; a message's
+``name`` reaches the team with its turn."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.serve import KEY_OF, QUESTION, Served
+from tests.support.serve import ANSWER, KEY_OF, QUESTION, Served
 
 ASK: Any = [{"role": "user", "content": QUESTION}]
 
@@ -42,9 +43,9 @@ TOOL = {"type": "function", "function": {"name": "door_code", "parameters": {"ty
     [
         ({"temprature": 0.2}, "temprature", "model, messages, temperature, top_p"),
         ({"messages": [{**ASK[0], "cache_control": {"type": "ephemeral"}}]}, "messages[0].cache_control",
-         "role, content, tool_calls, tool_call_id, refusal"),
+         "role, content, tool_calls, tool_call_id, refusal, name"),
         ({"tools": [{**TOOL, "function": {**TOOL["function"], "examples": []}}]}, "tools[0].function.examples",
-         "name, description, parameters"),
+         "name, description, parameters, strict"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "examples": []}}},
          "response_format.json_schema.examples", "name, description, schema, strict"),
         ({"stream": True, "stream_options": {"include_usage": True, "chunk_size": 4}}, "stream_options.chunk_size",
@@ -83,9 +84,9 @@ def test_an_unknown_field_of_the_feedback_body_is_a_400_naming_it(served: Served
         ({"top_logprobs": 3}, "top_logprobs", "alternative tokens are not served"),
         ({"reasoning_effort": "high"}, "reasoning_effort", "reasoning effort"),
         ({"verbosity": "low"}, "verbosity", "verbosity"),
-        ({"messages": [{**ASK[0], "name": "bob"}]}, "messages[0].name", "participant names are not served"),
-        ({"tools": [{**TOOL, "function": {**TOOL["function"], "strict": True}}]}, "tools[0].function.strict",
-         "strict: true is not served"),
+        ({"messages": [{**ASK[0], "name": 7}]}, "messages[0].name", "valid string"),
+        ({"tools": [{**TOOL, "function": {**TOOL["function"], "strict": "maybe"}}]}, "tools[0].function.strict",
+         "valid boolean"),
         ({"stream": True, "stream_options": {"include_obfuscation": True}}, "stream_options.include_obfuscation",
          "obfuscation"),
         ({"presence_penalty": 2.5}, "presence_penalty", "less than or equal to 2"),
@@ -116,6 +117,30 @@ def test_an_earlier_refusal_is_read_as_that_turns_text(served: Served) -> None:
     said = {"role": "assistant", "content": None, "refusal": "I cannot share codes by phone."}
     assert post(served, {"model": "codes", "messages": [*ASK, said, *ASK]}).status_code == 200
     assert "assistant: I cannot share codes by phone." in model_calls(served)[-1][0][-1].content
+
+
+def test_named_turns_are_answered_and_the_team_sees_who_said_what(served: Served) -> None:
+    """A message's ``name`` (LangGraph puts the agent's on its AI messages) is shown with its turn; the question
+    recalled by, and recorded as the query, is the last user message's text alone."""
+    said = {"role": "assistant", "content": "The Harbor file is open.", "name": "researcher"}
+    response = post(served, {"model": "codes", "messages": [*ASK, said, {**ASK[0], "name": "alice"}]})
+    assert response.status_code == 200, response.text
+    prompt = model_calls(served)[-1][0][-1].content
+    assert "assistant (researcher): The Harbor file is open." in prompt
+    assert prompt.endswith(f"Reply to alice: {QUESTION}")
+    kept = served.deployment.response(response.json()["id"], tenant="alice")
+    assert kept["query"] == QUESTION and kept["messages"][1]["name"] == "researcher"
+
+
+def test_langchain_chat_openai_with_a_named_ai_message_in_its_history(served: Served) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=served.url, api_key=KEY_OF["alice"], model="codes", max_retries=0)  # type: ignore[arg-type]
+    history = [HumanMessage("Which warehouse?"), AIMessage("Harbor, filed by the desk.", name="researcher")]
+    message = llm.invoke([*history, HumanMessage(QUESTION)])
+    assert message.content == ANSWER
+    assert "assistant (researcher): Harbor, filed by the desk." in model_calls(served)[-1][0][-1].content
 
 
 def test_the_specs_max_tokens_is_the_default_and_the_requests_own_wins(served: Served) -> None:
