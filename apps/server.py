@@ -20,5 +20,6 @@ __getattr__ = moved_module(
         "UnknownResponse": "evolve.serve.answers",
         "Deployment": "evolve.serve.deployment",
         "AnswerStream": "evolve.serve.streaming",
+        "relay": "evolve.serve.protocols.sse",
     },
 )

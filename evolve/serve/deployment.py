@@ -159,8 +159,10 @@ class Deployment:
         tools: Sequence[Tool] | None = None,
         parallel_tool_calls: bool = True,
         response_format: Mapping[str, Any] | None = None,
+        id_prefix: str = "chatcmpl-",
     ) -> Answer:
-        """Answer the conversation's last user message with the tenant's team; the answer is recorded.
+        """Answer the conversation's last user message with the tenant's team; the answer is recorded under a fresh
+        id starting with ``id_prefix`` (the Responses API's are ``resp_``).
 
         ``params`` (``REQUEST_PARAMS``) override the spec's own for this answer: its ``max_tokens`` is the
         default, a request's wins. ``tools`` are the app's: described to the answering agent, never run
@@ -195,8 +197,9 @@ class Deployment:
             fmt = formats.response_format(response_format)
             sink = team.agents[team.sink].model
             api = getattr(sink.backend, "native_response_format", False) is True  # an OpenAI-compatible server
-            if fmt is not None and api:
-                given["response_format"] = dict(response_format or {})  # the server constrains decoding too
+            grammar = getattr(sink.backend, "takes_response_format", False) is True  # a local model, a grammar
+            if fmt is not None and (api or grammar):
+                given["response_format"] = dict(response_format or {})  # decoded under it; checked all the same
             wants_logprobs = given.pop("logprobs", False) is True
             if wants_logprobs and api:
                 given["logprobs"] = True  # a local model computes them always; a server is asked
@@ -206,13 +209,13 @@ class Deployment:
                 )
             except FailedAnswer as failed:  # recorded all the same: the app may rate the failure
                 kept = Checked(failed.steps, failed.usage, failed.raw)
-                failed.response_id = self._record(kept, tenant, version, query, messages, spent, started).id
+                failed.response_id = self._record(kept, tenant, version, query, messages, spent, started, id_prefix).id
                 raise
             steps = done.steps
             if wants_logprobs and (not steps or steps[-1].logprobs is None):
                 raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
             logprobs = steps[-1].logprobs if wants_logprobs else None
-            return self._record(done, tenant, version, query, messages, spent, started, logprobs)
+            return self._record(done, tenant, version, query, messages, spent, started, id_prefix, logprobs)
 
     def stream(
         self,
@@ -220,8 +223,9 @@ class Deployment:
         *,
         tenant: str | None = None,
         params: Mapping[str, Any] | None = None,
+        id_prefix: str = "chatcmpl-",
     ) -> AnswerStream:
-        """The answer ``answer(messages, tenant=…, params=…)`` gives, sent as it is generated
+        """The answer ``answer(messages, tenant=…, params=…, id_prefix=…)`` gives, sent as it is generated
         (``evolve.serve.streaming``): iterate the returned ``AnswerStream`` for the final agent's text deltas;
         the answer is recorded under ``AnswerStream.id`` when they end or when the stream is closed, and then
         takes feedback like any answer.
@@ -243,7 +247,10 @@ class Deployment:
         if stream.error is not None:
             raise same_kind(stream.cause, f"the team could not answer: {stream.error}")
         run = self.run_name(tenant)
-        return AnswerStream(stream, engine=self.engine, run=run, prompt_version=version, query=query, messages=messages)
+        return AnswerStream(
+            stream, engine=self.engine, run=run, prompt_version=version, query=query, messages=messages,
+            id_prefix=id_prefix,
+        )  # fmt: skip
 
     def _record(
         self,
@@ -254,11 +261,12 @@ class Deployment:
         messages: Sequence[Message],
         spent: Sequence[float],
         started: float,
+        id_prefix: str,
         logprobs: tuple[tuple[str, float], ...] | None = None,
     ) -> Answer:
         """The team's answer under a fresh response id, stored for feedback."""
         answer = Answer(
-            id=f"chatcmpl-{secrets.token_hex(12)}",
+            id=f"{id_prefix}{secrets.token_hex(12)}",
             run=self.run_name(tenant),
             text=done.text,
             steps=done.steps,

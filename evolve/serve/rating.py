@@ -1,8 +1,8 @@
 """Rating an answer of ``evolve serve`` from the app that got it, whatever client it used.
 
 The handle feedback takes is the response id, and each client keeps it somewhere else: the ``openai``
-SDK's completion and stream chunks in ``.id``; LangChain's ``ChatOpenAI`` in
-``message.response_metadata["id"]`` for a whole answer (its ``AIMessage.id`` is LangChain's own run id)
+SDK's completion and stream chunks in ``.id``, and its Responses API response (``resp_…``) too; LangChain's
+``ChatOpenAI`` in ``message.response_metadata["id"]`` for a whole answer (its ``AIMessage.id`` is LangChain's own run id)
 and nowhere for a streamed one, unless the model was made with ``include_response_headers=True``: then
 the ``x-evolve-response-id`` header every answer carries is in ``response_metadata["headers"]``.
 ``response_id`` finds it in any of these; ``rate`` posts the rating.
@@ -25,7 +25,8 @@ HEADER = "x-evolve-response-id"
 
 
 def response_id(answer: Any) -> str:
-    """The response id of an answer: a str, an ``openai`` completion or chunk, a LangChain message or a dict.
+    """The response id of an answer: a str, an ``openai`` completion, chunk or response (the Responses API's), a
+    LangChain message or a dict.
 
     Raises:
         ConfigError: the answer carries no response id of ``evolve serve`` (say where to find it).
@@ -43,7 +44,7 @@ def response_id(answer: Any) -> str:
             f"model with ChatOpenAI(..., include_response_headers=True) and its {HEADER!r} header is kept"
         )
     found = answer.get("id") if isinstance(answer, Mapping) else getattr(answer, "id", None)
-    if isinstance(found, str) and found.startswith("chatcmpl-"):
+    if isinstance(found, str) and found.startswith(("chatcmpl-", "resp_")):
         return found
     raise ConfigError(f"expected an answer of evolve serve or its response id, got {type(answer).__name__}")
 

@@ -5,6 +5,10 @@ cannot learn (its response's stored steps cannot be read, or memory refuses what
 quarantined: the reason is kept in its ``quarantined`` column, later jobs pass over it instead of failing
 on it again, ``quarantined`` lists it and ``release`` queues it again once the cause is fixed.
 
+A response served through OpenAI's Responses API (``evolve.serve.protocols.openai_responses``) is the same row;
+while it is stored there (``store`` not false), its ``api_state`` column also keeps the response object and the
+conversation it answered, so it can be fetched, continued with ``previous_response_id`` and deleted.
+
 Example:
     >>> from connectors import make_engine
     >>> engine = make_engine("sqlite://")
@@ -15,9 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -28,6 +34,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    delete,
     func,
     inspect,
     select,
@@ -60,6 +67,9 @@ responses = Table(
     Column("steps", Text, nullable=False),
     Column("prompt_version", String(64), nullable=False, default=""),
     Column("tokens", Integer, nullable=False, default=0),
+    # the Responses API's response object and conversation (JSON), while it is stored there (``keep_state``);
+    # NULL for a chat completion and for ``store: false``
+    Column("api_state", Text, nullable=True),
 )
 
 feedback_rows = Table(
@@ -90,23 +100,28 @@ class QuarantinedRating:
     created_at: float
 
 
+ADDED = ((feedback_rows, "quarantined"), (responses, "api_state"))
+"""Columns added after their table was first made (each TEXT, nullable): ``open_tables`` adds them to an older database."""
+
+
 def open_tables(engine: Engine) -> None:
     """Create the serving tables if missing, and add the columns a database from an older version lacks."""
     metadata.create_all(engine)
-    if "quarantined" in _columns(engine):
-        return
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE evolve_feedback ADD COLUMN quarantined TEXT"))
-        log.info("serving tables: added %s.quarantined", feedback_rows.name)
-    except (OperationalError, ProgrammingError) as e:
-        if "quarantined" not in _columns(engine):  # else another process added it first
-            raise StoreError(f"cannot add {feedback_rows.name}.quarantined in {engine.url!r}: {e}") from e
+    for table, column in ADDED:
+        if column in _columns(engine, table):
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column} TEXT"))
+            log.info("serving tables: added %s.%s", table.name, column)
+        except (OperationalError, ProgrammingError) as e:
+            if column not in _columns(engine, table):  # else another process added it first
+                raise StoreError(f"cannot add {table.name}.{column} in {engine.url!r}: {e}") from e
 
 
-def _columns(engine: Engine) -> set[str]:
+def _columns(engine: Engine, table: Table) -> set[str]:
     with engine.connect() as conn:
-        return {c["name"] for c in inspect(conn).get_columns(feedback_rows.name)}
+        return {c["name"] for c in inspect(conn).get_columns(table.name)}
 
 
 def stored_steps(response_id: str, raw: str) -> tuple[Step, ...]:
@@ -117,6 +132,36 @@ def stored_steps(response_id: str, raw: str) -> tuple[Step, ...]:
         raise StoreError(
             f"the stored steps of response {response_id!r} cannot be read ({type(e).__name__}: {e}): {raw!r:.120}"
         ) from None
+
+
+def keep_state(engine: Engine, response_id: str, state: Mapping[str, Any]) -> None:
+    """Keep a recorded response's Responses API state (its response object and conversation): from now on it can
+    be fetched and continued (``stored_state``)."""
+    with engine.begin() as conn:
+        conn.execute(update(responses).where(responses.c.id == response_id).values(api_state=json.dumps(state)))
+
+
+def stored_state(engine: Engine, response_id: str, run: str) -> dict[str, Any] | None:
+    """The Responses API state ``keep_state`` kept for this run's response; None when there is none (an unknown
+    id, another run's, a chat completion's, or one made with ``store: false``)."""
+    with engine.connect() as conn:
+        raw = conn.execute(
+            select(responses.c.api_state).where(responses.c.id == response_id, responses.c.run == run)
+        ).scalar_one_or_none()
+    return None if raw is None else dict(json.loads(raw))
+
+
+def forget(engine: Engine, response_id: str, run: str) -> bool:
+    """Delete this run's stored Responses API response: its record and its ratings (what a job already learned
+    from them stays in memory). False, and nothing deleted, when it has no stored state (``stored_state``)."""
+    r = responses.c
+    with engine.begin() as conn:
+        gone = conn.execute(
+            delete(responses).where(r.id == response_id, r.run == run, r.api_state.is_not(None))
+        ).rowcount
+        if gone:
+            conn.execute(delete(feedback_rows).where(feedback_rows.c.response_id == response_id))
+    return bool(gone)
 
 
 def quarantine(engine: Engine, feedback_id: str, reason: str) -> None:
@@ -163,11 +208,14 @@ __all__ = [
     "MAX_RESPONSE_ID",
     "QuarantinedRating",
     "feedback_rows",
+    "forget",
+    "keep_state",
     "open_tables",
     "quarantine",
     "quarantine_note",
     "quarantined",
     "release",
     "responses",
+    "stored_state",
     "stored_steps",
 ]

@@ -66,8 +66,9 @@ class AnswerStream:
         prompt_version: str,
         query: str,
         messages: Sequence[Message],
+        id_prefix: str = "chatcmpl-",
     ) -> None:
-        self.id = f"chatcmpl-{secrets.token_hex(12)}"
+        self.id = f"{id_prefix}{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.run = run
         self.prompt_version = prompt_version

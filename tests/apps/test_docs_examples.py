@@ -51,6 +51,7 @@ EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "from optimizers.marft import AgentPolicies, Args, Trainer": ("", [("Args(steps=150)", "Args(steps=2)")]),
     "from connectors import HashEmbedder": ("", []),
     "from openai import OpenAI": ("", []),  # base URL and key: the live server's (see test below)
+    "import asyncio": ("", []),  # the Agents SDK against evolve serve: the live server's too
     "import httpx2  # the MCP SDK's HTTP client": ("", []),  # a live evolve mcp (see test below)
     "import httpx": ("", []),  # a live evolve a2a (see test below)
     "from evolve.tools.mcp import MCPConnection": (
@@ -201,7 +202,7 @@ def test_the_example_runs(
     monkeypatch.chdir(tmp_path)
     first = first_line(code)
     prelude, substitutions = EXAMPLES[first]
-    if first == "from openai import OpenAI":
+    if first in ("from openai import OpenAI", "import asyncio"):
         substitutions = [
             ('base_url="http://127.0.0.1:8000/v1"', f"base_url={served.url!r}"),
             ('api_key="sk-acme-1"', f"api_key={KEY_OF['alice']!r}"),

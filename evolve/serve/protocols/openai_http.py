@@ -5,6 +5,8 @@ Any app that speaks the OpenAI API talks to an evolved team by changing its base
 - ``POST /v1/chat/completions`` answers with the tenant's team (memory recall plus the HEAD prompts,
   ``evolve.serve.deployment.Deployment``), plain or streamed; the response id is the handle for feedback, and an
   ``evolve`` field (ignored by apps that do not know it) carries the recall ids and the prompt version;
+- ``POST /v1/responses`` (and ``GET``/``DELETE /v1/responses/{id}``) is OpenAI's Responses API on the same team,
+  memory, tenants and feedback (``evolve.serve.protocols.openai_responses``);
 - ``POST /v1/feedback`` ``{"response_id", "score" (0..1), "comment"?, "key"?}`` reinforces exactly the
   memories that response recalled (once per idempotency key: the body's ``key`` or the
   ``Idempotency-Key`` header) and queues it for the prompt optimizer's next job;
@@ -74,7 +76,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from connectors import ConfigError, ConnectorError, EvolveError, ParseError, ProviderTimeout, RateLimited
@@ -86,6 +88,8 @@ from evolve.serve.deployment import Deployment
 from evolve.serve.protocols.keys import admin_table, check_base_memory, is_admin, key_table, tenant_for
 from evolve.serve.protocols.openai_admin import add_admin_routes
 from evolve.serve.protocols.openai_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
+from evolve.serve.protocols.openai_responses import add_response_routes
+from evolve.serve.protocols.sse import relay
 from evolve.serve.rating import HEADER
 from evolve.serve.streaming import AnswerStream
 
@@ -240,22 +244,6 @@ def sse(events: Iterator[dict[str, Any]]) -> Iterator[str]:
     yield "data: [DONE]\n\n"
 
 
-async def relay(events: Iterator[str]) -> AsyncIterator[str]:
-    """``events`` read in worker threads (each may wait for the model), closed in one when the response
-    ends for any reason, the client going away included: a stream cut short is recorded at once."""
-    import anyio
-    from starlette.concurrency import iterate_in_threadpool
-
-    try:
-        async for event in iterate_in_threadpool(events):
-            yield event
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            with anyio.CancelScope(shield=True):  # runs even while the response task is being cancelled
-                await anyio.to_thread.run_sync(close)
-
-
 # ---- the app ------------------------------------------------------------------------------------------------
 
 
@@ -355,6 +343,7 @@ def create_app(deployment: Deployment, keys: Mapping[str, str], *, admin_keys: S
         return card
 
     add_team_routes(app, deployment, authorize)
+    add_response_routes(app, deployment, authorize)
     add_admin_routes(app, deployment.store, admins, table)
     return app
 

@@ -75,7 +75,7 @@ def is_refused(field: FieldInfo) -> bool:
     return any(isinstance(m, Refused) for m in field.metadata)
 
 
-class _Body(BaseModel):
+class StrictBody(BaseModel):
     """A body, or an object in one, whose unknown fields are refused (``validation_error`` names them)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -84,18 +84,18 @@ class _Body(BaseModel):
 # ---- the chat completions body -----------------------------------------------------------------------------
 
 
-class FunctionCallIn(_Body):
+class FunctionCallIn(StrictBody):
     name: str
     arguments: str | dict[str, Any]
 
 
-class ToolCallIn(_Body):
+class ToolCallIn(StrictBody):
     id: str = ""
     type: Literal["function"] = "function"
     function: FunctionCallIn
 
 
-class ChatMessageIn(_Body):
+class ChatMessageIn(StrictBody):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[ToolCallIn] | None = None
@@ -131,23 +131,23 @@ class ChatMessageIn(_Body):
                              "tool_call_id": self.tool_call_id, "name": self.name or None}])[0]  # fmt: skip
 
 
-class FunctionIn(_Body):
+class FunctionIn(StrictBody):
     name: str
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None  # true: a call's arguments must fit parameters (evolve.serve.answer_checks)
 
 
-class ToolIn(_Body):
+class ToolIn(StrictBody):
     type: Literal["function"]
     function: FunctionIn
 
 
-class FunctionName(_Body):
+class FunctionName(StrictBody):
     name: str
 
 
-class NamedToolChoice(_Body):
+class NamedToolChoice(StrictBody):
     type: Literal["function"]
     function: FunctionName
 
@@ -159,14 +159,14 @@ ToolChoice = Annotated[
 ]
 
 
-class JsonSchemaIn(_Body):
+class JsonSchemaIn(StrictBody):
     name: str = ""
     description: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None  # honoured either way: every answer is checked against the schema
 
 
-class ResponseFormat(_Body):
+class ResponseFormat(StrictBody):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaIn | None = None
 
@@ -175,7 +175,7 @@ class ResponseFormat(_Body):
         return self.model_dump(exclude_none=True, by_alias=True)
 
 
-class StreamOptions(_Body):
+class StreamOptions(StrictBody):
     include_usage: bool | None = False
     include_obfuscation: Annotated[
         Any, Refused("stream obfuscation is not served: chunks carry no obfuscation field", False)
@@ -185,7 +185,7 @@ class StreamOptions(_Body):
 NOT_SERVED = "is not served by an evolved team"
 
 
-class ChatRequest(_Body):
+class ChatRequest(StrictBody):
     """OpenAI's chat completions body: every field honoured, accepted (asks nothing of the answer) or
     ``Refused`` (see the module's docstring)."""
 
@@ -278,7 +278,7 @@ class ChatRequest(_Body):
         return {k: v for k, v in params.items() if v is not None}
 
 
-class FeedbackRequest(_Body):
+class FeedbackRequest(StrictBody):
     response_id: str = Field(min_length=1, max_length=64)
     score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
     comment: str = Field("", max_length=20_000)
@@ -299,23 +299,23 @@ Writer = Annotated[str, AfterValidator(_writer)]
 StoreNamespace = Annotated[str, Field(min_length=1, max_length=MAX_NAMESPACE)]
 
 
-class QuarantinedQuery(_Body):
+class QuarantinedQuery(StrictBody):
     namespace: StoreNamespace | None = None
     writer: Writer | None = None
 
 
-class DistrustRequest(_Body):
+class DistrustRequest(StrictBody):
     writer: Writer
     namespace: StoreNamespace | None = None
     action: Literal["remove", "reset"] = "remove"
 
 
-class UndoRequest(_Body):
+class UndoRequest(StrictBody):
     writer: Writer
     namespace: StoreNamespace | None = None
 
 
-class ReleaseRequest(_Body):
+class ReleaseRequest(StrictBody):
     writer: Writer | None = None
     ids: list[Annotated[str, Field(min_length=1, max_length=MAX_ID)]] | None = Field(None, min_length=1)
     namespace: StoreNamespace | None = None
@@ -369,18 +369,23 @@ def validation_error(e: ValidationError | Any, model: type[BaseModel] | None = N
 def locate(model: type[BaseModel] | None, loc: Sequence[Any], *, unknown: bool = False) -> tuple[str, list[str]]:
     """Where ``loc`` points in ``model`` (``("body", "messages", 0, "role")`` -> ``"messages[0].role"``, pydantic's
     union tags left out) and the fields the object holding its last key takes, refused ones left out."""
-    path, owner = "", model
+    path, owner, members = "", model, models_in(model)
     for i, key in enumerate(loc):
         if isinstance(key, int):
             path += f"[{key}]"
             continue
         fields = fields_of(owner) if owner is not None else {}
         last = i == len(loc) - 1
+        tagged = next((m for m in members if key in tags_of(m)), None) if key not in fields else None
+        if tagged is not None:  # the tag of a union member read by its ``type``: that member's fields from here
+            owner = tagged
+            continue
         if (i == 0 and key == "body") or (owner is not None and key not in fields and not (last and unknown)):
             continue  # FastAPI's root, or the tag of the union member pydantic tried
         path += f".{key}"
         if key in fields:
-            owner = next(iter(models_in(fields[key].annotation)), None)
+            members = models_in(fields[key].annotation)
+            owner = next(iter(members), None)
     taken = [name for name, f in fields_of(owner).items() if not is_refused(f)] if owner is not None else []
     return path.lstrip(".") or "body", taken
 
@@ -393,6 +398,12 @@ def field_path(loc: Sequence[Any]) -> str:
 def fields_of(model: type[BaseModel]) -> dict[str, FieldInfo]:
     """A model's fields by the names a body uses (their aliases)."""
     return {f.alias or name: f for name, f in model.model_fields.items()}
+
+
+def tags_of(model: type[BaseModel]) -> tuple[Any, ...]:
+    """The values a model's ``type`` field takes (a ``Literal``'s), by which a union reads it."""
+    field = model.model_fields.get("type")
+    return get_args(field.annotation) if field is not None else ()
 
 
 def models_in(annotation: Any) -> list[type[BaseModel]]:
