@@ -186,7 +186,7 @@ class FunctionToolIn(StrictBody):
     type: Literal["function"]
     name: str
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None  # true: a call's arguments must fit parameters (evolve.serve.answer_checks)
+    strict: bool | None = None  # a call's arguments must fit parameters unless false: the Responses API's default
     description: str | None = None
     defer_loading: Annotated[Any, Refused("deferred tool loading is not served: every tool is described", False)] = None
     allowed_callers: Annotated[Any, Refused("programmatic tool calling is not served", ("direct",))] = None
@@ -194,7 +194,7 @@ class FunctionToolIn(StrictBody):
 
     def tool(self) -> Tool:
         schema = self.parameters if self.parameters is not None else {"type": "object", "properties": {}}
-        return Tool(self.name, self.description or "", schema, strict=self.strict is True)
+        return Tool(self.name, self.description or "", schema, strict=self.strict is not False)
 
 
 def function_only(value: Any) -> Any:

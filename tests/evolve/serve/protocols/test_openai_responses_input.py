@@ -213,3 +213,10 @@ def test_a_model_failing_mid_stream_ends_it_with_response_failed(served: Served,
     assert error is not None and error.code == "server_error" and "fell over" in error.message
     with pytest.raises(UnknownResponse):  # no answer, no record
         served.deployment.response(events[0].response.id, tenant="alice")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("strict", "checked"), [(None, True), (True, True), (False, False)])
+def test_a_function_tool_is_strict_unless_it_says_false_as_on_the_responses_api(strict: Any, checked: bool) -> None:
+    tool = {"type": "function", "name": "door_code", "parameters": {"type": "object", "properties": {}}}
+    body = ResponsesRequest.model_validate({"model": "m", "input": "hi", "tools": [tool | {"strict": strict}]})
+    assert [t.tool().strict for t in body.tools or ()] == [checked]
