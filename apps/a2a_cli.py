@@ -5,7 +5,8 @@ Keys come from the same places as ``evolve serve``'s: ``--key KEY=TENANT`` (repe
 table; each maps a bearer key to its tenant. The socket is bound before the models load, so a busy port
 fails fast and the printed agent card URL is the real one; ``--url`` names the address clients reach it at
 when that differs (a proxy, ``--host 0.0.0.0``). An A2A agent has no operator routes: it reads no operator
-key (``--admin-key`` is ``evolve serve``'s and ``evolve mcp``'s), and one is refused as any unknown key.
+key (``--admin-key`` is ``evolve serve``'s and ``evolve mcp``'s), and one is refused as any unknown key; so its
+``/metrics`` (public) never labels tenants. ``--otel`` traces every request.
 
 Example:
     >>> # evolve a2a data/facility_codes.toml --port 8100 --key sk-alice-3f9c=alice
@@ -18,8 +19,8 @@ import argparse
 import os
 from pathlib import Path
 
-from apps.options import add_log_level_alias, count, server_log_level
-from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
+from apps.options import add_log_level_alias, add_telemetry, count, server_log_level, server_metrics, server_tracing
+from apps.serve_cli import base_url, closing, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
 from connectors.install import extra_hint
 from evolve.serve.protocols.keys import check_base_memory, load_keys, tenant_lookup
@@ -47,15 +48,17 @@ def cmd_a2a(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"--url must be the base URL clients reach this agent at (http(s)://host:port), got {args.url!r}"
         )
+    tracing = server_tracing(args, "evolve a2a")
     spec = load_spec(args.spec)
     check_base_memory(spec.serve.memory, keys)
     tenant_of = tenant_lookup(keys)
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
         url = (args.url or base_url(sock).removesuffix("/v1")).rstrip("/")
         deployment = Deployment(spec)
+        metrics = server_metrics(args, store=deployment.store, ratings=deployment.engine, ledger=deployment.engine)
         banner = [f"evolve a2a: agent {spec.run.name!r} at {url}{CARD_PATH}", tenants_line(keys)]
-        make_app = lambda: create_a2a_app(deployment, url=url, tenant_of=tenant_of)  # noqa: E731
-        serve_until_stopped(sock, make_app, banner, server_log_level(args, "info"), deployment.close)
+        make_app = lambda: create_a2a_app(deployment, url=url, tenant_of=tenant_of, metrics=metrics, tracing=tracing)  # noqa: E731
+        serve_until_stopped(sock, make_app, banner, server_log_level(args, "info"), closing(deployment.close, tracing))
 
 
 def add_a2a_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,5 +71,6 @@ def add_a2a_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument("--keys", type=Path, default=None, metavar="FILE", help='TOML file: [keys] "KEY" = "TENANT"')
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
+    add_telemetry(s, tenants=False)
     add_log_level_alias(s)
     s.set_defaults(func=cmd_a2a)

@@ -20,6 +20,9 @@ no tenant's, and a tenant's session never sees them; without an operator key nob
 ``--admin`` instead of ``--tenant`` serves them: whoever starts the process can open its database anyway
 (``evolve memory distrust``), so its owner is the operator, and no key is asked.
 
+Over HTTP, ``GET /metrics`` counts the requests, recalls, memories remembered and ratings (``--metrics-tenants``
+and ``--otel`` as ``evolve serve`` takes them); stdio has neither.
+
 A tenant's memories are those ``evolve serve`` keeps for it (run ``<run>@<tenant>``): what an MCP
 client remembers and rates is what the served team recalls, and the other way round.
 
@@ -38,8 +41,16 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-from apps.options import add_admin_key, add_log_level_alias, count, server_log_level
-from apps.serve_cli import base_url, listen, serve_until_stopped, tenants_line
+from apps.options import (
+    add_admin_key,
+    add_log_level_alias,
+    add_telemetry,
+    count,
+    server_log_level,
+    server_metrics,
+    server_tracing,
+)
+from apps.serve_cli import base_url, closing, listen, serve_until_stopped, tenants_line
 from connectors import ConfigError
 from evolve.serve.protocols.keys import ADMIN_ENV, check_base_memory, load_admin_keys, load_keys
 
@@ -72,10 +83,11 @@ def serve_stdio(args: argparse.Namespace) -> None:
             "or serve many tenants with --transport http and bearer keys"
         )
     http_only = [args.key, args.admin_key, args.keys, args.port, args.host, args.log_level]
-    if any(v not in (None, []) for v in http_only):
+    if any(v not in (None, []) for v in http_only) or args.metrics_tenants or args.otel:
         raise ConfigError(
-            "--key, --keys, --admin-key, --host, --port and --log-level are for --transport http; over stdio "
-            "--tenant names the tenant (or --admin the operator) and the client reads the server's messages"
+            "--key, --keys, --admin-key, --host, --port, --log-level, --metrics-tenants and --otel are for "
+            "--transport http; over stdio --tenant names the tenant (or --admin the operator) and the client reads "
+            "the server's messages"
         )
     tenant = None if args.admin else check_tenant(args.tenant)
     with redirect_stdout(sys.stderr):  # stdout is the protocol's: nothing else may reach it
@@ -105,6 +117,7 @@ def serve_stdio(args: argparse.Namespace) -> None:
 
 def serve_http(args: argparse.Namespace) -> None:
     from evolve.serve.protocols.mcp_http import ENDPOINT, http_app
+    from evolve.serve.protocols.telemetry import check_tenant_labels
     from evolve.serve.tenant_memory import TenantMemory
     from evolve.spec import load_spec
 
@@ -118,16 +131,19 @@ def serve_http(args: argparse.Namespace) -> None:
         admin = load_admin_keys(tenants=keys, file=args.keys, keys=args.admin_key, env=os.environ.get(ADMIN_ENV))
     except ConfigError as e:  # the key sources and checks are evolve serve's: say which command it was
         raise ConfigError(str(e).replace("evolve serve", "evolve mcp --transport http")) from None
+    check_tenant_labels(args.metrics_tenants, admin, command="evolve mcp")
+    tracing = server_tracing(args, "evolve mcp")
     spec = load_spec(args.spec)
     check_base_memory(spec.serve.memory, keys)
     port = 8200 if args.port is None else args.port
     host, log_level = args.host or "127.0.0.1", server_log_level(args, "warning")
     with listen(host, port) as sock:  # before the store opens: a busy port fails fast
         memory = TenantMemory(spec)
+        metrics = server_metrics(args, store=memory.store, ledger=memory.store.engine)
         url = base_url(sock).removesuffix("/v1") + ENDPOINT
         banner = [f"evolve mcp: memory of run {spec.run.name!r} at {url}", tenants_line(keys, admin)]
-        make_app = lambda: http_app(memory, keys, host=host, admin_keys=admin)  # noqa: E731
-        serve_until_stopped(sock, make_app, banner, log_level, memory.close)
+        make_app = lambda: http_app(memory, keys, host=host, admin_keys=admin, metrics=metrics, tracing=tracing)  # noqa: E731
+        serve_until_stopped(sock, make_app, banner, log_level, closing(memory.close, tracing))
 
 
 def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -146,5 +162,6 @@ def add_mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="http: an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
     add_admin_key(s, only="http: ")
+    add_telemetry(s, only="http: ")
     add_log_level_alias(s)
     s.set_defaults(func=cmd_mcp)

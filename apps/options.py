@@ -77,6 +77,47 @@ def add_admin_key(parser: argparse.ArgumentParser, *, only: str = "") -> None:
     )  # fmt: skip
 
 
+def add_telemetry(parser: argparse.ArgumentParser, *, tenants: bool = True, only: str = "") -> None:
+    """``--otel`` and (``tenants``) ``--metrics-tenants``, as ``evolve serve``, ``mcp`` and ``a2a`` take them
+    (``evolve.serve.protocols.telemetry``); ``only`` prefixes the help (``"http: "``). Read them with
+    ``server_tracing`` and ``server_metrics``."""
+    if tenants:
+        parser.add_argument(
+            "--metrics-tenants", action="store_true",
+            help=f"{only}label /metrics' memory gauges with each tenant's namespace (default: every tenant's folded "
+            "into <run>@*/<agent>); /metrics then opens to an operator key only",
+        )  # fmt: skip
+    parser.add_argument(
+        "--otel", action="store_true",
+        help=f"{only}trace every request with OpenTelemetry: a span with GenAI attributes, the recall, model call "
+        "and recording as children; OTEL_* variables configure it (OTLP by default); needs the otel extra",
+    )  # fmt: skip
+
+
+def server_tracing(args: argparse.Namespace, service: str) -> Any:
+    """The ``Tracing`` a server's app takes with ``--otel`` (None without): made before the models load, so a
+    missing SDK fails at once (``evolve.serve.tracing``)."""
+    if not args.otel:
+        return None
+    from evolve.serve.tracing import Tracing
+
+    return Tracing.from_environment(service, tenants=bool(getattr(args, "metrics_tenants", False)))
+
+
+def server_metrics(args: argparse.Namespace, *, store: Any, ratings: Any = None, ledger: Any = None) -> Any:
+    """The ``Metrics`` a server's app shows at ``/metrics``: ``store``'s memory, the quarantined ratings of the
+    ``ratings`` database and the job ledger of the ``ledger`` one (None: not shown), tenants labelled with
+    ``--metrics-tenants``."""
+    from functools import partial
+
+    from evolve.jobs.job import job_counts
+    from evolve.serve.metrics import Metrics
+
+    jobs = partial(job_counts, ledger) if ledger is not None else None
+    tenants = bool(getattr(args, "metrics_tenants", False))
+    return Metrics(store=store, engine=ratings, jobs=jobs, tenants=tenants)
+
+
 def quiet_loading(quiet: bool) -> None:
     """``-q``/``--quiet`` also hides the model loaders' progress bars (transformers, hub)."""
     if quiet:

@@ -12,6 +12,9 @@ a TOML file (``--keys FILE``); the operator's (``--admin-key KEY``, ``$EVOLVE_AD
     [admin]
     keys = ["sk-ops-b81e..."]
 
+``GET /metrics`` is open and names no tenant; ``--metrics-tenants`` labels tenants and opens it to an operator key
+only; ``--otel`` traces every request with OpenTelemetry (``evolve.serve.protocols.telemetry``).
+
 Building the parser imports nothing heavy; FastAPI, uvicorn and the models load when the command runs.
 """
 
@@ -26,7 +29,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from apps.options import add_admin_key, add_log_level_alias, count, exit_on, restore_signals, server_log_level
+from apps.options import (
+    add_admin_key,
+    add_log_level_alias,
+    add_telemetry,
+    count,
+    exit_on,
+    restore_signals,
+    server_log_level,
+    server_metrics,
+    server_tracing,
+)
 from connectors import ConfigError
 from evolve.serve.protocols.keys import ADMIN_ENV, load_admin_keys, load_keys
 
@@ -70,16 +83,34 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise ConfigError(INSTALL_HINT) from e
     from evolve.serve.deployment import Deployment
     from evolve.serve.protocols.openai_http import create_app
+    from evolve.serve.protocols.telemetry import check_tenant_labels
     from evolve.spec import load_spec
 
     keys = load_keys(file=args.keys, pairs=args.key, env=os.environ.get("EVOLVE_API_KEYS"))
     admin = load_admin_keys(tenants=keys, file=args.keys, keys=args.admin_key, env=os.environ.get(ADMIN_ENV))
+    check_tenant_labels(args.metrics_tenants, admin, command="evolve serve")
+    tracing = server_tracing(args, "evolve serve")
     spec = load_spec(args.spec)
     with listen(args.host, args.port) as sock:  # before the models load: a busy port fails fast
         deployment = Deployment(spec)
+        store, engine = deployment.store, deployment.engine
+        metrics = server_metrics(args, store=store, ratings=engine, ledger=engine)
         banner = [f"evolve serve: model {deployment.model_id!r} at {base_url(sock)}", tenants_line(keys, admin)]
-        make_app = lambda: create_app(deployment, keys, admin_keys=admin)  # noqa: E731
-        serve_until_stopped(sock, make_app, banner, server_log_level(args, "info"), deployment.close)
+        make_app = lambda: create_app(deployment, keys, admin_keys=admin, metrics=metrics, tracing=tracing)  # noqa: E731
+        serve_until_stopped(sock, make_app, banner, server_log_level(args, "info"), closing(deployment.close, tracing))
+
+
+def closing(close: Callable[[], None], tracing: Any) -> Callable[[], None]:
+    """``close``, then the tracing's (its buffered spans are sent) when there is one."""
+
+    def both() -> None:
+        try:
+            close()
+        finally:
+            if tracing is not None:
+                tracing.close()
+
+    return both
 
 
 def tenants_line(keys: Mapping[str, str], admin: Sequence[str] | None = None) -> str:
@@ -128,5 +159,6 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     s.add_argument("--key", action="append", default=[], metavar="KEY=TENANT",
                    help="an API key and its tenant (repeatable; also $EVOLVE_API_KEYS='k1=alice,k2=bob')")  # fmt: skip
     add_admin_key(s)
+    add_telemetry(s)
     add_log_level_alias(s)
     s.set_defaults(func=cmd_serve)

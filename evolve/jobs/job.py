@@ -38,7 +38,21 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, insert, select, update
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+    insert,
+    inspect,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors import ConfigError
@@ -275,6 +289,17 @@ def job_history(engine: Engine, run: str | None = None, limit: int | None = None
         return [_record(dict(r._mapping)) for r in conn.execute(query)]
 
 
+def job_counts(engine: Engine) -> dict[str, int]:
+    """How many jobs the ledger holds, by status, every run's together (``evolve serve``'s ``/metrics``: jobs that
+    ran are ``done``, ``failed`` or ``abandoned``; those the lease turned away ``skipped``). Nothing before the
+    first job: reading creates no table."""
+    if not inspect(engine).has_table(jobs.name):
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
+    return {str(status): int(n) for status, n in rows}
+
+
 # -- the ledger --------------------------------------------------------------------------------------
 def _insert_row(
     engine: Engine, run: str, round_: int, holder: str, status: JobStatus, *, note: str = "", finished: bool = False
@@ -377,4 +402,14 @@ def _quietly(action: Callable[[], object], what: str) -> None:
         log.warning("job: could not %s: %s", what, e)
 
 
-__all__ = ["JobRecord", "JobResult", "holding", "job_history", "lease_name", "next_round", "run_job", "take_lease"]
+__all__ = [
+    "JobRecord",
+    "JobResult",
+    "holding",
+    "job_counts",
+    "job_history",
+    "lease_name",
+    "next_round",
+    "run_job",
+    "take_lease",
+]

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from connectors import Message, StoreError, ToolCall, Usage
 from evolve.episode import Step
 from evolve.run_log import steps_to_json
+from evolve.serve.timing import Timed
 from evolve.tools.loop import DESCRIBED
+
+log = logging.getLogger(__name__)
 
 
 class UnknownResponse(StoreError):
@@ -38,8 +42,9 @@ class Answer:
     usage: Usage
     prompt_version: str
     created: int
-    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)  # ms: "recall", "answer"
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)  # ms: "recall", "model", "answer"
     logprobs: tuple[tuple[str, float], ...] | None = None  # the answer's (token, logprob)s, when asked for
+    work: tuple[Timed, ...] = ()  # each recall, model call and the recording, timed (evolve.serve.timing)
 
     @property
     def recall_ids(self) -> tuple[str, ...]:
@@ -62,6 +67,35 @@ class Answer:
         return "length" if last == "length" else "stop"
 
 
+class Watcher(Protocol):
+    """What ``Deployment.watch`` tells of: every answer once it is recorded (a streamed one when its text ends or
+    the stream is closed; one that failed its format too) and every rating taken (``applied`` False for a repeat
+    of an idempotency key). ``/metrics`` and traces are watchers; a watcher that fails is logged, never the
+    request's failure."""
+
+    def answered(self, answer: Answer) -> None: ...
+
+    def rated(self, applied: bool) -> None: ...
+
+
+def tell_answered(watchers: Sequence[Watcher], answer: Answer) -> None:
+    """Tell every watcher of ``answer``; one that fails is logged and the others are still told."""
+    for watcher in watchers:
+        try:
+            watcher.answered(answer)
+        except Exception:
+            log.exception("a watcher of served answers failed")
+
+
+def tell_rated(watchers: Sequence[Watcher], applied: bool) -> None:
+    """Tell every watcher of a rating taken; one that fails is logged and the others are still told."""
+    for watcher in watchers:
+        try:
+            watcher.rated(applied)
+        except Exception:
+            log.exception("a watcher of ratings failed")
+
+
 def response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dict[str, Any]:
     return {
         "id": answer.id,
@@ -76,4 +110,4 @@ def response_row(answer: Answer, query: str, messages: Sequence[Message]) -> dic
     }
 
 
-__all__ = ["Answer", "UnknownResponse", "response_row"]
+__all__ = ["Answer", "UnknownResponse", "Watcher", "response_row", "tell_answered", "tell_rated"]

@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
@@ -52,14 +51,14 @@ from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.embed_batching import BatchingEmbedder
 from connectors.errors import same_kind
-from evolve.agent import MemoryView, Team
+from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team, spec_prompts
 from evolve.episode import Step
 from evolve.evolver import centred
 from evolve.prompts.graph import PromptGraph
 from evolve.serve import formats
 from evolve.serve.answer_checks import Checked, FailedAnswer, checked_act
-from evolve.serve.answers import Answer, UnknownResponse, response_row
+from evolve.serve.answers import Answer, UnknownResponse, Watcher, response_row, tell_answered, tell_rated
 from evolve.serve.chat_requests import (
     REQUEST_PARAMS,
     check_penalties,
@@ -80,11 +79,12 @@ from evolve.serve.responses import (
     stored_steps,
 )
 from evolve.serve.streaming import AnswerStream, stream_params
+from evolve.serve.timing import Timed, timed, timing, timings
 from evolve.spec import RunSpec
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.escalation import weights_blocker
 from evolve.weights.switch import adapter_registry, attach_adapters
-from memory import MemoryStore, Recall
+from memory import MemoryStore
 
 
 class Deployment:
@@ -117,6 +117,12 @@ class Deployment:
         self._graphs: dict[str, PromptGraph] = {}
         self._lock = threading.Lock()
         self.mcp = MCPConnections(spec.path.parent if spec.path is not None else None)  # one set for every team
+        self.watchers: list[Watcher] = []
+
+    def watch(self, watcher: Watcher) -> None:
+        """Tell ``watcher`` of every answer recorded and every rating taken, whichever protocol served it
+        (``evolve.serve.answers.Watcher``): how ``/metrics`` and traces see the work."""
+        self.watchers.append(watcher)
 
     @property
     def model_id(self) -> str:
@@ -190,7 +196,7 @@ class Deployment:
         with self._arriving():  # a local model's batch waits for this request (connectors.coalesce)
             started = time.perf_counter()
             team, version = self.team(tenant)
-            spent = timed_recalls(team)
+            work = timed(team)
             tools = check_request_tools(tools, given.get("tool_choice"), team)
             given = check_penalties(given, team)
             given.setdefault("seed", secrets.randbelow(2**31))
@@ -209,13 +215,13 @@ class Deployment:
                 )
             except FailedAnswer as failed:  # recorded all the same: the app may rate the failure
                 kept = Checked(failed.steps, failed.usage, failed.raw)
-                failed.response_id = self._record(kept, tenant, version, query, messages, spent, started, id_prefix).id
+                failed.response_id = self._record(kept, tenant, version, query, messages, work, started, id_prefix).id
                 raise
             steps = done.steps
             if wants_logprobs and (not steps or steps[-1].logprobs is None):
                 raise ConfigError(f"logprobs were asked for and the answering agent's model ({sink.name}) gave none")
             logprobs = steps[-1].logprobs if wants_logprobs else None
-            return self._record(done, tenant, version, query, messages, spent, started, id_prefix, logprobs)
+            return self._record(done, tenant, version, query, messages, work, started, id_prefix, logprobs)
 
     def stream(
         self,
@@ -240,7 +246,9 @@ class Deployment:
         """
         observation, query = conversation(messages)
         given = stream_params(params)
+        started = time.perf_counter()
         team, version = self.team(tenant)
+        work = timed(team)
         given = check_penalties(given, team)
         given.setdefault("seed", secrets.randbelow(2**31))
         stream = team.stream(observation, query=query, params=given)
@@ -249,7 +257,7 @@ class Deployment:
         run = self.run_name(tenant)
         return AnswerStream(
             stream, engine=self.engine, run=run, prompt_version=version, query=query, messages=messages,
-            id_prefix=id_prefix,
+            id_prefix=id_prefix, work=work, started=started, watchers=self.watchers,
         )  # fmt: skip
 
     def _record(
@@ -259,12 +267,12 @@ class Deployment:
         version: str,
         query: str,
         messages: Sequence[Message],
-        spent: Sequence[float],
+        work: list[Timed],
         started: float,
         id_prefix: str,
         logprobs: tuple[tuple[str, float], ...] | None = None,
     ) -> Answer:
-        """The team's answer under a fresh response id, stored for feedback."""
+        """The team's answer under a fresh response id, stored for feedback; the watchers are told."""
         answer = Answer(
             id=f"{id_prefix}{secrets.token_hex(12)}",
             run=self.run_name(tenant),
@@ -273,14 +281,13 @@ class Deployment:
             usage=done.usage,
             prompt_version=version,
             created=int(time.time()),
-            timings={
-                "recall": round(sum(spent) * 1000, 2),
-                "answer": round((time.perf_counter() - started) * 1000, 2),
-            },
+            timings=timings(work, started),
             logprobs=logprobs,
         )
-        with self.engine.begin() as conn:
+        with timing(work, "record", response_id=answer.id), self.engine.begin() as conn:
             conn.execute(insert(responses).values(**response_row(answer, query, messages)))
+        answer = dataclasses.replace(answer, work=tuple(work))
+        tell_answered(self.watchers, answer)
         return answer
 
     def _arriving(self) -> AbstractContextManager[None]:
@@ -332,8 +339,10 @@ class Deployment:
                     )
                 )
         except IntegrityError:
+            tell_rated(self.watchers, False)
             return FeedbackReceipt(response_id, feedback_id, False, 0, reward)
         reinforced = self._reinforce(run, feedback_id, stored_steps(response_id, row[0]), reward)
+        tell_rated(self.watchers, True)
         return FeedbackReceipt(response_id, feedback_id, True, reinforced, reward)
 
     def _reinforce(self, run: str, feedback_id: str, steps: Sequence[Step], reward: float) -> int:
@@ -372,30 +381,6 @@ class Deployment:
             self.store.close()
 
 
-@dataclass(frozen=True)
-class TimedView(MemoryView):
-    """A memory view that adds the seconds each recall took to ``spent`` (one list per served answer)."""
-
-    spent: list[float] = dataclasses.field(default_factory=list)
-
-    def recall_many(self, queries: Sequence[str], contexts: Sequence[str | None] | None = None) -> list[Recall]:
-        started = time.perf_counter()
-        try:
-            return super().recall_many(queries, contexts)
-        finally:
-            self.spent.append(time.perf_counter() - started)
-
-
-def timed_recalls(team: Team) -> list[float]:
-    """Time every recall of this (per-answer) team: the list the seconds go to."""
-    spent: list[float] = []
-    for agent in team.agents.values():
-        if agent.memory is not None:
-            view = agent.memory
-            agent.memory = TimedView(view.store, view.namespace, view.config, view.shared, spent)
-    return spent
-
-
 def _check_text(value: object, name: str, limit: int, *, empty: bool = False) -> str:
     """A key or comment every database can store (PostgreSQL refuses NUL; memory refuses it when learning)."""
     if not isinstance(value, str) or (not empty and not value.strip()) or len(value) > limit:
@@ -412,4 +397,4 @@ def _response_id(value: object) -> str:
     raise UnknownResponse(f"no response {value!r:.80} for this tenant")
 
 
-__all__ = ["Deployment", "TimedView", "timed_recalls"]
+__all__ = ["Deployment"]

@@ -193,6 +193,13 @@ def release(engine: Engine, run: str, feedback_ids: Sequence[str] | None = None)
         return int(conn.execute(update(feedback_rows).where(*where).values(quarantined=None)).rowcount)
 
 
+def count_quarantined(engine: Engine) -> int:
+    """How many ratings are quarantined now, every run's together (``/metrics``: ``evolve_ratings_quarantined``).
+    The caller has opened the tables (``open_tables``)."""
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(feedback_rows.c.quarantined.is_not(None))).scalar_one())
+
+
 def quarantine_note(engine: Engine, run: str) -> str:
     """What a job's line says about the run's quarantined ratings ("" when there are none)."""
     open_tables(engine)
@@ -207,6 +214,7 @@ def quarantine_note(engine: Engine, run: str) -> str:
 __all__ = [
     "MAX_RESPONSE_ID",
     "QuarantinedRating",
+    "count_quarantined",
     "feedback_rows",
     "forget",
     "keep_state",

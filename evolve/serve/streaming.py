@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import threading
 import time
@@ -41,9 +42,10 @@ from sqlalchemy import Engine, insert
 
 from connectors import ConfigError, Message, Usage
 from evolve.episode import TeamStream
-from evolve.serve.answers import Answer, response_row
+from evolve.serve.answers import Answer, Watcher, response_row, tell_answered
 from evolve.serve.chat_requests import REQUEST_PARAMS
 from evolve.serve.responses import responses
+from evolve.serve.timing import Timed, timing, timings
 
 STREAM_PARAMS = tuple(p for p in REQUEST_PARAMS if p not in ("tool_choice", "logprobs"))  # those are answered whole
 
@@ -53,8 +55,10 @@ class AnswerStream:
 
     ``id``, ``created``, ``run`` and ``prompt_version`` are known before the first delta. Iterating gives
     the text deltas; once they end — or once ``close()`` cuts the stream — the answer is recorded and
-    ``answer`` holds it (None until then, and after a failure mid-stream). ``close()`` is safe to call
-    whatever happened, and more than once: call it in a ``finally``.
+    ``answer`` holds it (None until then, and after a failure mid-stream), and ``watchers`` are told of it.
+    ``close()`` is safe to call whatever happened, and more than once: call it in a ``finally``.
+    ``work`` is the team's timed calls (``evolve.serve.timing``) and ``started`` the ``perf_counter`` the answer
+    began at: the recorded answer's ``timings`` and ``work`` come from them.
     """
 
     def __init__(
@@ -67,6 +71,9 @@ class AnswerStream:
         query: str,
         messages: Sequence[Message],
         id_prefix: str = "chatcmpl-",
+        work: list[Timed] | None = None,
+        started: float | None = None,
+        watchers: Sequence[Watcher] = (),
     ) -> None:
         self.id = f"{id_prefix}{secrets.token_hex(12)}"
         self.created = int(time.time())
@@ -75,6 +82,9 @@ class AnswerStream:
         self.answer: Answer | None = None
         self._engine, self._stream = engine, stream
         self._query, self._messages = query, list(messages)
+        self._work = work if work is not None else []
+        self._started = started if started is not None else time.perf_counter()
+        self._watchers = watchers
         self._lock = threading.Lock()
 
     def __iter__(self) -> AnswerStream:
@@ -105,6 +115,7 @@ class AnswerStream:
             steps = self._stream.steps
             if self.answer is not None or steps is None:
                 return
+            work = self._work
             answer = Answer(
                 id=self.id,
                 run=self.run,
@@ -113,10 +124,12 @@ class AnswerStream:
                 usage=sum((s.usage for s in steps), Usage()),
                 prompt_version=self.prompt_version,
                 created=self.created,
+                timings=timings(work, self._started),
             )
-            with self._engine.begin() as conn:
+            with timing(work, "record", response_id=self.id), self._engine.begin() as conn:
                 conn.execute(insert(responses).values(**response_row(answer, self._query, self._messages)))
-            self.answer = answer
+            self.answer = dataclasses.replace(answer, work=tuple(work))
+        tell_answered(self._watchers, self.answer)
 
 
 def stream_params(params: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -8,7 +8,8 @@
   ``message/stream`` in 0.3), ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``. A message
   is answered by the tenant's team, or rates an earlier answer (``evolve.serve.protocols.a2a_tasks``: both, and
   the metadata a task carries).
-- ``GET /healthz`` (public) is for liveness probes.
+- ``GET /healthz`` (public) is for liveness probes; ``GET /metrics`` (public: it names no tenant) is Prometheus's
+  (``evolve.serve.protocols.telemetry``).
 
 Every other request carries ``Authorization: Bearer <key>``; ``tenant_of(request)`` maps it to a tenant
 (None: a 401 with ``WWW-Authenticate: Bearer`` and a JSON-RPC error body). The tenant is the call's user,
@@ -40,7 +41,10 @@ from typing import Any
 from connectors import ConfigError
 from connectors.install import extra_hint
 from evolve.serve.deployment import Deployment
+from evolve.serve.metrics import Metrics
 from evolve.serve.protocols.a2a_tasks import ANSWER, RATING_KEY, MessageReader, TeamExecutor
+from evolve.serve.protocols.telemetry import add_telemetry
+from evolve.serve.tracing import Tracing
 from evolve.spec import RunSpec
 
 try:
@@ -266,6 +270,8 @@ def create_a2a_app(
     skill: str | None = None,
     history: int = 10,
     max_tasks: int = MAX_TASKS,
+    metrics: Metrics | None = None,
+    tracing: Tracing | None = None,
 ) -> Starlette:
     """The A2A app over ``deployment`` (see the module's docstring).
 
@@ -279,6 +285,9 @@ def create_a2a_app(
         skill: the skill's description, i.e. the team's task (default: a generic one).
         history: the most earlier tasks of a context a new message sees.
         max_tasks: the most finished tasks kept in memory (``BoundedTaskStore``).
+        metrics: what ``GET /metrics`` (public, like the card; ``evolve.serve.protocols.telemetry``) shows (default:
+            the requests, the answers' recalls, model calls and tokens, the ratings, the memory's size).
+        tracing: a span per request, the answers' recalls and model calls under it (default: none).
     """
     store = BoundedTaskStore(max_tasks=max_tasks)  # owner-scoped by the call's user: the tenant
     card = agent_card(deployment.spec, url.rstrip("/") + "/", description=description, skill=skill)
@@ -304,6 +313,8 @@ def create_a2a_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(BearerAuth, tenant_of=tenant_of, public=(AGENT_CARD_WELL_KNOWN_PATH, HEALTH_PATH))
+    # outside the keys; no operator keys here, so tenant labels are refused
+    add_telemetry(app, command="evolve a2a", deployment=deployment, metrics=metrics, tracing=tracing)
     return app
 
 

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -33,6 +34,7 @@ from pydantic import Field
 
 from connectors import ConfigError, EvolveError, StoreError
 from connectors.install import extra_hint
+from evolve.serve.metrics import Metrics
 from evolve.serve.tenant_memory import MAX_K, TenantMemory
 
 if TYPE_CHECKING:
@@ -95,8 +97,11 @@ Key = Annotated[
 T = TypeVar("T")
 
 
-def create_mcp_server(memory: TenantMemory, *, tenant_of: Callable[[], str], name: str = "evolve-memory") -> MCPServer:
-    """The MCP server over ``memory``; ``tenant_of()`` names the tenant of the request being served.
+def create_mcp_server(
+    memory: TenantMemory, *, tenant_of: Callable[[], str], name: str = "evolve-memory", metrics: Metrics | None = None
+) -> MCPServer:
+    """The MCP server over ``memory``; ``tenant_of()`` names the tenant of the request being served; ``metrics``
+    (the HTTP app's) count its recalls, memories remembered and ratings.
 
     Raises:
         ConfigError: the ``mcp`` package is not installed.
@@ -123,17 +128,17 @@ def create_mcp_server(memory: TenantMemory, *, tenant_of: Callable[[], str], nam
 
     @server.tool(description=RECALL, annotations=ToolAnnotations(title="Recall memories", destructive_hint=False))
     def recall(query: Query, k: K = 5, namespace: Namespace = None) -> dict[str, Any]:
-        return as_tool(lambda: memory.recall(tenant(), query, k=k, agent=namespace))
+        return as_tool(counted(metrics, "recall", lambda: memory.recall(tenant(), query, k=k, agent=namespace)))
 
     @server.tool(description=REMEMBER, annotations=ToolAnnotations(title="Remember", destructive_hint=False))
     def remember(
         task: Task, outcome: Outcome, what_worked: WhatWorked = "", instead: Instead = "", namespace: Namespace = None
     ) -> dict[str, Any]:
         return as_tool(
-            lambda: memory.remember(
+            counted(metrics, "remember", lambda: memory.remember(
                 tenant(), task, success=outcome == "success", what_worked=what_worked, instead=instead, agent=namespace
-            )
-        )
+            ))
+        )  # fmt: skip
 
     hints = ToolAnnotations(title="Rate a recall", destructive_hint=False, idempotent_hint=True)
 
@@ -141,7 +146,8 @@ def create_mcp_server(memory: TenantMemory, *, tenant_of: Callable[[], str], nam
     def feedback(
         recall_id: RecallId, reward: Reward = None, success: Success = None, key: Key = None
     ) -> dict[str, Any]:
-        return as_tool(lambda: memory.feedback(tenant(), recall_id, reward=reward, success=success, key=key))
+        rate = lambda: memory.feedback(tenant(), recall_id, reward=reward, success=success, key=key)  # noqa: E731
+        return as_tool(counted(metrics, "feedback", rate))
 
     @server.tool(description=EXPLAIN, annotations=ToolAnnotations(title="Explain a recall", read_only_hint=True))
     def explain(recall_id: RecallId) -> dict[str, Any]:
@@ -176,6 +182,26 @@ def add_resources(server: MCPServer, memory: TenantMemory, tenant: Callable[[], 
     )
     def memory_by_id(memory_id: str) -> str:
         return as_resource(lambda: memory.memory(tenant(), memory_id))
+
+
+def counted(metrics: Metrics | None, tool: str, call: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """``call`` (a ``recall``, ``remember`` or ``feedback``) telling ``metrics`` what it did once it succeeded: a
+    recall and its seconds, a memory remembered, a rating received and whether it was applied."""
+    if metrics is None:
+        return call
+
+    def run() -> dict[str, Any]:
+        started = time.perf_counter()
+        out = call()
+        if tool == "recall":
+            metrics.recalled(time.perf_counter() - started)
+        elif tool == "remember":
+            metrics.remember()
+        else:
+            metrics.rated(out.get("applied") is True)
+        return out
+
+    return run
 
 
 def as_tool(call: Callable[[], T]) -> T:

@@ -20,10 +20,13 @@ from contextvars import ContextVar
 from typing import Any
 
 from connectors import ConfigError
+from evolve.serve.metrics import Metrics
 from evolve.serve.protocols.keys import admin_table, check_base_memory, is_admin, key_table, tenant_for
 from evolve.serve.protocols.mcp import create_mcp_server
 from evolve.serve.protocols.mcp_operator import create_operator_server
+from evolve.serve.protocols.telemetry import Telemetry, scrape_access
 from evolve.serve.tenant_memory import TenantMemory
+from evolve.serve.tracing import Tracing
 
 ENDPOINT = "/mcp"
 TENANT: ContextVar[str | None] = ContextVar("evolve_mcp_tenant", default=None)
@@ -78,12 +81,23 @@ def both_lifespans(first: Any, second: Any) -> Any:
 
 
 def http_app(
-    memory: TenantMemory, keys: Mapping[str, str], *, host: str = "127.0.0.1", admin_keys: Sequence[str] = ()
+    memory: TenantMemory,
+    keys: Mapping[str, str],
+    *,
+    host: str = "127.0.0.1",
+    admin_keys: Sequence[str] = (),
+    metrics: Metrics | None = None,
+    tracing: Tracing | None = None,
 ) -> Any:
     """The streamable HTTP app (endpoint ``/mcp``) over ``memory``, each bearer key serving its tenant, each of
     ``admin_keys`` the operator's tools. ``host`` is the interface it listens on: on a loopback one the SDK
-    refuses other Host headers (DNS rebinding). One app per server: the SDK's session managers run once."""
+    refuses other Host headers (DNS rebinding). One app per server: the SDK's session managers run once.
+    ``GET /metrics`` (no key; ``evolve.serve.protocols.telemetry``) shows ``metrics`` (default: the requests, the
+    tools' recalls, memories remembered and ratings, and the memory's size), ``tracing`` gives each request a span."""
     check_base_memory(memory.spec.serve.memory, keys)
+    if metrics is None:
+        metrics = Metrics(store=memory.store)
+    allowed = scrape_access(metrics, admin_table(keys, admin_keys), command="evolve mcp")
 
     def tenant_of() -> str:
         tenant = TENANT.get()
@@ -91,12 +105,14 @@ def http_app(
             raise ConfigError("this request carries no bearer key")
         return tenant
 
-    server = create_mcp_server(memory, tenant_of=tenant_of)
+    server = create_mcp_server(memory, tenant_of=tenant_of, metrics=metrics)
     app = server.streamable_http_app(streamable_http_path=ENDPOINT, host=host)
     if not admin_keys:
-        return bearer_tenants(app, keys)
-    operator = create_operator_server(memory.store).streamable_http_app(streamable_http_path=ENDPOINT, host=host)
-    return bearer_tenants(app, keys, operator=operator, admin_keys=admin_keys)
+        guarded = bearer_tenants(app, keys)
+    else:
+        operator = create_operator_server(memory.store).streamable_http_app(streamable_http_path=ENDPOINT, host=host)
+        guarded = bearer_tenants(app, keys, operator=operator, admin_keys=admin_keys)
+    return Telemetry(guarded, metrics=metrics, routes=app.routes, tracing=tracing, allowed=allowed)
 
 
 __all__ = ["ENDPOINT", "TENANT", "bearer_tenants", "both_lifespans", "http_app"]

@@ -12,7 +12,8 @@ Any app that speaks the OpenAI API talks to an evolved team by changing its base
   ``Idempotency-Key`` header) and queues it for the prompt optimizer's next job;
 - ``GET /v1/models`` lists the one served model (its id is the run's name, and ``model`` must name it:
   anything else is a 404 ``model_not_found``, as OpenAI answers); ``GET /healthz`` (no key) is for
-  liveness probes;
+  liveness probes; ``GET /metrics`` (no key, unless tenant labels are on) is Prometheus's
+  (``evolve.serve.protocols.telemetry``: requests, latencies, tokens, ratings, memory, jobs);
 - ``/v1/admin/memory/...`` are the operator's (``evolve.serve.protocols.openai_admin``): distrust a writer, undo
   it, list and release held memories, opened by an operator key only.
 
@@ -85,13 +86,16 @@ from connectors.streaming import split_words
 from evolve.serve.answer_checks import FailedAnswer
 from evolve.serve.answers import Answer, UnknownResponse
 from evolve.serve.deployment import Deployment
+from evolve.serve.metrics import Metrics
 from evolve.serve.protocols.keys import admin_table, check_base_memory, is_admin, key_table, tenant_for
 from evolve.serve.protocols.openai_admin import add_admin_routes
 from evolve.serve.protocols.openai_requests import ApiError, ChatRequest, FeedbackRequest, parse, validation_error
 from evolve.serve.protocols.openai_responses import add_response_routes
 from evolve.serve.protocols.sse import relay
+from evolve.serve.protocols.telemetry import add_telemetry
 from evolve.serve.rating import HEADER
 from evolve.serve.streaming import AnswerStream
+from evolve.serve.tracing import Tracing, describe_chat
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -287,9 +291,17 @@ def upstream_error(e: ConnectorError) -> ApiError:
     return ApiError(502, f"the team's model failed: {e}", kind="server_error", code="upstream_error")
 
 
-def create_app(deployment: Deployment, keys: Mapping[str, str], *, admin_keys: Sequence[str] = ()) -> "FastAPI":
+def create_app(
+    deployment: Deployment,
+    keys: Mapping[str, str],
+    *,
+    admin_keys: Sequence[str] = (),
+    metrics: Metrics | None = None,
+    tracing: Tracing | None = None,
+) -> "FastAPI":
     """The OpenAI-compatible app over ``deployment``; ``keys`` maps each bearer key to its tenant, ``admin_keys``
-    are the operator's (``evolve.serve.protocols.openai_admin``: without one, its routes are off).
+    are the operator's (``evolve.serve.protocols.openai_admin``: without one, its routes are off); ``metrics`` (what
+    ``GET /metrics`` shows) and ``tracing`` (a span per request; default none) go to ``telemetry.add_telemetry``.
 
     Example:
         >>> # app = create_app(Deployment(load_spec("spec.toml")), {"sk-alice-3f9c": "alice"})
@@ -345,6 +357,9 @@ def create_app(deployment: Deployment, keys: Mapping[str, str], *, admin_keys: S
     add_team_routes(app, deployment, authorize)
     add_response_routes(app, deployment, authorize)
     add_admin_routes(app, deployment.store, admins, table)
+    add_telemetry(
+        app, command="evolve serve", deployment=deployment, metrics=metrics, tracing=tracing, admin_keys=admins
+    )
     return app
 
 
@@ -365,6 +380,7 @@ def add_team_routes(app: "FastAPI", deployment: Deployment, authorize: Callable[
             )  # fmt: skip
         tools, choice = req.request_tools()
         params = req.params() | ({"tool_choice": choice} if choice is not None else {})
+        describe_chat(req.model, params, stream=req.stream is True)
         include_usage = req.stream_options is not None and req.stream_options.include_usage is True
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         plain = not tools and choice is None and req.response_format is None and not req.logprobs

@@ -50,6 +50,7 @@ from evolve.serve.protocols.responses_requests import InputItem, ResponsesReques
 from evolve.serve.protocols.sse import named_events, relay
 from evolve.serve.rating import HEADER
 from evolve.serve.responses import forget, keep_state, stored_state
+from evolve.serve.tracing import describe_chat
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -116,6 +117,7 @@ def add_response_routes(app: "FastAPI", deployment: Deployment, authorize: Calla
         messages, keep = req.with_instructions(turns), keeper(deployment, req, turns)
         tools, choice = req.request_tools()
         params = req.params() | ({"tool_choice": choice} if choice is not None else {})
+        describe_chat(req.model, params, stream=req.stream is True)
         fmt = req.response_format()
         if req.stream and not tools and choice is None and fmt is None:  # plain text: real streaming
             stream = await run_in_threadpool(

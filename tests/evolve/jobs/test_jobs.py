@@ -10,11 +10,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 from sqlalchemy import Engine, insert
 
 from connectors import ChatClient, ConfigError, EvolveError, HashEmbedder, ScriptedChat, make_engine
 from evolve import Agent, Evolver, MemoryView, Task, Team
-from evolve.jobs.job import JobResult, holding, job_history, jobs, lease_name, next_round, run_job, take_lease
+from evolve.jobs.job import (
+    JobResult,
+    holding,
+    job_counts,
+    job_history,
+    jobs,
+    lease_name,
+    next_round,
+    run_job,
+    take_lease,
+)
 from evolve.jobs.leases import Lease, leases
 from evolve.run_log import RoundMetrics
 from memory import MemoryStore, RetrievalConfig
@@ -295,6 +306,16 @@ def test_a_lease_taken_before_loading_is_kept_renewed_then_run_under(tmp_path: P
         ("done", "cron-host-a:101:aa"),
         ("skipped", "cron-host-b:202:bb"),
     ]
+
+
+def test_job_counts_are_the_ledger_by_status_and_create_no_table(tmp_path: Path) -> None:
+    ev = make_evolver(tmp_path / "m.db")
+    engine = ev.log.engine
+    assert job_counts(engine) == {} and not sqlalchemy.inspect(engine).has_table(jobs.name)
+    lease = take_lease(engine, "r", holder="cron-a")
+    assert isinstance(take_lease(engine, "r", holder="cron-b"), JobResult)  # held: skipped
+    assert isinstance(lease, Lease) and run_job(ev, lease=lease).status == "ran"
+    assert job_counts(engine) == {"done": 1, "skipped": 1}
 
 
 def test_a_lease_that_expired_while_loading_and_was_taken_over_skips_the_round(tmp_path: Path) -> None:

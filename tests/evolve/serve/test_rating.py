@@ -26,7 +26,8 @@ def test_the_openai_sdks_answers_whole_and_streamed_are_rated(served: Served) ->
     whole = client.chat.completions.with_raw_response.create(model="codes", messages=USER)
     assert whole.headers[HEADER] == whole.parse().id
     timings = dict(part.strip().split(";dur=") for part in whole.headers["server-timing"].split(","))
-    assert set(timings) == {"recall", "answer"} and 0 < float(timings["recall"]) <= float(timings["answer"])
+    assert set(timings) == {"recall", "model", "answer"} and 0 < float(timings["recall"]) <= float(timings["answer"])
+    assert 0 < float(timings["model"]) <= float(timings["answer"])
     assert rate(served.url, KEY_OF["alice"], whole.parse(), 1.0)["applied"]
     chunks = list(client.chat.completions.create(model="codes", messages=USER, stream=True))
     receipt = rate(served.url, KEY_OF["alice"], chunks[-1], 0.0, comment="wrong code", key="reviewer-1")
