@@ -190,6 +190,7 @@ def test_a_wrong_model_is_openais_not_found(served: Served) -> None:
     assert caught.value.code == "model_not_found"
 
 
+@pytest.mark.slow
 def test_the_local_models_answers_say_length_when_cut_and_give_logprobs_when_asked(tmp_path: Path) -> None:
     spec = write_serve_spec(tmp_path, model='chat = "local/smollm2"')
     long_one: Any = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
