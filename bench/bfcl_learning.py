@@ -12,8 +12,14 @@ is given each question's functions as tools that are only described (BFCL checks
 them): its answer is its calls, checked by BFCL's rules (``evolve.envs.bfcl``). A failure's feedback
 shows a correct call, as the bundled families reveal their answers.
 
+A local model writes its required calls under a grammar of the tools' calls (``connectors.constrained``);
+``--calls prompted`` asks for them by prompt only and parses what comes back, as before; ``--calls constrained``
+names the default. Either flag writes its own report, ``bfcl_learning_calls_<mode>``, and keys ending in
+``_calls_<mode>``, so the two can be compared seed by seed (``bench.structured_output`` does).
+
 Run: python -m bench.bfcl_learning [--profile quick|full] [--categories ...] [--conditions ...]
      [--epochs E] [--train N] [--test N] [--seeds S] [--model local/smollm2 | openai/<name> [--base-url URL]]
+     [--calls constrained|prompted]
 Writes bench/results/bfcl_learning.{json,md}, bench/results/bfcl_learning_<category>.png and the
 learning_bfcl_<category>_<condition>_{last,cum,transfer} keys (with _mean, _ci_low, _ci_high) of
 bench/results/summary.json.
@@ -40,7 +46,7 @@ from bench.common import machine, merge_summary
 from bench.learning import load_model
 from bench.learning_conditions import BY_NAME, Condition, EnvSpec, OptimizerSettings, build_evolver, pick
 from bench.learning_report import cell_metrics, plot_env, seed_cell
-from connectors import ChatClient, ConfigError, Embedder, Environment, load_embedder
+from connectors import ChatClient, ConfigError, Embedder, Environment, load_chat, load_embedder
 from connectors.prompted_tools import call_text
 from evolve import Task
 from evolve.envs.bfcl.multi_turn import BfclMultiTurnEnv, multi_turn_tasks
@@ -66,6 +72,7 @@ class Profile:
     test: int
     seeds: int
     split: str = "unseen"
+    calls: str | None = None  # "constrained" or "prompted" when asked for by name (--calls)
 
 
 PROFILES = {
@@ -234,11 +241,13 @@ def summary_keys(result: dict[str, Any]) -> dict[str, float]:
     """``learning_bfcl_<category>_<condition>_{last,cum,transfer}`` and their ``_mean``/``_ci_low``/``_ci_high``;
     under the ``same_tools`` split only ``..._transfer_same_tools`` (its epochs repeat the other split's)."""
     same_tools = result["settings"].get("split") == "same_tools"
+    calls = result["settings"].get("calls")
     flat: dict[str, float] = {}
     for category, block in result["categories"].items():
         for cond, cell in block["conditions"].items():
             for key in ("transfer",) if same_tools else ("last", "cum", "transfer"):
                 name = f"learning_bfcl_{category}_{cond}_{key}" + ("_same_tools" if same_tools else "")
+                name += f"_calls_{calls}" if calls else ""
                 iv = seed_interval(cell[f"{key}_per_seed"])
                 flat[name] = cell[key]
                 flat[f"{name}_mean"], flat[f"{name}_ci_low"], flat[f"{name}_ci_high"] = (
@@ -259,7 +268,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"Model `{s['model']}`, embedder `{s['embedder']}`; {s['epochs']} epochs over {s['train']} train tasks "
         f"(MemRL: last, cum), then {s['test']} {TEST_TASKS[s.get('split', 'unseen')]} with memory frozen (transfer); "
         f"seeds {s['seeds']} "
-        f"(95% intervals over seeds; paired differences). Profile `{s['profile']}`, {result['seconds']:.0f} s.",
+        f"(95% intervals over seeds; paired differences). Profile `{s['profile']}`, {result['seconds']:.0f} s."
+        + (f" Calls: {s['calls']}." if s.get("calls") else ""),
     ]
     for category, block in result["categories"].items():
         lines += ["", f"## {category}", "", block["note"], "",
@@ -308,8 +318,10 @@ def run(
         "test": profile.test,
         "seeds": list(range(profile.seeds)),
         "split": profile.split,
+        **({"calls": profile.calls} if profile.calls else {}),
     }
     stem = "bfcl_learning" if profile.split == "unseen" else f"bfcl_learning_{profile.split}"
+    stem += f"_calls_{profile.calls}" if profile.calls else ""
     result: dict[str, Any] = {
         "settings": settings,
         "conditions": {c: BY_NAME[c].about for c in profile.conditions},
@@ -374,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--base-url", help="an OpenAI-compatible server for --model openai/<name>")
     p.add_argument("--embedder", default="minilm")
     p.add_argument("--batch-size", type=int, default=16, help="episodes generated together")
+    p.add_argument("--calls", choices=("constrained", "prompted"), help="a local model's required calls: under a "
+                   "grammar (the default) or prompted only; named, the report and keys are this mode's own")  # fmt: skip
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     base = PROFILES[args.profile]
@@ -389,8 +403,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         test=args.test or base.test,
         seeds=args.seeds or base.seeds,
         split=args.split,
+        calls=args.calls,
     )
-    chat = load_model(args.model, args.base_url, args.batch_size)
+    if args.calls and not args.model.startswith("local/"):
+        raise ConfigError(f"--calls chooses how a local model writes its calls; {args.model} is not local/...")
+    if args.calls:  # LocalChat's switch: under a grammar, or prompted only
+        constrained = args.calls == "constrained"
+        chat = load_chat(args.model, batch_size=args.batch_size, threads=os.cpu_count(), constrained=constrained)
+    else:
+        chat = load_model(args.model, args.base_url, args.batch_size)
     embedder = load_embedder(args.embedder)
     result = run(
         profile,

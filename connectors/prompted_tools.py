@@ -115,16 +115,20 @@ def with_calls(completion: Completion, tools: Sequence[Tool]) -> Completion:
 
 
 def prompted_batch(
-    generate: Callable[[list[list[Message]], str], list[Completion]],
+    generate: Callable[[list[list[Message]], str, list[Sequence[Tool]]], list[Completion]],
     prompts: Sequence[Sequence[Message]],
     tools: Sequence[Tool] | None,
     tool_choice: str | None,
     tools_each: Sequence[Sequence[Tool]] | None = None,
 ) -> list[Completion]:
-    """``generate(prompts, prefill)`` over ``prompts`` with ``tools`` prompted in and their calls read
-    back out; ``tools_each`` (one list per prompt, instead of ``tools``) gives each prompt its own
+    """``generate(prompts, prefill, offered)`` over ``prompts`` with ``tools`` prompted in and their calls
+    read back out; ``tools_each`` (one list per prompt, instead of ``tools``) gives each prompt its own
     tools while the prompts are still generated together. With ``tool_choice="required"`` every
-    prompt with tools has its answer started with ``PREFILL`` (the text returned includes it)."""
+    prompt with tools has its answer started with ``PREFILL`` (the text returned includes it).
+
+    ``offered`` holds, for each prompt of the call, the tools its prompt describes (none under
+    ``tool_choice="none"``); with a ``prefill`` the answer must call one of them, which a backend that
+    decodes under a grammar enforces (``connectors.constrained``)."""
     if tools_each is None:
         check_tools(tools, tool_choice)
         each: list[Sequence[Tool]] = [tools or ()] * len(prompts)
@@ -145,9 +149,11 @@ def prompted_batch(
     out: list[Completion | None] = [None] * len(prompts)
     primed = [i for i, t in enumerate(each) if t and tool_choice == "required"]
     plain = [i for i in range(len(prompts)) if i not in set(primed)]
+    offered = [() if tool_choice == "none" else t for t in each]
     for group, prefill in ((plain, ""), (primed, PREFILL)):
         if group:
-            for i, c in zip(group, generate([rendered[i] for i in group], prefill), strict=True):
+            answers = generate([rendered[i] for i in group], prefill, [offered[i] for i in group])
+            for i, c in zip(group, answers, strict=True):
                 out[i] = dataclasses.replace(c, text=prefill + c.text) if prefill else c
     done = [c for c in out if c is not None]
     if tool_choice == "none":

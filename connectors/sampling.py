@@ -116,12 +116,15 @@ class Penalties:
         return penalize(scores, input_ids[:, self.prompt_length :], self.presence, self.frequency)
 
 
-def logits_processors(params: GenerationParams, generator: Any, prompt_length: int) -> list[Any]:
+def logits_processors(params: GenerationParams, generator: Any, prompt_length: int, mask: Any = None) -> list[Any]:
     """What transformers' ``generate`` applies to each step's logits, in order: the penalties (when set),
-    then the seeded sampler (when sampling: ``generator`` is not None)."""
+    the grammar ``mask`` (when given: ``connectors.constrained.GrammarMask``), then the seeded sampler (when
+    sampling: ``generator`` is not None), which so draws only tokens the grammar allows."""
     out: list[Any] = []
     if params.presence_penalty or params.frequency_penalty:
         out.append(Penalties(params.presence_penalty, params.frequency_penalty, prompt_length))
+    if mask is not None:
+        out.append(mask)
     if generator is not None:
         out.append(SeededSampler(params.temperature, params.top_p, generator))
     return out

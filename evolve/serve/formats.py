@@ -5,7 +5,8 @@ The answering agent is told the format; its answer is read as JSON (a Markdown c
 taken off) and, for ``json_schema``, checked against the schema. An answer that fails is sent back with
 what was wrong, up to ``ATTEMPTS`` tries in all; one that still fails is a ``ParseError``, never free
 text passed off as JSON. An OpenAI-compatible backend also gets the format itself (its server
-constrains decoding), and its answers are checked all the same.
+constrains decoding), and so does a local model, which generates the answer under a grammar compiled from
+the schema (``connectors.constrained``: valid on the first try); their answers are checked all the same.
 
 Example:
     >>> fmt = response_format({"type": "json_schema", "json_schema": {"name": "city",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ CONVERSATION = [
 def replies(*texts: str):  # type: ignore[no-untyped-def]
     seen: list[list[Message]] = []
 
-    def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
+    def generate(batch: list[list[Message]], prefill: str, offered: list[Any]) -> list[Completion]:
         seen.extend(batch)
         return [Completion(texts[i % len(texts)], "fake/local") for i in range(len(batch))]
 
@@ -67,9 +68,11 @@ def test_calls_are_read_back_and_answers_and_bad_calls_stay_what_they_are() -> N
 
 def test_a_required_call_starts_the_answer_and_the_example_uses_the_real_tool() -> None:
     prefills: list[str] = []
+    offers: list[list[Any]] = []
 
-    def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
+    def generate(batch: list[list[Message]], prefill: str, offered: list[Any]) -> list[Completion]:
         prefills.append(prefill)
+        offers.append([[t.name for t in tools] for tools in offered])
         return [
             Completion("lookup_code(site='Quai 7')]\n\nThe code is found (see above).", "fake/local") for _ in batch
         ]
@@ -77,6 +80,7 @@ def test_a_required_call_starts_the_answer_and_the_example_uses_the_real_tool() 
     other = Tool("open_door", "Open a door.", {"type": "object", "properties": {"door": {"type": "string"}}})
     required, plain = prompted_batch(generate, [CONVERSATION[:2]] * 2, None, "required", tools_each=[[TOOL], []])
     assert prefills == ["", PREFILL]  # only the prompt with tools is primed
+    assert offers == [[[]], [["lookup_code"]]]  # and told which tools it must call (what a grammar enforces)
     assert required.text.startswith("[lookup_code(") and required.tool_calls == (
         ToolCall("lookup_code", {"site": "Quai 7"}, id="call_1"),
     )  # the prose after the call, brackets and all, is not part of it

@@ -124,6 +124,31 @@ def test_penalties_go_to_vllms_own_sampling_parameters(tiny_model_dir: Path) -> 
 
 
 @pytest.mark.usefixtures("fake_vllm")
+def test_structured_answers_go_to_vllms_own_structured_outputs(tiny_model_dir: Path) -> None:
+    """response_format as vLLM's json / json_object; a required call as the Lark grammar of the calls,
+    started after the prefill's ``[``; a prompt that may answer in text is left free."""
+    from connectors.tools import Tool
+
+    chat = VLLMChat(str(tiny_model_dir))
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    chat.complete(PROMPTS[0], response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
+    assert chat._llm.calls[-1][1][0].structured_outputs.json == schema
+    chat.complete(PROMPTS[0], response_format={"type": "json_object"})
+    assert chat._llm.calls[-1][1][0].structured_outputs.json_object is True
+    tool = Tool("lookup", "Look a code up.", {"type": "object", "properties": {"code": {"type": "string"}}})
+    chat.complete_batch(PROMPTS[:2], tools_each=[[tool], []], tool_choice="required")
+    grammars = [
+        p.structured_outputs.grammar
+        for call in chat._llm.calls[-2:]
+        for p in call[1]
+        if vars(p).get("structured_outputs")
+    ]
+    assert len(grammars) == 1 and grammars[0].startswith('start: call (", " call)* "]"') and '"lookup("' in grammars[0]
+    chat.complete(PROMPTS[0], tools=[tool], tool_choice="auto")
+    assert not hasattr(chat._llm.calls[-1][1][0], "structured_outputs")
+
+
+@pytest.mark.usefixtures("fake_vllm")
 def test_seeded_sampling_gives_each_prompt_its_own_seed(tiny_model_dir: Path) -> None:
     chat = VLLMChat(str(tiny_model_dir))
     chat.complete_batch(PROMPTS, temperature=0.7, top_p=0.9, seed=5, max_tokens=4, stop="###")

@@ -158,7 +158,7 @@ class BatchingBackend:
         return self.complete_batch([messages], **params)[0]
 
     def complete_batch(self, prompts: Sequence[Sequence[Message]], **params: Any) -> list[Completion]:
-        def generate(batch: list[list[Message]], prefill: str = "") -> list[Completion]:
+        def generate(batch: list[list[Message]], prefill: str, offered: list[Any]) -> list[Completion]:
             self.batches.append(batch)
             self.prefills.append(prefill)
             return [Completion("plain answer", self.name) for _ in batch]

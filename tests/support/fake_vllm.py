@@ -27,13 +27,25 @@ class FakeSamplingParams:
         self.__dict__.update(options)
 
 
+class FakeStructuredOutputsParams:
+    """vLLM's ``StructuredOutputsParams`` (``json``, ``json_object``, ``grammar``...): what one prompt is held to."""
+
+    def __init__(self, **options: Any) -> None:
+        self.__dict__.update(options)
+
+
 def install_fake_vllm(monkeypatch: pytest.MonkeyPatch, llm: type) -> None:
-    """Make ``import vllm`` (and ``vllm.lora.request``) give the stand-ins, with ``llm`` as ``vllm.LLM``."""
+    """Make ``import vllm`` (and ``vllm.lora.request``, ``vllm.sampling_params``) give the stand-ins, with
+    ``llm`` as ``vllm.LLM``."""
     vllm = types.ModuleType("vllm")
     vllm.LLM = llm  # type: ignore[attr-defined]
     vllm.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
     request = types.ModuleType("vllm.lora.request")
     request.LoRARequest = FakeLoRARequest  # type: ignore[attr-defined]
-    modules = {"vllm": vllm, "vllm.lora": types.ModuleType("vllm.lora"), "vllm.lora.request": request}
+    sampling = types.ModuleType("vllm.sampling_params")
+    sampling.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
+    sampling.StructuredOutputsParams = FakeStructuredOutputsParams  # type: ignore[attr-defined]
+    modules = {"vllm": vllm, "vllm.lora": types.ModuleType("vllm.lora"), "vllm.lora.request": request,
+               "vllm.sampling_params": sampling}  # fmt: skip
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
