@@ -63,7 +63,8 @@ def checked_act(
     parallel_tool_calls: bool = True,
 ) -> Checked:
     """The team's answer to ``observation``, asked again (told what was wrong) until it has the format and
-    the call the request requires.
+    the call the request requires: up to ``formats.ATTEMPTS`` tries, fewer once a try repeats an earlier
+    failed answer word for word (told again, it would say it again).
 
     Raises:
         ConnectorError: the team's model failed (its own kind, after its retries).
@@ -74,7 +75,9 @@ def checked_act(
     tries = formats.ATTEMPTS if checks else 1
     usage, note, wrong = Usage(), "", ""
     steps: tuple[Step, ...] = ()
-    for _ in range(tries):
+    failed: set[str] = set()
+    made = 0
+    for made in range(1, tries + 1):
         told = note or (fmt.instruction() if fmt is not None else "")
         seen = f"{observation}\n\n{told}" if told else observation
         act = team.act([seen], queries=[query], params=dict(params), tools=None if tools is None else [tools])[0]
@@ -86,8 +89,12 @@ def checked_act(
         if not wrong:
             steps = cleaned(steps, fmt)
             return Checked(steps, usage, steps[-1].output if steps else act.answer)
+        said = steps[-1].output if steps else act.answer
+        if said in failed:
+            break
+        failed.add(said)
         note = retry_note(wrong, steps, fmt, must_call=must_call)
-    why = f"the team's answer is not {asked(steps, fmt, must_call)} after {tries} tries: {wrong}"
+    why = f"the team's answer is not {asked(steps, fmt, must_call)} after {made} tries: {wrong}"
     raise FailedAnswer(why, steps=steps, usage=usage)
 
 
