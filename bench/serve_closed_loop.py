@@ -105,7 +105,7 @@ def epoch(url: str, tasks: Sequence[Task], *, rate: bool, seed: int, rho: float 
     """The app's pass over its tasks (its ``n``-th): ask, check, and (evolve arm) rate; one reward per task.
     With ``rho`` the app's rating is wrong that often (``evolve.envs.ratings.flipped``): a failure rated 1 with
     "Correct.", a success rated 0 with "Wrong."; the reward counted is always the checker's."""
-    client = openai.OpenAI(base_url=url, api_key=next(iter(KEYS)), max_retries=0, timeout=900)
+    client = openai.OpenAI(base_url=url, api_key=next(iter(KEYS)), max_retries=0, timeout=3600)
     rewards = []
     for task in tasks:
         tools: Any = [tool_of(f).spec() for f in task.meta["functions"]]
