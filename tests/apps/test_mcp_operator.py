@@ -132,7 +132,9 @@ def test_admin_is_for_stdio_and_admin_keys_for_http(tmp_path: Path, capsys: pyte
     assert main(["mcp", spec, "--admin", "--tenant", ZURICH]) == 2
     assert "or the operator's tools with --admin (one of the two)" in capsys.readouterr().err
     assert main(["mcp", spec, "--admin", "--admin-key", OPERATOR]) == 2
-    assert "--admin-key, --host, --port and --log-level are for --transport http" in capsys.readouterr().err
+    assert "--admin-key, --host, --port, --log-level, --metrics-tenants and --otel are for --transport http" in (
+        capsys.readouterr().err
+    )
     assert main(["mcp", spec, "--transport", "http", "--admin"]) == 2
     assert "--tenant and --admin are for --transport stdio" in capsys.readouterr().err
     key = next(iter(KEYS))
