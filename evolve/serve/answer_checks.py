@@ -77,7 +77,8 @@ def checked_act(
     steps: tuple[Step, ...] = ()
     failed: set[str] = set()
     made = 0
-    for made in range(1, tries + 1):
+    for _ in range(tries):
+        made += 1
         told = note or (fmt.instruction() if fmt is not None else "")
         seen = f"{observation}\n\n{told}" if told else observation
         act = team.act([seen], queries=[query], params=dict(params), tools=None if tools is None else [tools])[0]
