@@ -100,19 +100,23 @@ class QuarantinedRating:
     created_at: float
 
 
-ADDED = ((feedback_rows, "quarantined"), (responses, "api_state"))
-"""Columns added after their table was first made (each TEXT, nullable): ``open_tables`` adds them to an older database."""
+ADDED = {
+    (feedback_rows, "quarantined"): "ALTER TABLE evolve_feedback ADD COLUMN quarantined TEXT",
+    (responses, "api_state"): "ALTER TABLE evolve_responses ADD COLUMN api_state TEXT",
+}
+"""Columns added after their table was first made (each TEXT, nullable), with the statement that adds one to an
+older database (written out: no SQL is built from names)."""
 
 
 def open_tables(engine: Engine) -> None:
     """Create the serving tables if missing, and add the columns a database from an older version lacks."""
     metadata.create_all(engine)
-    for table, column in ADDED:
+    for (table, column), statement in ADDED.items():
         if column in _columns(engine, table):
             continue
         try:
             with engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column} TEXT"))
+                conn.execute(text(statement))
             log.info("serving tables: added %s.%s", table.name, column)
         except (OperationalError, ProgrammingError) as e:
             if column not in _columns(engine, table):  # else another process added it first
