@@ -13,6 +13,8 @@ from typing import Any
 import openai
 import pytest
 
+from connectors import ConnectorError, ScriptedChat
+from connectors.streaming import split_words
 from evolve.serve.deployment import Deployment
 
 QUESTION = "What is the door code of the Harbor warehouse?"
@@ -109,3 +111,33 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """The live ``evolve serve`` app the server tests of a module share (a conftest imports this fixture)."""
     with serving(write_serve_spec(tmp_path_factory.mktemp("serve"))) as live:
         yield live
+
+
+class HeldChat(ScriptedChat):
+    """The spec's scripted model, streamed word by word, held after its first word until ``gate`` opens
+    (or failing there, with ``fail``): what the client has by then was sent before generation ended."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__({"Harbor": ANSWER})
+        self.gate, self.fail = threading.Event(), fail
+
+    def pieces(self, text: str) -> Iterator[str]:
+        words = split_words(text)
+        yield words[0]
+        if self.fail:
+            raise ConnectorError("the model fell over mid-answer")
+        if not self.gate.wait(30):
+            raise ConnectorError("the test never let the model go on")
+        yield from words[1:]
+
+
+@pytest.fixture
+def held(served: Served) -> Iterator[HeldChat]:
+    """The served team's model, swapped for a ``HeldChat`` for one test (a conftest imports this fixture)."""
+    chat = served.deployment.chat
+    spec_model, chat.backend = chat.backend, HeldChat()
+    try:
+        yield chat.backend  # type: ignore[misc]
+    finally:
+        chat.backend.gate.set()  # type: ignore[attr-defined]  # never leave a server thread waiting
+        chat.backend = spec_model

@@ -6,51 +6,17 @@ recorded response."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from connectors import ConnectorError, ScriptedChat
-from connectors.streaming import split_words
 from evolve.serve.answers import UnknownResponse
-from tests.support.serve import ANSWER, KEY_OF, QUESTION, Served
+from tests.support.serve import ANSWER, KEY_OF, QUESTION, HeldChat, Served
 
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
-
-
-class HeldChat(ScriptedChat):
-    """The spec's scripted model, streamed word by word, held after its first word until ``gate`` opens
-    (or failing there, with ``fail``): what the client has by then was sent before generation ended."""
-
-    def __init__(self, *, fail: bool = False) -> None:
-        super().__init__({"Harbor": ANSWER})
-        self.gate, self.fail = threading.Event(), fail
-
-    def pieces(self, text: str) -> Iterator[str]:
-        words = split_words(text)
-        yield words[0]
-        if self.fail:
-            raise ConnectorError("the model fell over mid-answer")
-        if not self.gate.wait(30):
-            raise ConnectorError("the test never let the model go on")
-        yield from words[1:]
-
-
-@pytest.fixture
-def held(served: Served) -> Iterator[HeldChat]:
-    """The served team's model, swapped for a ``HeldChat`` for one test."""
-    chat = served.deployment.chat
-    spec_model, chat.backend = chat.backend, HeldChat()
-    try:
-        yield chat.backend  # type: ignore[misc]
-    finally:
-        chat.backend.gate.set()  # type: ignore[attr-defined]  # never leave a server thread waiting
-        chat.backend = spec_model
 
 
 def remember(served: Served, tenant: str) -> None:

@@ -6,9 +6,7 @@ the team's model is never asked; a stream the client drops midway is still recor
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any, get_type_hints
 
 import httpx
@@ -16,12 +14,10 @@ import openai
 import pytest
 from openai.types.responses import response_create_params
 
-from connectors import ConnectorError, ScriptedChat
-from connectors.streaming import split_words
 from evolve.serve.answers import UnknownResponse
 from evolve.serve.protocols.openai_requests import fields_of
 from evolve.serve.protocols.responses_requests import ResponsesRequest
-from tests.support.serve import ANSWER, KEY_OF, QUESTION, Served
+from tests.support.serve import ANSWER, KEY_OF, QUESTION, HeldChat, Served
 
 CALL = {"type": "function_call", "call_id": "call_7", "name": "door_code", "arguments": '{"site": "Harbor"}'}
 TOOL = {"type": "function", "name": "door_code", "parameters": {"type": "object", "properties": {}}}
@@ -137,35 +133,6 @@ def test_a_wrong_model_or_key_is_refused_as_chat_completions_refuses_it(served: 
     assert anonymous.status_code == 401
     with pytest.raises(openai.BadRequestError, match="background"):
         served.client("alice").responses.create(model="codes", input=QUESTION, background=True)
-
-
-class HeldChat(ScriptedChat):
-    """The spec's scripted model, streamed word by word, held after its first word until ``gate`` opens (or failing
-    there, with ``fail``)."""
-
-    def __init__(self, *, fail: bool = False) -> None:
-        super().__init__({"Harbor": ANSWER})
-        self.gate, self.fail = threading.Event(), fail
-
-    def pieces(self, text: str) -> Iterator[str]:
-        words = split_words(text)
-        yield words[0]
-        if self.fail:
-            raise ConnectorError("the model fell over mid-answer")
-        if not self.gate.wait(30):
-            raise ConnectorError("the test never let the model go on")
-        yield from words[1:]
-
-
-@pytest.fixture
-def held(served: Served) -> Iterator[HeldChat]:
-    chat = served.deployment.chat
-    spec_model, chat.backend = chat.backend, HeldChat()
-    try:
-        yield chat.backend  # type: ignore[misc]
-    finally:
-        chat.backend.gate.set()  # type: ignore[attr-defined]
-        chat.backend = spec_model
 
 
 def recorded(served: Served, response_id: str, wait: float = 10.0) -> dict[str, Any]:
