@@ -3,16 +3,23 @@ latency, against the same SDK calling the upstream directly, and concurrent requ
 
 Three processes, as deployed: the upstream (``tests.support.fake_openai``, answering after a fixed
 delay), ``evolve serve`` (the CLI), and this one as the app (the ``openai`` SDK). The served team is one agent on
-``openai/…`` pointed at it, with MiniLM and a trained memory of ``--memories`` items (the tenant recalls
-it, ``[serve] memory = "shared"``), so every served answer pays a real embedding and a two-phase recall.
+``openai/…`` pointed at it, with MiniLM (``--embedder``, default ``onnx``) and a trained memory of ``--memories``
+items (the tenant recalls it, ``[serve] memory = "shared"``), so every served answer pays a real embedding and a
+two-phase recall.
 The same run asks the upstream directly (the baseline) and through ``evolve serve``, interleaved, and
 reads each served answer's recall time from its ``Server-Timing`` header: added latency beyond the
-recall is, per request, served − direct − recall (median). Then ``--clients`` requests at once through
+recall is, per request, served − direct − recall (median). Each served request asks a question of its own,
+so the server's cache of recent query embeddings (``connectors.embed_cache``) does not hide the model; then
+one question asked again and again shows what that cache saves. Then ``--clients`` requests at once through
 the server (API backends run concurrently; the queries are embedded together).
 
-Run: ``python -m bench.serve_overhead [--latency 0.05] [--requests 60] [--clients 16]`` →
-bench/results/serve_overhead.{json,md} and the ``serve_added_*`` and ``serve_concurrent_upstream_*`` keys of
-bench/results/summary.json.
+Before the servers start, this process times one query's embedding, MiniLM on torch (sentence-transformers)
+against ONNX Runtime (``connectors.onnx_embedder``), one after the other over the same ``--queries`` distinct
+questions, and the least cosine between the two backends' vectors.
+
+Run: ``python -m bench.serve_overhead [--latency 0.05] [--requests 60] [--clients 16] [--queries 200]`` →
+bench/results/serve_overhead.{json,md} and the ``serve_added_*``, ``serve_concurrent_upstream_*`` and
+``embed_query_*`` keys of bench/results/summary.json (``--out DIR`` writes them there instead).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +50,12 @@ RUN = "night shift codes"
 QUESTION = "What is the door code of the Harbor warehouse?"
 
 
-def write_spec(folder: Path, upstream: str) -> Path:
+def question(i: int) -> str:
+    """A question of its own for request ``i`` (of the kind the memory holds), so none is embedded twice."""
+    return f"What is the door code of warehouse {i} at the harbor site {i % 37}?"
+
+
+def write_spec(folder: Path, upstream: str, embedder: str = "onnx") -> Path:
     spec = folder / "spec.toml"
     spec.write_text(
         f"""
@@ -57,7 +70,7 @@ max_tokens = 12
 options = {{ retries = 0, timeout = 10 }}
 
 [embedder]
-name = "minilm"
+name = "{embedder}"
 
 [environment]
 tasks = "unused.jsonl"
@@ -138,17 +151,43 @@ def server_timing(header: str) -> dict[str, float]:
     return out
 
 
-def measure(latency: float, requests: int, clients: int, memories: int) -> dict[str, Any]:
+def embed_query_ms(queries: int) -> dict[str, float]:
+    """One query's embedding, MiniLM on ONNX Runtime and then on torch, over the same ``queries`` distinct
+    questions (p50 ms each), and the least cosine between the two backends' vectors.
+
+    One backend after the other, not interleaved: after each call torch's OpenMP threads keep spinning for a
+    while, and interleaved they took ONNX Runtime's single query from 6.4 to 10.5 ms (2 loaded cores). A
+    server on ONNX Runtime runs no torch at all (with the export cached it does not even import it)."""
+    from connectors.embedders import SentenceTransformerEmbedder
+    from connectors.onnx_embedder import OnnxEmbedder
+
+    texts = [question(100_000 + i) for i in range(queries)]
+    out: dict[str, float] = {}
+    rows: dict[str, np.ndarray] = {}
+    for name, load in (("onnx", OnnxEmbedder), ("torch", SentenceTransformerEmbedder)):
+        embedder = load()
+        embedder.embed([question(-i) for i in range(1, 11)])  # warm: first calls allocate
+        times, vectors = [], []
+        for text in texts:
+            started = time.perf_counter()
+            vectors.append(embedder.embed([text])[0])
+            times.append(time.perf_counter() - started)
+        out[f"embed_query_ms_p50_{name}"] = round(1000 * statistics.median(times), 2)
+        rows[name] = np.stack(vectors)
+    out["embed_query_cosine_min"] = round(float(np.min(np.sum(rows["onnx"] * rows["torch"], axis=1))), 6)
+    return out
+
+
+def measure(latency: float, requests: int, clients: int, memories: int, embedder: str) -> dict[str, Any]:
     """Three processes, as deployed: the upstream, ``evolve serve`` and this one (the app's SDK)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVOLVE_API_KEYS": "sk-bench-alice=alice"}
-    messages: Any = [{"role": "user", "content": QUESTION}]
     upstream = started([sys.executable, "-c", UPSTREAM, str(latency)], env)
     serve = None
     try:
         assert upstream.stdout is not None
         upstream_url = upstream.stdout.readline().strip()
         with tempfile.TemporaryDirectory() as tmp:
-            spec = write_spec(Path(tmp), upstream_url)
+            spec = write_spec(Path(tmp), upstream_url, embedder)
             seed_memory(spec, memories)
             port = free_port()
             serve = started([sys.executable, "-m", "apps.cli", "serve", str(spec), "--port", str(port)], env)
@@ -158,53 +197,75 @@ def measure(latency: float, requests: int, clients: int, memories: int) -> dict[
             recalls: list[float] = []
             answers: list[float] = []
 
-            def ask_direct() -> object:
-                return direct.chat.completions.create(model="upstream-model", messages=messages)
+            def ask_direct(i: int) -> object:
+                return direct.chat.completions.create(model="upstream-model", messages=asking(i))
 
-            def ask_served() -> object:
-                raw = through.chat.completions.with_raw_response.create(model=RUN, messages=messages)
+            def ask_served(i: int) -> object:
+                raw = through.chat.completions.with_raw_response.create(model=RUN, messages=asking(i))
                 timings = server_timing(raw.headers["server-timing"])
                 recalls.append(timings["recall"])
                 answers.append(timings["answer"])
                 return raw.parse()
 
-            for warm in (ask_direct, ask_served):
-                warm()
+            ask_direct(-1), ask_served(-1)  # warm
             recalls.clear()
             answers.clear()
-            pairs = [(seconds(ask_direct, 1)[0], seconds(ask_served, 1)[0]) for _ in range(requests)]  # interleaved
-            crowd = at_once(lambda _: ask_served(), clients)
+            pairs = [
+                (seconds(partial(ask_direct, i), 1)[0], seconds(partial(ask_served, i), 1)[0]) for i in range(requests)
+            ]
+            for _ in range(max(requests // 3, 1)):  # question 0 again: its embedding is kept
+                ask_served(0)
+            crowd = at_once(lambda i: ask_served(requests + i), clients)
     finally:
         for proc in (serve, upstream):
             if proc is not None:
                 proc.terminate()
                 proc.communicate(timeout=30)
+    return {
+        "latency_s": latency, "requests": requests, "clients": clients, "memories": memories, "embedder": embedder,
+        "figures": figures(pairs, recalls, answers, crowd),
+    }  # fmt: skip
+
+
+def asking(i: int) -> Any:
+    return [{"role": "user", "content": question(i)}]
+
+
+def figures(
+    pairs: list[tuple[float, float]], recalls: list[float], answers: list[float], crowd: list[float]
+) -> dict[str, float]:
+    """Medians of the interleaved pairs (the first ``len(pairs)`` recalls and answers are theirs, then the
+    repeated question's recalls, then the crowd's)."""
+    n = len(pairs)
     direct_ms = 1000 * statistics.median(d for d, _ in pairs)
     served_ms = 1000 * statistics.median(s for _, s in pairs)
     beyond = statistics.median(1000 * (s - d) - r for (d, s), r in zip(pairs, recalls, strict=False))
-    figures = {
+    out = {
         "direct_p50_ms": round(direct_ms, 1),
         "served_p50_ms": round(served_ms, 1),
         "added_p50_ms": round(served_ms - direct_ms, 1),
-        "recall_p50_ms": round(statistics.median(recalls[:requests]), 1),
-        "in_server_p50_ms": round(statistics.median(answers[:requests]), 1),
+        "recall_p50_ms": round(statistics.median(recalls[:n]), 1),
+        "recall_cached_p50_ms": round(statistics.median(recalls[n : len(recalls) - len(crowd)]), 1),
+        "in_server_p50_ms": round(statistics.median(answers[:n]), 1),
         "added_minus_recall_p50_ms": round(beyond, 1),
         "concurrent_p50_s": round(float(np.percentile(crowd, 50)), 3),
         "concurrent_p95_s": round(float(np.percentile(crowd, 95)), 3),
     }
-    figures["concurrent_p95_over_single"] = round(figures["concurrent_p95_s"] / (served_ms / 1000), 2)
-    return {"latency_s": latency, "requests": requests, "clients": clients, "memories": memories, "figures": figures}
+    out["concurrent_p95_over_single"] = round(out["concurrent_p95_s"] / (served_ms / 1000), 2)
+    return out
 
 
 def markdown(r: dict[str, Any]) -> str:
-    f = r["figures"]
+    f, e = r["figures"], r["embedding"]
     return "\n".join([
         "# evolve serve in front of an API model: added latency and concurrency",
         "",
         f"A fake OpenAI-compatible upstream answering after {1000 * r['latency_s']:.0f} ms, `evolve serve` and the app "
         f"(the `openai` SDK) as three processes; {r['requests']} requests to the upstream directly and through the "
         f"server, interleaved, medians. The served tenant recalls from a trained memory of {r['memories']} items with "
-        "MiniLM on the CPU; the server reports each answer's recall time (`Server-Timing: recall`).",
+        f"MiniLM on the CPU (embedder `{r['embedder']}`); each request asks a question of its own, so the server's "
+        "cache of recent query embeddings does not hide the model; the server reports each answer's recall time "
+        "(`Server-Timing: recall`).",
         "",
         "| figure | ms |",
         "|---|---|",
@@ -214,10 +275,22 @@ def markdown(r: dict[str, Any]) -> str:
         f"| of which the recall (embedding + two-phase recall, in the server) | {f['recall_p50_ms']} |",
         f"| added beyond the recall, per request (target ≤ 5) | {f['added_minus_recall_p50_ms']} |",
         f"| the answer inside the server (recall, team, model call, recording) | {f['in_server_p50_ms']} |",
+        f"| the recall of a question asked before (its embedding kept: `connectors.embed_cache`) | "
+        f"{f['recall_cached_p50_ms']} |",
         "",
         f"{r['clients']} requests at once through the server: p50 {f['concurrent_p50_s']} s, p95 "
         f"{f['concurrent_p95_s']} s = {f['concurrent_p95_over_single']}× one request alone (their queries are embedded "
         "together, `connectors.embed_batching`).",
+        "",
+        f"One query's embedding in this process before the servers start, MiniLM, {r['queries']} distinct questions, "
+        "ONNX Runtime first, then torch (not interleaved: torch's idle threads spin and slow what follows), p50:",
+        "",
+        "| backend | ms |",
+        "|---|---|",
+        f"| torch (sentence-transformers) | {e['embed_query_ms_p50_torch']} |",
+        f"| ONNX Runtime (`connectors.onnx_embedder`, target ≤ 5) | {e['embed_query_ms_p50_onnx']} |",
+        "",
+        f"The least cosine between the two backends' vectors: {e['embed_query_cosine_min']}.",
         "",
     ])  # fmt: skip
 
@@ -229,18 +302,25 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--memories", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=200, help="distinct questions for the embedding timing")
+    parser.add_argument("--embedder", default="onnx", help='the served spec\'s embedder ("minilm": whichever runs)')
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     args = parser.parse_args()
-    result = {**measure(args.latency, args.requests, args.clients, args.memories), "machine": machine()}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "serve_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "serve_overhead.md").write_text(markdown(result))
+    embedding = embed_query_ms(args.queries)  # first, alone: no server shares the cores yet
+    served = measure(args.latency, args.requests, args.clients, args.memories, args.embedder)
+    result = {**served, "queries": args.queries, "embedding": embedding, "machine": machine()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "serve_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "serve_overhead.md").write_text(markdown(result))
     f = result["figures"]
-    merge_summary(RESULTS / "summary.json", {
+    merge_summary(args.out / "summary.json", {
         "serve_added_p50_ms": f["added_p50_ms"],
         "serve_added_recall_p50_ms": f["recall_p50_ms"],
+        "serve_added_recall_cached_p50_ms": f["recall_cached_p50_ms"],
         "serve_added_minus_recall_p50_ms": f["added_minus_recall_p50_ms"],
         "serve_concurrent_upstream_p95_s": f["concurrent_p95_s"],
         "serve_concurrent_upstream_p95_over_single": f["concurrent_p95_over_single"],
+        **embedding,
     })  # fmt: skip
     print(markdown(result))
 

@@ -44,7 +44,8 @@ def normalise_rows(x: np.ndarray) -> np.ndarray:
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 
 
-def _check_texts(texts: Sequence[str]) -> list[str]:
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list, refused unless it is a sequence of strings (a lone string is a mistake)."""
     if isinstance(texts, str):
         raise ConfigError("embed() takes a sequence of strings, got a single string (wrap it in a list)")
     out = list(texts)
@@ -64,7 +65,7 @@ class HashEmbedder:
         self.name = f"{name}-{dim}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for token in re.findall(r"\w+", text.lower()):
@@ -94,6 +95,8 @@ class SentenceTransformerEmbedder:
         (1, 384)
     """
 
+    backend = "torch"
+
     def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
         try:
             from sentence_transformers import SentenceTransformer
@@ -112,7 +115,7 @@ class SentenceTransformerEmbedder:
         self.dim = int(dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = ModelThread.shared().run(
@@ -137,7 +140,7 @@ class OpenAIEmbedder:
         self.dim = dim if dim is not None else len(self.embed(["dimension probe"])[0])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         try:
@@ -149,15 +152,17 @@ class OpenAIEmbedder:
 
 EMBEDDERS: dict[str, str] = {
     "hash": "connectors.embedders:HashEmbedder",
-    "minilm": "connectors.embedders:SentenceTransformerEmbedder",
+    "minilm": "connectors.onnx_embedder:local_embedder",
+    "onnx": "connectors.onnx_embedder:OnnxEmbedder",
     "sentence-transformers": "connectors.embedders:SentenceTransformerEmbedder",
     "openai": "connectors.embedders:OpenAIEmbedder",
 }
 
 
 def load_embedder(spec: str, **kwargs: Any) -> Embedder:
-    """Build an embedder from ``"minilm"``, ``"hash"``, ``"hash/128"``, ``"sentence-transformers/<folder>"``
-    or ``"openai/<model>"``."""
+    """Build an embedder from a spec: ``"minilm"`` (ONNX Runtime when installed, else torch: ``local_embedder``),
+    ``"onnx"`` (ONNX Runtime or an error), ``"sentence-transformers"`` (torch), each optionally ``"/<folder>"``;
+    ``"hash"``, ``"hash/128"``; ``"openai/<model>"``."""
     from connectors.chat import load_attr
 
     provider, _, arg = spec.partition("/")

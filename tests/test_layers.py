@@ -26,7 +26,7 @@ MAX_ROOT_MODULES = 12  # evolve/ root: the loop and its vocabulary; concepts get
 MAX_MEMORY_DEPTH = 8  # memory/: the longest chain of imports between its modules, in modules
 # ARCHITECTURE.md: heavy packages imported inside functions, except at the top of these two modules
 HEAVY = ("torch", "transformers", "sentence_transformers", "peft", "vllm", "faiss", "streamlit", "langchain")
-HEAVY += ("langchain_core", "langgraph", "ray", "psycopg")
+HEAVY += ("langchain_core", "langgraph", "ray", "psycopg", "onnxruntime", "onnx", "onnxscript")
 HEAVY_AT_TOP = {"optimizers.marft.maths": {"torch"}, "apps.playground": {"streamlit"}}
 NOT_CODE = {"build", "dist", "site", "node_modules", "__pycache__"}  # folders the tree never lists
 

@@ -50,6 +50,7 @@ from connectors import ChatClient, ConfigError, Embedder, Message, Tool, make_en
 from connectors.coalesce import Coalescing
 from connectors.db import check_chars
 from connectors.embed_batching import BatchingEmbedder
+from connectors.embed_cache import CachedEmbedder
 from connectors.errors import same_kind
 from evolve.agent import Team
 from evolve.build import build_chat, build_store, build_team, spec_prompts
@@ -96,7 +97,8 @@ class Deployment:
             backend is wrapped in ``connectors.coalesce.Coalescing``: concurrent requests are generated
             together.
         embedder: a loaded embedder to reuse (default: loaded from the spec); wrapped in
-            ``connectors.embed_batching.BatchingEmbedder``, so concurrent requests embed their queries together.
+            ``connectors.embed_batching.BatchingEmbedder``, so concurrent requests embed their queries together,
+            and that in ``connectors.embed_cache.CachedEmbedder``, so a query asked lately is not embedded again.
 
     Example:
         >>> # deployment = Deployment(load_spec("data/facility_codes.toml"))
@@ -110,8 +112,9 @@ class Deployment:
         if getattr(self.chat.backend, "tools_each", False) is True and not isinstance(self.chat.backend, Coalescing):
             self.chat.backend = Coalescing(self.chat.backend)  # an in-process model: concurrent requests batch
         self.store: MemoryStore | None = build_store(spec, embedder)
-        if self.store is not None and not isinstance(self.store.embedder, BatchingEmbedder):
-            self.store.embedder = BatchingEmbedder(self.store.embedder)  # concurrent requests embed together
+        if self.store is not None and not isinstance(self.store.embedder, CachedEmbedder):
+            # a repeated query skips the model; the others, at once, embed together
+            self.store.embedder = CachedEmbedder(BatchingEmbedder(self.store.embedder))
         self.engine: Engine = self.store.engine if self.store is not None else make_engine(spec.run.database)
         open_tables(self.engine)
         self._graphs: dict[str, PromptGraph] = {}

@@ -6,10 +6,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import update
 
-from connectors import ChatClient, ConfigError, ConnectorError, Message, load_chat
+from connectors import ChatClient, ConfigError, ConnectorError, HashEmbedder, Message, load_chat
 from connectors.fakes import ScriptedChat
 from evolve.jobs.served import feedback_traces, learn_from_feedback
 from evolve.serve.answers import UnknownResponse
@@ -164,6 +165,23 @@ def test_the_specs_max_tokens_is_the_default_and_a_requests_own_wins(deployment:
     assert calls[-1][1]["max_tokens"] == 32  # ModelSection's default: this spec sets none
     deployment.answer([Message("user", QUESTION)], params={"max_tokens": 5})
     assert calls[-1][1]["max_tokens"] == 5
+
+
+def test_a_repeated_question_is_embedded_once(tmp_path: Path) -> None:
+    embedded: list[str] = []
+
+    class Recording(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            embedded.extend(texts)
+            return super().embed(texts)
+
+    d = Deployment(make_spec(tmp_path), chat=load_chat("fake/scripted", replies=["4471"]), embedder=Recording())
+    assert d.store is not None
+    d.store.add("harbor warehouse door", "the code is 4471", namespace="codes@alice/solver")
+    for _ in range(3):
+        assert d.answer([Message("user", QUESTION)], tenant="alice").recall_ids
+    assert embedded.count(QUESTION) == 1
+    d.close()
 
 
 def test_a_failing_model_is_a_connector_error(tmp_path: Path) -> None:
