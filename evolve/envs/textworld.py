@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -141,7 +143,8 @@ def _make_game(script: Path, challenge: str, options: Mapping[str, Any], seed: i
     cmd = [sys.executable, str(script), challenge, *_cli_options(options), "--seed", str(seed)]
     cmd += ["--output", str(tmp), "-f", "--silent"]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        env = {**os.environ, **_space_free_textworld()}
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
         if done.returncode != 0 or not tmp.exists():
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
             raise ConfigError(f"tw-make {challenge} {' '.join(_cli_options(options))} --seed {seed} failed:\n{tail}")
@@ -152,6 +155,26 @@ def _make_game(script: Path, challenge: str, options: Mapping[str, Any], seed: i
     finally:
         for leftover in tmp.parent.glob(tmp.stem + ".*"):
             leftover.unlink(missing_ok=True)
+
+
+def _space_free_textworld() -> dict[str, str]:
+    """The environment tw-make needs when textworld is installed under a path with whitespace: TextWorld's
+    Inform 7 compiler cannot open its own library there ("can't open input file <Main.i6t>"), so the package is
+    imported through a link to its folder in the temp directory (``PYTHONPATH``); empty when no link is needed."""
+    site = Path(importlib.util.find_spec("textworld").origin).parent.parent  # type: ignore[union-attr, arg-type]
+    if not any(c.isspace() for c in str(site)):
+        return {}
+    link = Path(tempfile.gettempdir()) / f"evolve-textworld-{hashlib.sha256(str(site).encode()).hexdigest()[:10]}"
+    if any(c.isspace() for c in str(link)):
+        raise ConfigError(
+            f"TextWorld's Inform 7 compiler cannot work from a path with spaces: textworld is in {site} and the "
+            f"temp folder {link.parent} has spaces too; install into a virtualenv whose path has none, or set TMPDIR"
+        )
+    if not (link.is_symlink() and link.resolve() == site.resolve()):
+        fresh = link.with_name(f"{link.name}.{uuid.uuid4().hex[:8]}")
+        fresh.symlink_to(site, target_is_directory=True)
+        os.replace(fresh, link)  # atomic: games made at once all see a whole link
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(link), os.environ.get("PYTHONPATH", "")]))}
 
 
 def _task(game: Path, seed: int, challenge: str, options: Mapping[str, Any]) -> Task:

@@ -190,3 +190,29 @@ def test_without_textworld_the_error_names_the_extra(tmp_path: Path, monkeypatch
     game.write_bytes(b"")
     with pytest.raises(ConfigError, match=r"\.\[bench\]"):
         TextWorldEnv().reset(game)
+
+
+def test_a_textworld_installed_under_a_path_with_spaces_is_reached_through_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TextWorld's Inform 7 compiler cannot open its library under a path with spaces (a fresh clone in
+    "Evolve Probe – Zürich" failed every game); tw-make then imports the package through a link without them."""
+    import importlib.util
+    import types
+
+    from evolve.envs import textworld
+
+    site = tmp_path / "Mein Projekt – Zürich" / "site-packages"
+    (site / "textworld").mkdir(parents=True)
+    spec = types.SimpleNamespace(origin=str(site / "textworld" / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.setattr(textworld.tempfile, "gettempdir", lambda: str(tmp_path))
+    env = textworld._space_free_textworld()
+    link = Path(env["PYTHONPATH"].split(":")[0])
+    assert " " not in str(link) and link.resolve() == site.resolve()
+    assert textworld._space_free_textworld() == env  # the link is made once and reused
+    monkeypatch.setattr(textworld.tempfile, "gettempdir", lambda: str(tmp_path / "temp with spaces"))
+    with pytest.raises(ConfigError, match="path with spaces"):
+        textworld._space_free_textworld()
+    spec.origin = "/opt/venv/site-packages/textworld/__init__.py"
+    assert textworld._space_free_textworld() == {}
