@@ -30,6 +30,7 @@ from evolve.serve.chat_requests import first_call_only
 from evolve.tools.loop import DESCRIBED
 
 CALL_NOTE = "Your last reply could not be used: {problem}. You must call one of the functions."
+CUT_NOTE = " (max_tokens cut the answer off: allow more tokens)"
 STRICT_NOTE = "Your last reply could not be used: {problem}. Make the call again with arguments that fit its schema."
 
 
@@ -64,7 +65,8 @@ def checked_act(
 ) -> Checked:
     """The team's answer to ``observation``, asked again (told what was wrong) until it has the format and
     the call the request requires: up to ``formats.ATTEMPTS`` tries, fewer once a try repeats an earlier
-    failed answer word for word (told again, it would say it again).
+    failed answer word for word (told again, it would say it again) or ends at its ``max_tokens`` (the same
+    budget would cut it again: the error says to allow more tokens).
 
     Raises:
         ConnectorError: the team's model failed (its own kind, after its retries).
@@ -91,7 +93,7 @@ def checked_act(
             steps = cleaned(steps, fmt)
             return Checked(steps, usage, steps[-1].output if steps else act.answer)
         said = steps[-1].output if steps else act.answer
-        if said in failed:
+        if said in failed or cut_off(steps):  # told again, it would say it again; or cut again by the same budget
             break
         failed.add(said)
         note = retry_note(wrong, steps, fmt, must_call=must_call)
@@ -129,16 +131,22 @@ def problem(
     ``strict`` tool's schema, or JSON that does not fit."""
     if not steps:
         return ""
+    cut = CUT_NOTE if cut_off(steps) else ""
     if must_call and not called(steps):
         if steps[-1].problems:  # calls it wrote that could not be used, and why
-            return f"it made no valid function call: {'; '.join(dict.fromkeys(steps[-1].problems))[:500]}"
-        cut = steps[-1].finish == "length"
-        return "it made no function call" + (" (max_tokens cut the answer off: allow more tokens)" if cut else "")
+            return f"it made no valid function call{cut}: {'; '.join(dict.fromkeys(steps[-1].problems))[:500]}"
+        return f"it made no function call{cut}"
     if called(steps):
         return strict_problem(steps, tools or ())
     if fmt is None:
         return ""
-    return formats.read_json(steps[-1].output, fmt)[1]
+    wrong = formats.read_json(steps[-1].output, fmt)[1]
+    return wrong + cut if wrong else ""
+
+
+def cut_off(steps: Sequence[Step]) -> bool:
+    """Whether the answer's last step ended at its ``max_tokens``: asked again with the same budget, it is cut again."""
+    return bool(steps) and steps[-1].finish == "length"
 
 
 def strict_problem(steps: Sequence[Step], tools: Sequence[Tool]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.serve import KEY_OF, Served
+from tests.support.serve import KEY_OF, Served, serving, write_serve_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -202,27 +202,39 @@ def test_the_example_runs(
     monkeypatch.chdir(tmp_path)
     first = first_line(code)
     prelude, substitutions = EXAMPLES[first]
-    if first in ("from openai import OpenAI", "import asyncio"):
-        substitutions = [
-            ('base_url="http://127.0.0.1:8000/v1"', f"base_url={served.url!r}"),
-            ('api_key="sk-acme-1"', f"api_key={KEY_OF['alice']!r}"),
-            ('model="facility-codes"', f"model={served.deployment.model_id!r}"),  # the test server's run
-        ]
-        assert (
-            'name = "facility-codes"' in (Path(__file__).parents[2] / "data/facility_codes.toml").read_text()
-        )  # the docs' served model
     with ExitStack() as live:
-        substitutions = substitutions + protocol_server(first, live, tmp_path)
+        if first == "import asyncio":  # the Agents SDK example requires a call: a model that makes one
+            served = live.enter_context(serving(write_serve_spec(tmp_path, model=CALLING)))
+        substitutions = substitutions + served_substitutions(first, served) + protocol_server(first, live, tmp_path)
         scope = run_example(code, prelude, substitutions)
     if "store" in scope and hasattr(scope["store"], "close"):
         scope["store"].close()
 
 
+CALLING = (
+    'chat = "fake/scripted"\n'
+    'options = { replies = { "4471" = "The door code is 4471.", "Harbor" = "[door_code(site=\'Harbor\')]" } }'
+)
+"""A scripted model that calls ``door_code`` for the Harbor question and answers in words once the call's result
+(4471) is in its prompt."""
+
+
+def served_substitutions(first: str, served: Served) -> list[tuple[str, str]]:
+    """For the ``openai`` SDK and Agents SDK examples: the live test server's URL, key and model."""
+    if first in ("from openai import OpenAI", "import asyncio"):
+        docs_spec = Path(__file__).parents[2] / "data/facility_codes.toml"
+        assert 'name = "facility-codes"' in docs_spec.read_text()  # the docs' served model
+        return [
+            ('base_url="http://127.0.0.1:8000/v1"', f"base_url={served.url!r}"),
+            ('api_key="sk-acme-1"', f"api_key={KEY_OF['alice']!r}"),
+            ('model="facility-codes"', f"model={served.deployment.model_id!r}"),  # the test server's run
+        ]
+    return []
+
+
 def protocol_server(first: str, live: ExitStack, folder: Path) -> list[tuple[str, str]]:
     """For the MCP and A2A client examples: a live ``evolve mcp`` / ``evolve a2a`` on the test spec, and the
     substitutions that point the example at it."""
-    from tests.support.serve import write_serve_spec
-
     if first.startswith("import httpx2"):
         from tests.support.mcp import KEYS, serving_mcp
 
