@@ -97,7 +97,7 @@ def checked_act(
             break
         failed.add(said)
         note = retry_note(wrong, steps, fmt, must_call=must_call)
-    why = f"the team's answer is not {asked(steps, fmt, must_call)} after {made} tries: {wrong}"
+    why = f"the team's answer is not {asked(steps, fmt, must_call)} after {made} {'try' if made == 1 else 'tries'}: {wrong}"
     raise FailedAnswer(why, steps=steps, usage=usage)
 
 

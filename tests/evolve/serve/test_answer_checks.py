@@ -32,7 +32,7 @@ class Replies:
 
 def test_a_required_call_cut_by_max_tokens_is_not_asked_again_and_says_so() -> None:
     team = Replies([CUT_CALL, "[door_code(site='Harbor')]"], finish="length")
-    with pytest.raises(FailedAnswer, match=r"after 1 tries: it made no valid function call \(max_tokens cut"):
+    with pytest.raises(FailedAnswer, match=r"after 1 try: it made no valid function call \(max_tokens cut"):
         checked_act(team, "Harbor door code?", "Harbor door code?", {"tool_choice": "required"}, [DOOR], fmt=None)  # type: ignore[arg-type]
     assert team.tries == 1
 
