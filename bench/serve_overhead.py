@@ -11,14 +11,16 @@ reads each served answer's recall time from its ``Server-Timing`` header: added 
 recall is, per request, served − direct − recall (median). Each served request asks a question of its own,
 so the server's cache of recent query embeddings (``connectors.embed_cache``) does not hide the model; then
 one question asked again and again shows what that cache saves. Then ``--clients`` requests at once through
-the server (API backends run concurrently; the queries are embedded together).
+the server (API backends run concurrently; the queries are embedded together). The Responses API
+(``POST /v1/responses``) is timed the same way, interleaved, with questions of its own, and streamed (time to
+its first event).
 
 Before the servers start, this process times one query's embedding, MiniLM on torch (sentence-transformers)
 against ONNX Runtime (``connectors.onnx_embedder``), one after the other over the same ``--queries`` distinct
 questions, and the least cosine between the two backends' vectors.
 
 Run: ``python -m bench.serve_overhead [--latency 0.05] [--requests 60] [--clients 16] [--queries 200]`` →
-bench/results/serve_overhead.{json,md} and the ``serve_added_*``, ``serve_concurrent_upstream_*`` and
+bench/results/serve_overhead.{json,md} and the ``serve_added_*``, ``serve_responses_*``, ``serve_concurrent_upstream_*`` and
 ``embed_query_*`` keys of bench/results/summary.json (``--out DIR`` writes them there instead).
 """
 
@@ -207,12 +209,36 @@ def measure(latency: float, requests: int, clients: int, memories: int, embedder
                 answers.append(timings["answer"])
                 return raw.parse()
 
-            ask_direct(-1), ask_served(-1)  # warm
+            responses_recalls: list[float] = []
+
+            def ask_responses(i: int) -> object:
+                raw = through.responses.with_raw_response.create(model=RUN, input=question(RESPONSES + i))
+                responses_recalls.append(server_timing(raw.headers["server-timing"])["recall"])
+                return raw.parse()
+
+            def first_event(i: int) -> float:
+                started = time.perf_counter()
+                with through.responses.create(model=RUN, input=question(STREAMED + i), stream=True) as events:
+                    next(iter(events))
+                    first = time.perf_counter() - started
+                    for _ in events:
+                        pass
+                return first
+
+            ask_direct(-1), ask_served(-1), ask_responses(-1), first_event(-1)  # warm
             recalls.clear()
             answers.clear()
-            pairs = [
-                (seconds(partial(ask_direct, i), 1)[0], seconds(partial(ask_served, i), 1)[0]) for i in range(requests)
+            responses_recalls.clear()
+            triples = [
+                (
+                    seconds(partial(ask_direct, i), 1)[0],
+                    seconds(partial(ask_served, i), 1)[0],
+                    seconds(partial(ask_responses, i), 1)[0],
+                )
+                for i in range(requests)
             ]
+            pairs = [(d, s) for d, s, _ in triples]
+            streamed = [first_event(i) for i in range(requests)]
             for _ in range(max(requests // 3, 1)):  # question 0 again: its embedding is kept
                 ask_served(0)
             crowd = at_once(lambda i: ask_served(requests + i), clients)
@@ -224,7 +250,29 @@ def measure(latency: float, requests: int, clients: int, memories: int, embedder
     return {
         "latency_s": latency, "requests": requests, "clients": clients, "memories": memories, "embedder": embedder,
         "figures": figures(pairs, recalls, answers, crowd),
+        "responses": responses_figures(triples, responses_recalls, streamed),
     }  # fmt: skip
+
+
+RESPONSES, STREAMED = 50_000, 60_000
+"""Where the Responses path's questions start: none is one a chat completion asked (the cache would answer it)."""
+
+
+def responses_figures(
+    triples: list[tuple[float, float, float]], recalls: list[float], streamed: list[float]
+) -> dict[str, float]:
+    """The Responses path (``POST /v1/responses``) against the same direct calls: added, its recall, beyond the
+    recall, and a streamed response's first event (medians, ms)."""
+    direct_ms = 1000 * statistics.median(d for d, _, _ in triples)
+    served_ms = 1000 * statistics.median(r for _, _, r in triples)
+    beyond = statistics.median(1000 * (r - d) - rec for (d, _, r), rec in zip(triples, recalls, strict=False))
+    return {
+        "served_p50_ms": round(served_ms, 1),
+        "added_p50_ms": round(served_ms - direct_ms, 1),
+        "recall_p50_ms": round(statistics.median(recalls), 1),
+        "added_minus_recall_p50_ms": round(beyond, 1),
+        "stream_first_event_p50_ms": round(1000 * statistics.median(streamed), 1),
+    }
 
 
 def asking(i: int) -> Any:
@@ -278,6 +326,11 @@ def markdown(r: dict[str, Any]) -> str:
         f"| the recall of a question asked before (its embedding kept: `connectors.embed_cache`) | "
         f"{f['recall_cached_p50_ms']} |",
         "",
+        f"The same through the Responses API (`POST /v1/responses`, interleaved with the two above, questions of "
+        f"its own): {r['responses']['served_p50_ms']} ms, added {r['responses']['added_p50_ms']}, of which the recall "
+        f"{r['responses']['recall_p50_ms']} and {r['responses']['added_minus_recall_p50_ms']} beyond it; streamed, "
+        f"the first event after {r['responses']['stream_first_event_p50_ms']} ms.",
+        "",
         f"{r['clients']} requests at once through the server: p50 {f['concurrent_p50_s']} s, p95 "
         f"{f['concurrent_p95_s']} s = {f['concurrent_p95_over_single']}× one request alone (their queries are embedded "
         "together, `connectors.embed_batching`).",
@@ -320,6 +373,7 @@ def main() -> None:
         "serve_added_minus_recall_p50_ms": f["added_minus_recall_p50_ms"],
         "serve_concurrent_upstream_p95_s": f["concurrent_p95_s"],
         "serve_concurrent_upstream_p95_over_single": f["concurrent_p95_over_single"],
+        **{f"serve_responses_{name}": value for name, value in result["responses"].items()},
         **embedding,
     })  # fmt: skip
     print(markdown(result))
