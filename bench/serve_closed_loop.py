@@ -17,7 +17,8 @@ interval over seeds, differences paired by seed (``evolve.intervals``).
 
 Run: ``python -m bench.serve_closed_loop [--category simple_python] [--tasks 12] [--epochs 3] [--seeds 3] [--rho 0.2]``
 → bench/results/serve_closed_loop.{json,md} and the ``closed_loop_*`` keys of bench/results/summary.json; with
-``--rho`` (the app's ratings wrong that often) serve_closed_loop_rho<k>.{json,md} and ``noise_closed_loop_*`` keys.
+``--rho`` (the app's ratings wrong that often) serve_closed_loop_rho<k>.{json,md} and ``noise_closed_loop_*`` keys;
+another ``--category`` than simple_python adds its name to the file (serve_closed_loop_multiple.{json,md}).
 Resumable: each finished arm and seed goes to ``<stem>.partial.json`` at once, and the same command run again
 after a stop picks up from there (the file goes when the run completes).
 """
@@ -260,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except ConfigError as e:
         parser.error(str(e))
     RESULTS.mkdir(exist_ok=True)
-    stem = "serve_closed_loop" + (f"_rho{round(rho * 10)}" if rho else "")
+    stem = "serve_closed_loop" + ("" if args.category == "simple_python" else f"_{args.category}")
+    stem += f"_rho{round(rho * 10)}" if rho else ""
     partial = RESULTS / f"{stem}.partial.json"
     result = {**run(args.category, args.tasks, args.epochs, args.seeds, rho, partial), "machine": machine()}
     partial.unlink(missing_ok=True)

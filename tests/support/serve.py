@@ -23,6 +23,19 @@ KEYS = {"sk-test-alice-0001": "alice", "sk-test-bob-0002": "bob", "sk-test-carol
 KEY_OF = {tenant: key for key, tenant in KEYS.items()}
 
 
+# a function tool in the Chat Completions shape (``Any``: the SDK's typed params would refuse a plain dict)
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather of a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
+            "required": ["city"],
+        },
+    },
+}
 SCRIPTED = f'chat = "fake/scripted"\noptions = {{ replies = {{ "Harbor" = "{ANSWER}" }} }}'
 
 

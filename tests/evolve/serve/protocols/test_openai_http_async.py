@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.evolve.serve.protocols.test_openai_http_tools import ASK, SCRIPT, WEATHER_TOOL
-from tests.support.serve import KEY_OF, QUESTION, Served, serving, write_serve_spec
+from tests.evolve.serve.protocols.test_openai_http_tools import ASK, SCRIPT
+from tests.support.serve import KEY_OF, QUESTION, WEATHER_TOOL, Served, serving, write_serve_spec
 
 USER: Any = [{"role": "user", "content": QUESTION}]
 SCRIPTED = SCRIPT.replace('"cut short" = "A long answer"', '"Harbor" = "The door code is 4471."')

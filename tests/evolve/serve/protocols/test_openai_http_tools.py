@@ -16,20 +16,8 @@ from pydantic import BaseModel
 
 from connectors import Completion, ToolCall
 from connectors.fakes import ScriptedChat
-from tests.support.serve import KEY_OF, Served, serving, write_serve_spec
+from tests.support.serve import KEY_OF, WEATHER_TOOL, Served, serving, write_serve_spec
 
-WEATHER_TOOL: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather of a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
-            "required": ["city"],
-        },
-    },
-}
 CLOCK_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 ASK: Any = [{"role": "user", "content": "What's the weather in Zürich and in São Paulo right now?"}]
 # the first key found in the prompt's last user message wins: after a tool result, the answer in words

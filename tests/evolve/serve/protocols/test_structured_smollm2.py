@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from tests.support.serve import KEY_OF, Served, serving, write_serve_spec
+from tests.support.serve import KEY_OF, WEATHER_TOOL, Served, serving, write_serve_spec
 
 pytestmark = pytest.mark.slow
 
@@ -24,18 +24,6 @@ CARD: Any = {
     "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
     "required": ["name", "population"],
     "additionalProperties": False,
-}
-WEATHER: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather of a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
-            "required": ["city"],
-        },
-    },
 }
 TIME: Any = {
     "type": "function",
@@ -112,11 +100,11 @@ def test_a_required_or_named_call_comes_on_the_first_try(served: Served, choice:
     ask: Any = [{"role": "user", "content": "What's the weather in Zürich right now?"}]
     tool_choice: Any = "required" if choice == "required" else {"type": "function", "function": {"name": "get_time"}}
     done = served.client("alice").chat.completions.create(
-        model="codes", messages=ask, tools=[WEATHER, TIME], tool_choice=tool_choice, max_tokens=TOKENS
+        model="codes", messages=ask, tools=[WEATHER_TOOL, TIME], tool_choice=tool_choice, max_tokens=TOKENS
     )
     message = done.choices[0].message
     assert done.choices[0].finish_reason == "tool_calls" and message.tool_calls
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER_TOOL, TIME)}
     for call in message.tool_calls:
         assert call.function.name in schemas and (choice == "required" or call.function.name == "get_time")  # type: ignore[union-attr]
         jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])  # type: ignore[union-attr]
