@@ -43,6 +43,7 @@ class Bench:
 BENCHES = (
     Bench("memory_speed", ("quick", "full"), takes_profile=True),
     Bench("loop_overhead", ("quick", "full"), takes_profile=True),
+    Bench("context_q_recall", ("quick", "full")),
     Bench("learning", ("quick", "full"), takes_profile=True),
     Bench("bfcl_learning", ("quick", "full"), takes_profile=True),
     Bench("marft_relay", ("quick", "full")),

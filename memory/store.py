@@ -44,6 +44,7 @@ from memory.learn import rewards
 from memory.learn.rewards import Reinforcement
 from memory.recall import log as recall_log
 from memory.recall import retrieving
+from memory.recall.context_q import ContextQCache
 from memory.storage import items as stored
 from memory.storage import jsonl
 from memory.storage.database import OpenStore, mirror_set, open_database
@@ -93,6 +94,7 @@ class MemoryStore:
         self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
         self._open = OpenStore(self._db, self._mirrors)
         self._texts = ItemCache(self.config.item_cache)
+        self._folded = ContextQCache()
 
     # -- writing (memory.write) ----------------------------------------------------------------
     def add(
@@ -234,6 +236,7 @@ class MemoryStore:
         return retrieving.retrieve(
             self._open, self._embed, queries, config=self.config, recall_config=config, namespace=namespace,
             contexts=contexts, shared=shared, as_of=as_of, record=record, rng=self._rng, texts=self._texts,
+            folded=self._folded,
         )  # fmt: skip
 
     # -- learning (memory.learn) ---------------------------------------------------------------

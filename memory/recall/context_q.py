@@ -8,6 +8,8 @@ recalled, and the rewards that followed (``memory_feedback``). Folding those rew
 were applied with the store's rule, ``Q ← Q + α·(r − Q)``, from the Q the memory had when the context
 first recalled it, gives its Q in that context; nothing else is stored, so rewards stay idempotent and
 every process reads the same values. Rewards count with weight 1 (``credit="score"`` is not applied).
+A store keeps what it folded for the generation it last read (``ContextQCache``): recalls between two
+writes read none of it from SQL again.
 
 Where a context has not rewarded a memory, ``RetrievalConfig.context_start`` says what its Q there is:
 ``"global"``, its stored Q, so a memory recalled for a look-alike and failed there (Q −0.3) ranks below
@@ -35,9 +37,10 @@ Example:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
 
@@ -187,49 +190,127 @@ def check_contexts(contexts: Sequence[str | None] | None, n: int) -> list[str | 
     return list(contexts)
 
 
-class Transactions(Protocol):
-    """What ``q_in_context`` reads through: ``memory.storage.database.Database`` (named here by shape, not
-    imported: the database module stands above the mirrors, which the recall log's retention never needs)."""
-
-    def transaction(self, *, write: bool = True) -> AbstractContextManager[Connection]: ...
+CACHED = 4096
+"""The most folded values (one per context, one per tenant overlay) a store keeps for the generation it last read."""
 
 
-def q_in_context(
-    db: Transactions,
-    namespace: str,
-    contexts: Sequence[str | None],
-    cfg: RetrievalConfig,
-    *,
-    alpha: float,
-    shared: str | None = None,
-    q_init: float = 0.0,
-    schedule: str = "constant",
-    floor: float = 0.0,
-) -> list[QOver]:
+class ContextQCache:
+    """What ``QInContext.read`` folded, kept for the store's generation it was read at, so recalls between two
+    writes fold nothing again and read no SQL for it (a served tenant asks many questions between ratings).
+
+    Every write that changes what the fold reads bumps the generation (a reward, a tenant's of shared memories
+    too, though it moves no stored Q; an expiry of the recall log; a distrust reset or its undo), so values read
+    at the generation the mirrors reflect are current; a newer generation empties the cache. Least recently
+    used values go past ``size``.
+    """
+
+    def __init__(self, size: int = CACHED) -> None:
+        self.size = size
+        self.generation = -1
+        self._values: OrderedDict[tuple[Any, ...], dict[str, float]] = OrderedDict()
+
+    def at(self, generation: int) -> ContextQCache:
+        """This cache for ``generation``: emptied when it held another's values."""
+        if generation != self.generation:
+            self._values.clear()
+            self.generation = generation
+        return self
+
+    def get(self, key: tuple[Any, ...]) -> dict[str, float] | None:
+        found = self._values.get(key)
+        if found is not None:
+            self._values.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[Any, ...], values: dict[str, float]) -> None:
+        self._values[key] = values
+        self._values.move_to_end(key)
+        while len(self._values) > self.size:
+            self._values.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class QInContext:
     """Per query, the Q-values that replace the stored ones in its ranking: the tenant's overlay on the
     ``shared`` memories it rated, and the Q its context earned (``RetrievalConfig.context_q``), which
     wins where both speak; with ``context_start="neutral"`` a query made for a context ranks every other
-    memory at ``q_init``. Empty when none of this applies. No more SQL for a neutral start than for a
-    global one: the same rows, folded from another start. ``schedule``, ``floor``: the step's, as ``fold``'s."""
-    named = [c for c in contexts if c is not None] if cfg.context_q else []
-    if not named and shared is None:
-        return []
-    neutral = cfg.context_start == "neutral"
-    with db.transaction(write=False) as conn:
-        overlay = (
-            overlay_values(conn, namespace, shared, alpha=alpha, schedule=schedule, floor=floor)
-            if shared is not None
-            else {}
-        )
-        first = q_init if neutral else None
-        values = (
-            context_values(conn, namespace, named, alpha=alpha, first=first, schedule=schedule, floor=floor)
-            if named
-            else {}
-        )
-    return [
-        QOver(overlay | values.get(c, {}), rest=q_init if neutral else None)
-        if c is not None and named
-        else QOver(overlay)
-        for c in contexts
-    ]
+    memory at ``q_init``. ``alpha``, ``schedule``, ``floor``: the step's, as ``fold``'s.
+
+    ``cached`` answers from ``cache`` without SQL when it holds every value at the generation asked;
+    ``read`` reads what it lacks inside the caller's transaction (after the mirrors' sync in it, so
+    the values are at least as new as the generation they are kept under). No more SQL for a neutral start
+    than for a global one: the same rows, folded from another start.
+    """
+
+    namespace: str
+    contexts: Sequence[str | None]
+    cfg: RetrievalConfig
+    alpha: float
+    cache: ContextQCache
+    shared: str | None = None
+    q_init: float = 0.0
+    schedule: str = "constant"
+    floor: float = 0.0
+
+    @property
+    def named(self) -> list[str]:
+        return [c for c in self.contexts if c is not None] if self.cfg.context_q else []
+
+    @property
+    def first(self) -> float | None:
+        return self.q_init if self.cfg.context_start == "neutral" else None
+
+    def _key(self, kind: str, key: str) -> tuple[Any, ...]:
+        return kind, self.namespace, key, self.alpha, self.first, self.schedule, self.floor
+
+    def cached(self, generation: int) -> list[QOver] | None:
+        """The Q-values from the cache at ``generation``; None when it lacks one of them (or the generation)."""
+        cache = self.cache
+        if not self.named and self.shared is None:
+            return []
+        if generation < 0 or cache.generation != generation:
+            return None
+        overlay = cache.get(self._key("overlay", self.shared)) if self.shared is not None else {}
+        values = {c: cache.get(self._key("context", c)) for c in set(self.named)}
+        if overlay is None or any(v is None for v in values.values()):
+            return None
+        return self._per_query(overlay, {c: v for c, v in values.items() if v is not None})
+
+    def read(self, conn: Connection, generation: int) -> list[QOver]:
+        """The Q-values, what the cache lacks at ``generation`` read from the log in ``conn`` and kept there."""
+        if not self.named and self.shared is None:
+            return []
+        cache = self.cache.at(generation)
+        overlay: dict[str, float] = {}
+        if self.shared is not None:
+            kept = cache.get(self._key("overlay", self.shared))
+            if kept is None:
+                kept = overlay_values(
+                    conn, self.namespace, self.shared, alpha=self.alpha, schedule=self.schedule, floor=self.floor
+                )
+                cache.put(self._key("overlay", self.shared), kept)
+            overlay = kept
+        values: dict[str, dict[str, float]] = {}
+        missing = []
+        for c in sorted(set(self.named)):
+            found = cache.get(self._key("context", c))
+            if found is None:
+                missing.append(c)
+            else:
+                values[c] = found
+        if missing:
+            read = context_values(
+                conn, self.namespace, missing, alpha=self.alpha, first=self.first, schedule=self.schedule,
+                floor=self.floor,
+            )  # fmt: skip
+            for c in missing:
+                values[c] = read.get(c, {})
+                cache.put(self._key("context", c), values[c])
+        return self._per_query(overlay, values)
+
+    def _per_query(self, overlay: dict[str, float], values: Mapping[str, dict[str, float]]) -> list[QOver]:
+        rest = self.first
+        return [
+            QOver(overlay | values.get(c, {}), rest=rest) if c is not None and self.named else QOver(overlay)
+            for c in self.contexts
+        ]

@@ -43,7 +43,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, exists, insert, sele
 
 from memory.recall.context_q import fold, folded
 from memory.recall.log import candidates_of, expired_through, recalled_at
-from memory.storage.schema import feedback, recall_items, recall_summary, recalls
+from memory.storage.schema import bump, feedback, recall_items, recall_summary, recalls
 from memory.storage.statements import chunks, execute_many
 
 SUMMARY_INSERT = insert(recall_summary)
@@ -64,6 +64,8 @@ def expire(
         namespaces if namespaces is not None else sorted(conn.execute(select(recalls.c.namespace).distinct()).scalars())
     )
     expired = sum(_expire(conn, ns, before, alpha, dry_run) for ns in names)
+    if names and not dry_run:
+        bump(conn)  # what Q in context folds from changed: values kept for the last generation are stale
     if namespaces is None and not dry_run:  # rewards to recalls never logged (record=False) or gone before
         orphan = ~exists().where(recalls.c.id == feedback.c.recall_id)
         conn.execute(delete(feedback).where(feedback.c.applied_at <= before, orphan))

@@ -9,6 +9,7 @@ mirrors up, plans again if another process wrote meanwhile, and reads every sele
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -17,9 +18,9 @@ from sqlalchemy import Connection
 
 from connectors.errors import StoreError
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.recall.context_q import check_contexts, q_in_context
+from memory.recall.context_q import ContextQCache, QInContext, check_contexts
 from memory.recall.log import log_recalls
-from memory.recall.planning import Plan, Planner, to_recall
+from memory.recall.planning import Plan, Planner, QOver, to_recall
 from memory.storage.items import fetch_items
 from memory.storage.records import ItemCache, MemoryItem, Recall
 from memory.write.checks import check_namespace, check_retrieval, check_shared, check_texts, check_time, new_id
@@ -76,11 +77,13 @@ def select_memories(
     texts: ItemCache,
     *,
     view: Callable[[Connection, str], NamespaceMirror] | None = None,
+    q_over: Callable[[Connection, int], list[QOver]] | None = None,
 ) -> tuple[list[Plan], dict[str, MemoryItem]]:
     """Catch the mirrors up, plan again when another process wrote since ``plans`` were made (or when there
     are none yet), and read every selected memory: the plans and the memories a recall returns.
     ``namespaces`` are the recall's own namespace and the shared one it searches too (or None); ``view``
-    gives the mirror searched for a namespace (default: the store's own; ``MirrorSet.snapshot`` for an audit).
+    gives the mirror searched for a namespace (default: the store's own; ``MirrorSet.snapshot`` for an audit);
+    ``q_over``, the Q-values in context at a generation, read in ``conn`` whenever the queries are planned here.
 
     A recall returns exactly what it selected: when a selected memory is gone from SQL (removed by
     another process after the catch-up, possible under READ COMMITTED), the mirrors catch up again and
@@ -92,6 +95,8 @@ def select_memories(
         seen = mirrors.generation
         mirrors.sync(conn)
         if plans is None or attempt or mirrors.generation != seen:
+            if q_over is not None:
+                planner = replace(planner, q_in_context=q_over(conn, mirrors.generation))
             plans = planner(view(conn, namespace), None if shared is None else view(conn, shared))
         found = selected_items(conn, plans, namespaces, texts)
         if all(i in found for p in plans for i in p.selected_ids):
@@ -116,12 +121,15 @@ def retrieve(
     record: bool,
     rng: np.random.Generator,
     texts: ItemCache,
+    folded: ContextQCache,
 ) -> list[Recall]:
     """``MemoryStore.retrieve_many``: the arguments checked, the queries embedded (``embed``), planned and
-    logged under the store's lock (``recall_config`` None: ``config.retrieval``; ``texts``: the item cache).
+    logged under the store's lock (``recall_config`` None: ``config.retrieval``; ``texts``: the item cache;
+    ``folded``: the Q-values in context folded at the store's generation).
 
-    Optimistic: the queries are planned on the mirrors as this process last saw them and checked in the
-    transaction that logs the recalls (read-only if none), planned again only if another process wrote. An
+    Optimistic: the queries are planned on the mirrors as this process last saw them, with the Q-values in
+    context kept for that generation, and checked in the transaction that logs the recalls (read-only if none);
+    planned again, with the Q-values read in it, only if another process wrote (or they were not kept). An
     audit (``as_of``) plans on a copy read from SQL of the memories valid then, never from the item cache.
     """
     cfg = check_retrieval(recall_config if recall_config is not None else config.retrieval)
@@ -132,18 +140,19 @@ def retrieve(
         return []
     vecs = embed(queries)
     mirrors, names = opened.mirrors, (namespace, shared)
+    wanted = QInContext(
+        namespace, contexts, cfg, config.alpha, folded, shared=shared, q_init=config.q_init,
+        schedule=config.alpha_schedule, floor=config.alpha_floor,
+    )  # fmt: skip
     with opened.locked():
-        own = q_in_context(
-            opened.db, namespace, contexts, cfg, alpha=config.alpha, shared=shared, q_init=config.q_init,
-            schedule=config.alpha_schedule, floor=config.alpha_floor,
-        )  # fmt: skip
-        planner, plans, view = Planner(vecs, cfg, rng, own), None, None
-        if as_of is None:
-            plans = planner(*[opened.mirror(n) for n in names if n is not None])
-        else:
+        own = wanted.cached(mirrors.generation)
+        planner, plans, view = Planner(vecs, cfg, rng, own or ()), None, None
+        if as_of is not None:
             view, texts = partial(mirrors.snapshot, as_of=as_of), ItemCache(0)
+        elif own is not None:
+            plans = planner(*[opened.mirror(n) for n in names if n is not None])
         with opened.db.transaction(write=record) as conn:
-            plans, found = select_memories(conn, mirrors, names, planner, plans, texts, view=view)
+            plans, found = select_memories(conn, mirrors, names, planner, plans, texts, view=view, q_over=wanted.read)
             out = [
                 to_recall(new_id(), namespace, q, p, found, c, shared)
                 for q, p, c in zip(queries, plans, contexts, strict=True)

@@ -1,0 +1,120 @@
+"""Q in context kept between writes (``memory.recall.context_q.ContextQCache``): recalls between two writes
+fold nothing again and read no reward from SQL, and every write that changes what the fold reads — a
+reward from another store, a tenant's rating that moves no stored Q, an expiry of the recall log — reaches
+the next recall all the same."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from sqlalchemy import event
+
+from memory import MemoryConfig, MemoryStore, RetrievalConfig
+from memory.config import ForgetConfig
+
+SHARED = "facility codes run — trained/solver"
+ALICE = "facility codes run — trained@Ärztekammer-Nordrhein-Westfalen/solver"
+QUERY = "door code of the harbor warehouse"
+CONTEXT = "Quartz visitor badges — Standort Zürich-Altstetten"
+
+
+def direction(degrees: float) -> list[float]:
+    return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
+
+
+class TableEmbedder:
+    """The Quartzite memory at 0°, the Quartz memory at 37°; the question about Quartz at 15°, nearer the
+    Quartzite memory (look-alikes): ranked by similarity alone, the wrong one comes first."""
+
+    name, dim = "table-2d", 2
+    VECTORS = {
+        "Visitor badge colour at Quartzite": direction(0),
+        "Visitor badge colour at Quartz": direction(37),
+        "Which badge colour do Quartz visitors get?": direction(15),
+        QUERY: direction(60),
+    }
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.array([self.VECTORS[t] for t in texts], dtype=np.float32)
+
+
+QUARTZ = "Which badge colour do Quartz visitors get?"
+CFG = MemoryConfig(alpha=0.5, retrieval=RetrievalConfig(k1=5, k2=1, delta=-1.0, lam=0.7, context_start="neutral"))
+
+
+@contextmanager
+def statements(store: MemoryStore) -> Iterator[list[str]]:
+    """The SQL statements ``store`` runs inside the block (its engine's cursor executions)."""
+    seen: list[str] = []
+    engine = store._db.engine  # the store's own engine: what a recall asks of the database
+
+    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+
+def reads_rewards(seen: Sequence[str]) -> bool:
+    return any("memory_feedback" in s or "memory_recall_summary" in s for s in seen)
+
+
+def badges(open_store: Callable[..., MemoryStore], config: MemoryConfig = CFG) -> tuple[MemoryStore, str, str]:
+    store = open_store(config, embedder=TableEmbedder())
+    white = store.add("Visitor badge colour at Quartzite", "Quartzite badges are white.").id
+    grey = store.add("Visitor badge colour at Quartz", "Quartz badges are grey.").id
+    return store, white, grey
+
+
+def test_recalls_between_two_writes_read_no_reward_from_sql(open_store: Callable[..., MemoryStore]) -> None:
+    store, white, grey = badges(open_store)
+    store.reinforce(store.retrieve(QUARTZ, context=CONTEXT), -1.0)  # the look-alike failed here
+    with statements(store) as first:
+        assert store.retrieve(QUARTZ, context=CONTEXT).ids == (grey,)
+    with statements(store) as later:
+        for _ in range(3):
+            assert store.retrieve(QUARTZ, context=CONTEXT).ids == (grey,)
+    assert reads_rewards(first)  # the reward changed the generation: folded again once
+    assert not reads_rewards(later)
+
+
+def test_a_reward_from_another_store_reaches_the_next_recall(open_store: Callable[..., MemoryStore]) -> None:
+    store, white, grey = badges(open_store)
+    for _ in range(2):  # the second answered from what the first folded
+        assert store.retrieve(QUARTZ, context=CONTEXT).ids == (white,)
+    other = open_store(CFG, embedder=TableEmbedder())
+    other.reinforce(other.retrieve(QUARTZ, context=CONTEXT), -1.0)
+    assert store.retrieve(QUARTZ, context=CONTEXT).ids == (grey,)
+
+
+def test_a_tenants_rating_that_moves_no_stored_q_reaches_another_stores_next_recall(
+    open_store: Callable[..., MemoryStore],
+) -> None:
+    config = MemoryConfig(alpha=0.5, retrieval=RetrievalConfig(k1=6, k2=1, delta=-1.0, lam=0.5))
+    store = open_store(config, embedder=TableEmbedder())
+    shared = [store.add(QUERY, f"the harbor door code is {code}", namespace=SHARED, q=0.2).id for code in "12"]
+    for _ in range(2):
+        assert store.retrieve(QUERY, namespace=ALICE, shared=SHARED).ids == (shared[0],)
+    other = open_store(config, embedder=TableEmbedder())
+    other.reinforce(other.retrieve(QUERY, namespace=ALICE, shared=SHARED), -1.0)
+    assert [store.get(i, namespace=SHARED).q for i in shared] == [0.2, 0.2]  # the shared Q did not move
+    assert store.retrieve(QUERY, namespace=ALICE, shared=SHARED).ids == (shared[1],)  # alice's overlay did
+
+
+def test_an_expiry_of_the_recall_log_in_another_store_is_read_again(open_store: Callable[..., MemoryStore]) -> None:
+    store, white, grey = badges(open_store)
+    store.reinforce(store.retrieve(QUARTZ, context=CONTEXT), -1.0)
+    assert store.retrieve(QUARTZ, context=CONTEXT).ids == (grey,)
+    other = open_store(CFG, embedder=TableEmbedder())
+    assert other.prune(config=ForgetConfig(recall_retention=0.0), now=time.time() + 1).recalls_expired == 2
+    with statements(store) as seen:
+        assert store.retrieve(QUARTZ, context=CONTEXT).ids == (grey,)  # the fold goes on from the summary
+    assert any("memory_recall_summary" in s for s in seen)
