@@ -177,13 +177,12 @@ def bench_size(
     out["reopen_s"] = time.perf_counter() - start
     out["reopen_index"] = again.index_status()
     out["reopen_same_recall"] = same
+    out["stored_items"] = again.stats()["count"]  # n and the grouped add's
     again.close()
 
     db = workdir / "bench.db"
-    db_bytes = sum(p.stat().st_size for p in workdir.glob("bench.db*") if p.is_file())
-    index_bytes = sum(p.stat().st_size for p in (workdir / "bench.db.faiss").glob("*"))
-    out["bytes_per_item"] = {"database": db_bytes / n, "index": index_bytes / n}
     out["index_file"] = index_file(Path(str(db) + ".faiss"), "default").name
+    out["bytes_per_item"] = {part: size / out["stored_items"] for part, size in stored_bytes(db).items()}
     if n in profile.ivf_store:
         out["ivf_store"] = ivf_store(vecs, texts, targets, embedder, workdir / "ivf.db", seed=seed)
         out["ivf_store"]["speedup_vs_brute_force"] = out["brute_force"]["p50_ms"] / out["ivf_store"]["p50_ms"]
@@ -191,6 +190,19 @@ def bench_size(
         out[name] = extra(vecs, query_vecs, workdir, seed)
     kinds = ["flat"] + [k for k, sizes in profile.kinds.items() if n in sizes]
     out["index_kinds"] = index_kinds(vecs, query_vecs, kinds, k=cfg.retrieval.k1)
+    return out
+
+
+def stored_bytes(db: Path) -> dict[str, int]:
+    """The sizes (``st_size``, as ``bench.peers`` counts) of what a closed store keeps: the SQLite file with
+    any -wal and -shm beside it, the vector index files and the mirror snapshots (``memory.mirror.snapshot``,
+    whose room to grow is a hole that takes no disk but counts here), each with its JSON sidecar."""
+    out = {"database": 0, "index": 0, "mirror": 0}
+    for p in db.parent.glob(db.name + "*"):
+        if p.is_file():
+            out["database"] += p.stat().st_size
+    for p in Path(str(db) + ".faiss").glob("*"):
+        out["mirror" if ".mirror" in p.suffixes else "index"] += p.stat().st_size
     return out
 
 

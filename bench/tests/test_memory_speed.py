@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench import memory_speed as ms
-from bench.memory_speed_measure import DIM, clustered
+from bench.memory_speed_measure import DIM, GROUPED_BATCH, clustered
 from bench.memory_speed_report import target_rows
 from connectors.errors import ConfigError
 
@@ -31,6 +31,10 @@ def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path
     assert r["brute_force"]["same_choice"] == 1.0  # the Python scan picks what the store picks
     assert r["index_kinds"]["flat"]["recall_at_10"] == 1.0
     assert r["reopen_same_recall"] and r["reopen_index"] == "loaded"
+    assert r["stored_items"] == 2000 + GROUPED_BATCH  # bytes are per item stored, the grouped add's too
+    size = r["bytes_per_item"]
+    assert size["index"] >= DIM * 4 and size["mirror"] >= DIM * 4  # each a copy of the vectors (flat index)
+    assert DIM * 4 <= size["database"] < 2 * DIM * 4
     auto = r["adaptive_store"]  # the default index: exact at this size, reopened in a fresh process
     assert auto["index"]["holds"] == "exact" and auto["recall_at_10"] == 1.0
     assert (auto["reopen"]["index"], auto["reopen"]["mirror"]) == ("loaded", "loaded")
@@ -39,7 +43,7 @@ def test_a_small_run_writes_every_report_and_the_reference_agrees(tmp_path: Path
     for key in ("retrieval_ratio_vs_faiss_2k", "retrieval_speedup_vs_brute_force_2k", "add_items_per_s",
                 "reinforce_updates_per_s", "grouped_add_items_per_s_2k", "index_flat_recall_at_10_2k",
                 "write_call_p50_ms_2k", "reopen_s_2k", "rss_mb_2k", "rss_anon_mb_2k", "ann_retrieval_ratio_vs_index_2k",
-                "adaptive_copies_same_recalls"):  # fmt: skip
+                "adaptive_copies_same_recalls", "bytes_per_item_2k"):  # fmt: skip
         assert summary[key] > 0, key
     md = (tmp_path / "memory_speed.md").read_text()
     assert "| two-phase retrieve p50 / raw FAISS p50 at 100k | <= 1.3 | not measured in this run | — |" in md

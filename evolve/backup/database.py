@@ -156,6 +156,7 @@ def _sqlite_restore(src: Path, target: Path, *, force: bool) -> dict[str, int]:
             # backup API writes the checked copy into the target in one transaction instead: atomic,
             # WAL-aware, and other connections see either the old or the new database.
             with closing(_connect(tmp)) as source, closing(_connect(target)) as dest:
+                _match_page_size(source, dest)
                 source.backup(dest)
         else:
             os.replace(tmp, target)
@@ -167,6 +168,16 @@ def _sqlite_restore(src: Path, target: Path, *, force: bool) -> dict[str, int]:
     shutil.rmtree(target.with_name(target.name + ".faiss"), ignore_errors=True)
     log.info("restored %s into %s (%d tables)", src, target, len(counts))
     return _sqlite_check(target, where=f"restored database {target}")
+
+
+def _match_page_size(source: sqlite3.Connection, dest: sqlite3.Connection) -> None:
+    """Give ``source`` (the restored copy, not in WAL mode) ``dest``'s page size: SQLite cannot back up into a
+    WAL database whose page size differs ("attempt to write a readonly database"), and the page size of new
+    files changed (4 KiB before ``connectors.db.PAGE_SIZE``), so a backup and its target may differ."""
+    size = dest.execute("PRAGMA page_size").fetchone()[0]
+    if source.execute("PRAGMA page_size").fetchone()[0] != size:
+        source.execute(f"PRAGMA page_size={int(size)}")
+        source.execute("VACUUM")  # rewrites the copy with the new page size
 
 
 def _sqlite_check(path: Path, *, where: str) -> dict[str, int]:

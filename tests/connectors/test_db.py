@@ -102,6 +102,17 @@ def test_durability_sets_sqlite_synchronous(tmp_path: Path, durability: str, lev
     assert pragma(engine, "synchronous") == level
 
 
+def test_a_new_sqlite_file_gets_the_larger_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    assert pragma(make_engine(f"sqlite:///{tmp_path / 'new.db'}"), "page_size") == connectors.db.PAGE_SIZE == 8192
+    with sqlite3.connect(tmp_path / "old.db") as conn:  # written before: 4 KiB pages
+        conn.execute("PRAGMA page_size=4096")
+        conn.execute("CREATE TABLE t (x)")
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+    assert (pragma(engine, "page_size"), pragma(engine, "journal_mode")) == (4096, "wal")
+
+
 def test_an_unknown_durability_is_config_error() -> None:
     with pytest.raises(ConfigError, match=r"durability must be one of \('normal', 'full'\), got 'off'"):
         make_engine("sqlite://", durability="off")  # type: ignore[arg-type]

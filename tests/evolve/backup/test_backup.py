@@ -75,6 +75,25 @@ def test_restore_refuses_a_database_that_is_not_empty_unless_forced(tmp_path: Pa
     assert not (tmp_path / "b.db.faiss").exists()
 
 
+@pytest.mark.parametrize(("backup_pages", "target_pages"), [(4096, 8192), (8192, 4096)])
+def test_a_forced_restore_works_across_page_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backup_pages: int, target_pages: int
+) -> None:
+    """Stores made before ``connectors.db.PAGE_SIZE`` have 4 KiB pages; SQLite cannot back up into a WAL
+    database of another page size, so a backup of one restored over the other has to be converted first."""
+    a, b = sqlite_url(tmp_path / "a.db"), sqlite_url(tmp_path / "b.db")
+    monkeypatch.setattr("connectors.db.PAGE_SIZE", backup_pages)
+    populate(a, n=20, root=tmp_path / "a")
+    backup(a, tmp_path / "a-backup.db")
+    monkeypatch.setattr("connectors.db.PAGE_SIZE", target_pages)
+    with MemoryStore(b, embedder=embedder()) as store:
+        store.add("other", "replaced by the restore")
+    restore(tmp_path / "a-backup.db", b, force=True)
+    assert differences(snapshot(a), snapshot(b)) == 0
+    with sqlite3.connect(tmp_path / "b.db") as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == target_pages
+
+
 def test_restore_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
     target = sqlite_url(tmp_path / "t.db")
     with pytest.raises(StoreError, match="no backup file"):

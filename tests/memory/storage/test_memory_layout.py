@@ -7,10 +7,12 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import create_engine, insert, select
 
 import memory.storage.statements
+from connectors.embedders import HashEmbedder
 from memory.storage.schema import memory_items, metadata, recalls
 from memory.storage.statements import execute_many, read_generation
 from memory.store import MemoryStore
@@ -43,6 +45,24 @@ def test_a_store_with_per_item_vectors_is_upgraded_on_open(open_store: Open, tmp
     assert again.retrieve("parse a date").ids[0] == ids[1]
     assert again.add("water the plants", "every monday").intent == "water the plants"
     assert again.stats()["count"] == 3
+
+
+@sqlite_only
+def test_intent_vectors_fill_their_pages(open_store: Open, tmp_path: Path) -> None:
+    """An intent key's row (a 384-d float32 vector, 1,536 bytes, plus its id and text) fits twice in a 4 KiB page,
+    a fifth of the table left empty; the database's pages (``connectors.db.PAGE_SIZE``) hold five."""
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((2000, 384)).astype(np.float32)
+    store = open_store(embedder=HashEmbedder(dim=384))
+    store.add_many([(f"intent {i}", f"experience {i}") for i in range(2000)], embeddings=vecs, group=False)
+    with sqlite3.connect(tmp_path / "memory.db") as conn:
+        try:
+            used, payload = conn.execute(
+                "SELECT SUM(pgsize), SUM(payload) FROM dbstat WHERE name = 'memory_intents' AND pagetype = 'leaf'"
+            ).fetchone()
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite has no dbstat table")
+    assert payload / used > 0.95
 
 
 @pytest.mark.parametrize("fast", [True, False])
