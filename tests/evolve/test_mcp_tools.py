@@ -211,7 +211,12 @@ def test_tool_names_must_stay_unique_across_python_and_mcp_tools(stdio: MCPConne
         Agent("clerk", scripted("ok"), tools=[Tool.from_function(door_code), *stdio.tools()])
     servers = MCPConnections(cwd=ROOT)
     with pytest.raises(ConfigError, match="tool 'door_code' is offered by both MCP servers"):
-        servers.tools(["python -m tests.support.mcp_tool_server", shlex.join([sys.executable, "-m", "tests.support.mcp_tool_server"])])
+        servers.tools(
+            [
+                "python -m tests.support.mcp_tool_server",
+                shlex.join([sys.executable, "-m", "tests.support.mcp_tool_server"]),
+            ]
+        )
     servers.close()
 
 
