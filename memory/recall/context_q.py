@@ -75,8 +75,25 @@ def fold(
     under ``"visits"`` with ``floor = 0`` it is (s + Σ_i r_i)/(n + 1).
     """
     out: dict[str, dict[str, float]] = {context: dict(values) for context, values in (start or {}).items()}
-    rows = list(rows)
     seen = {(context, item): 1 for context, values in out.items() for item in values}
+    fold_onto(out, seen, rows, alpha=alpha, first=first, schedule=schedule, floor=floor)
+    return out
+
+
+def fold_onto(
+    out: dict[str, dict[str, float]],
+    seen: dict[tuple[str, str], int],
+    rows: Iterable[tuple[str, str, float, float]],
+    *,
+    alpha: float,
+    first: float | None = None,
+    schedule: str = "constant",
+    floor: float = 0.0,
+) -> None:
+    """``fold``'s step, in place: ``rows`` folded onto the values ``out`` holds, ``seen`` counting the rewards
+    each (context, memory) has had (what ``"visits"`` steps by); the same operations in the same order as one
+    fold of every row, so a fold carried on from where it stood equals the fold of all rows, bit for bit."""
+    rows = list(rows)
     counts = []  # the rewards each row's memory had in its context before this one
     for context, item, _, _ in rows:
         counts.append(seen.get((context, item), 0))
@@ -86,7 +103,6 @@ def fold(
         values = out.setdefault(context, {})
         q = values.get(item, q_then if first is None else first)
         values[item] = q + step * (reward - q)
-    return out
 
 
 def context_values(
@@ -107,7 +123,7 @@ def context_values(
     for part in chunks(sorted(set(contexts))):
         start.update(forget_reset(folded(conn, namespace, "context", part), reset))
         heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
-        rows.extend((context, item, q, reward) for context, _, reward, c, at in heads_of(conn, heads)
+        rows.extend((context, item, q, reward) for context, _, reward, c, at, _ in heads_of(conn, heads)
                     for item, q in c.selected_where(None) if at > reset.get(item, -1.0))  # fmt: skip
     return fold(rows, alpha=alpha, start=start, first=first, schedule=schedule, floor=floor)
 
@@ -117,12 +133,73 @@ def overlay_values(
 ) -> dict[str, float]:
     """A tenant's overlay Q on the shared memories it rated: the rewards its recalls in ``namespace`` gave
     memories of ``shared``, folded as ``fold`` does from the Q each had when first recalled there."""
-    heads = rewarded(conn, namespace).where(recalls.c.shared == shared)
-    reset = reset_since(conn, shared)
-    rows = (("", item, q, reward) for _, _, reward, c, at in heads_of(conn, heads)
-            for item, q in c.selected_where(True) if at > reset.get(item, -1.0))  # fmt: skip
-    start = forget_reset({"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}, reset)
-    return fold(rows, alpha=alpha, start=start, schedule=schedule, floor=floor).get("", {})
+    return OverlayFold.read(conn, namespace, shared, alpha=alpha, schedule=schedule, floor=floor).values
+
+
+@dataclass
+class OverlayFold:
+    """A tenant's overlay fold (``overlay_values``) and where it stands, so it goes on from there: the rewards
+    applied since are read and folded onto it (``advance``) instead of every reward again.
+
+    It goes on only while what it started from holds: the same expiry (``through``), the same distrust resets,
+    and every reward up to its ``cursor`` (when applied, then the reward's id: the fold's order) already in
+    it — a reward that another process committed later with an earlier time is counted (``rewards``) and makes
+    it fold everything again, as a changed expiry or reset does.
+    """
+
+    values: dict[str, float]
+    seen: dict[tuple[str, str], int]
+    cursor: tuple[float, str] | None
+    rewards: int
+    through: float | None
+    reset: dict[str, float]
+    alpha: float
+    schedule: str
+    floor: float
+
+    @classmethod
+    def read(
+        cls, conn: Connection, namespace: str, shared: str, *, alpha: float, schedule: str, floor: float
+    ) -> OverlayFold:
+        """The fold of every reward (after what expired recalls left folded)."""
+        reset = reset_since(conn, shared)
+        start = forget_reset({"": folded(conn, namespace, "overlay", [shared]).get(shared, {})}, reset)[""]
+        state = cls(dict(start), {("", item): 1 for item in start}, None, 0, expired_through(conn, namespace), reset,
+                    alpha, schedule, floor)  # fmt: skip
+        state._fold(conn, namespace, shared)
+        return state
+
+    def advance(self, conn: Connection, namespace: str, shared: str) -> OverlayFold:
+        """This fold carried on to what ``conn`` sees: the rewards after the cursor folded onto it, or, when
+        what it started from changed, a fold of everything read again."""
+        r, f = recalls.c, feedback.c
+        same = expired_through(conn, namespace) == self.through and reset_since(conn, shared) == self.reset
+        if same and self.cursor is not None:
+            at, last = self.cursor
+            upto = (f.applied_at < at) | ((f.applied_at == at) & (f.id <= last))
+            query = select(func.count()).select_from(recalls.join(feedback, f.recall_id == r.id))
+            query = query.where(r.namespace == namespace, r.shared == shared, upto)
+            if self.through is not None:
+                query = query.where(f.applied_at > self.through)
+            same = conn.execute(query).scalar_one() == self.rewards
+        if not same:
+            return OverlayFold.read(conn, namespace, shared, alpha=self.alpha, schedule=self.schedule, floor=self.floor)
+        self._fold(conn, namespace, shared)
+        return self
+
+    def _fold(self, conn: Connection, namespace: str, shared: str) -> None:
+        f = feedback.c
+        heads = rewarded(conn, namespace).where(recalls.c.shared == shared)
+        if self.cursor is not None:
+            at, last = self.cursor
+            heads = heads.where((f.applied_at > at) | ((f.applied_at == at) & (f.id > last)))
+        rows: list[tuple[str, str, float, float]] = []
+        for _, _, reward, c, at, fid in heads_of(conn, heads):
+            rows.extend(("", item, q, reward) for item, q in c.selected_where(True) if at > self.reset.get(item, -1.0))
+            self.cursor, self.rewards = (at, fid), self.rewards + 1
+        out = {"": dict(self.values)}  # values given out before stay as they were
+        fold_onto(out, self.seen, rows, alpha=self.alpha, schedule=self.schedule, floor=self.floor)
+        self.values = out[""]
 
 
 def reset_since(conn: Connection, namespace: str) -> dict[str, float]:
@@ -142,9 +219,10 @@ def forget_reset(values: dict[str, dict[str, float]], reset: Mapping[str, float]
 
 def rewarded(conn: Connection, namespace: str) -> Select[Any]:
     """The rewards given to recalls of ``namespace`` that are still to fold (applied after what expired
-    recalls left folded), in the order applied: (context, id, reward, candidates, applied at) of each recall."""
+    recalls left folded), in the order applied: (context, recall id, reward, candidates, applied at, reward id)."""
+    f = feedback.c
     query = (
-        select(recalls.c.context, recalls.c.id, feedback.c.reward, recalls.c.candidates, feedback.c.applied_at)
+        select(recalls.c.context, recalls.c.id, f.reward, recalls.c.candidates, f.applied_at, f.id)
         .select_from(recalls.join(feedback, feedback.c.recall_id == recalls.c.id))
         .where(recalls.c.namespace == namespace)
         .order_by(feedback.c.applied_at, feedback.c.id)
@@ -153,12 +231,12 @@ def rewarded(conn: Connection, namespace: str) -> Select[Any]:
     return query if through is None else query.where(feedback.c.applied_at > through)
 
 
-def heads_of(conn: Connection, query: Select[Any]) -> Iterator[tuple[Any, str, float, Any, float]]:
+def heads_of(conn: Connection, query: Select[Any]) -> Iterator[tuple[Any, str, float, Any, float, str]]:
     """``query``'s rows (``rewarded``'s columns) with each recall's ``memory.recall.log.Candidates`` in place of its
     stored candidates."""
     rows = conn.execute(query).all()
     found = candidates_of(conn, list({r[1]: r[3] for r in rows}.items()))
-    return ((r[0], r[1], float(r[2]), found[r[1]], float(r[4])) for r in rows)
+    return ((r[0], r[1], float(r[2]), found[r[1]], float(r[4]), str(r[5])) for r in rows)
 
 
 def folded(conn: Connection, namespace: str, kind: str, keys: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -199,15 +277,17 @@ class ContextQCache:
     writes fold nothing again and read no SQL for it (a served tenant asks many questions between ratings).
 
     Every write that changes what the fold reads bumps the generation (a reward, a tenant's of shared memories
-    too, though it moves no stored Q; an expiry of the recall log; a distrust reset or its undo), so values read
-    at the generation the mirrors reflect are current; a newer generation empties the cache. Least recently
-    used values go past ``size``.
+    too, though it moves no stored Q; an expiry of the recall log; a distrust reset or its undo), so values
+    read at the generation the mirrors reflect are current; a newer generation empties the cache. A tenant's
+    overlay fold is kept across generations (``OverlayFold``): after a write, the rewards applied since are
+    folded onto it, not every reward again. Past ``size`` the least recently used go.
     """
 
     def __init__(self, size: int = CACHED) -> None:
         self.size = size
         self.generation = -1
         self._values: OrderedDict[tuple[Any, ...], dict[str, float]] = OrderedDict()
+        self.overlays: OrderedDict[tuple[Any, ...], OverlayFold] = OrderedDict()  # kept across generations
 
     def at(self, generation: int) -> ContextQCache:
         """This cache for ``generation``: emptied when it held another's values."""
@@ -227,6 +307,16 @@ class ContextQCache:
         self._values.move_to_end(key)
         while len(self._values) > self.size:
             self._values.popitem(last=False)
+
+    def overlay(self, conn: Connection, key: tuple[Any, ...], namespace: str, shared: str, **steps: Any) -> OverlayFold:
+        """The tenant's overlay fold at what ``conn`` sees: the kept one carried on, or read whole."""
+        kept = self.overlays.pop(key, None)
+        state = kept.advance(conn, namespace, shared) if kept is not None else OverlayFold.read(
+            conn, namespace, shared, **steps)  # fmt: skip
+        self.overlays[key] = state
+        while len(self.overlays) > self.size:
+            self.overlays.popitem(last=False)
+        return state
 
 
 @dataclass(frozen=True)
@@ -283,12 +373,13 @@ class QInContext:
         cache = self.cache.at(generation)
         overlay: dict[str, float] = {}
         if self.shared is not None:
-            kept = cache.get(self._key("overlay", self.shared))
+            key = self._key("overlay", self.shared)
+            kept = cache.get(key)
             if kept is None:
-                kept = overlay_values(
-                    conn, self.namespace, self.shared, alpha=self.alpha, schedule=self.schedule, floor=self.floor
-                )
-                cache.put(self._key("overlay", self.shared), kept)
+                kept = cache.overlay(
+                    conn, key, self.namespace, self.shared, alpha=self.alpha, schedule=self.schedule, floor=self.floor
+                ).values
+                cache.put(key, kept)
             overlay = kept
         values: dict[str, dict[str, float]] = {}
         missing = []

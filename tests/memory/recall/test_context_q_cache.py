@@ -1,21 +1,25 @@
 """Q in context kept between writes (``memory.recall.context_q.ContextQCache``): recalls between two writes
 fold nothing again and read no reward from SQL, and every write that changes what the fold reads — a
 reward from another store, a tenant's rating that moves no stored Q, an expiry of the recall log — reaches
-the next recall all the same."""
+the next recall all the same. A tenant's overlay carried on from where it stood equals the fold of every
+reward, bit for bit, and a reward committed late with an earlier time makes it fold everything again."""
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import pytest
 from sqlalchemy import event
 
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
 from memory.config import ForgetConfig
+from memory.recall.context_q import overlay_values
 
 SHARED = "facility codes run — trained/solver"
 ALICE = "facility codes run — trained@Ärztekammer-Nordrhein-Westfalen/solver"
@@ -118,3 +122,50 @@ def test_an_expiry_of_the_recall_log_in_another_store_is_read_again(open_store: 
     with statements(store) as seen:
         assert store.retrieve(QUARTZ, context=CONTEXT).ids == (grey,)  # the fold goes on from the summary
     assert any("memory_recall_summary" in s for s in seen)
+
+
+def overlay_now(store: MemoryStore, config: MemoryConfig) -> dict[str, float]:
+    """The tenant's overlay folded from every reward, read afresh (what a new store would rank by)."""
+    with store._db.transaction(write=False) as conn:
+        return overlay_values(
+            conn, ALICE, SHARED, alpha=config.alpha, schedule=config.alpha_schedule, floor=config.alpha_floor
+        )
+
+
+@pytest.mark.parametrize("schedule", ["constant", "visits"])
+def test_an_overlay_carried_on_from_where_it_stood_equals_the_fold_of_every_reward(
+    open_store: Callable[..., MemoryStore], schedule: str
+) -> None:
+    config = MemoryConfig(alpha=0.3, alpha_schedule=schedule, retrieval=RetrievalConfig(k1=6, k2=2, delta=-1.0))
+    store = open_store(config, embedder=TableEmbedder())
+    other = open_store(config, embedder=TableEmbedder())
+    for code in range(5):
+        store.add(QUERY, f"the harbor door code is {code}", namespace=SHARED, q=0.2)
+    rng = random.Random(7)
+    for step in range(40):  # rewards from both stores, the overlay read between them
+        writer = store if rng.random() < 0.6 else other
+        writer.reinforce(writer.retrieve(QUERY, namespace=ALICE, shared=SHARED), rng.choice([-1.0, 0.5, 1.0]))
+        recall = store.retrieve(QUERY, namespace=ALICE, shared=SHARED)
+        fresh = overlay_now(store, config)
+        kept = next(iter(store._folded.overlays.values())).values
+        assert kept == fresh, f"step {step}"  # bit for bit: the same steps in the same order
+        ranked = {c["id"]: c["q"] for c in store.explain(recall.id, namespace=ALICE)["candidates"]}
+        assert ranked == {i: fresh.get(i, 0.2) for i in ranked}
+
+
+def test_a_reward_committed_late_with_an_earlier_time_folds_everything_again(
+    open_store: Callable[..., MemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = MemoryConfig(alpha=0.5, retrieval=RetrievalConfig(k1=6, k2=1, delta=-1.0, lam=0.5))
+    store = open_store(config, embedder=TableEmbedder())
+    other = open_store(config, embedder=TableEmbedder())
+    shared = [store.add(QUERY, f"the harbor door code is {code}", namespace=SHARED, q=0.2).id for code in "12"]
+    early = other.retrieve(QUERY, namespace=ALICE, shared=SHARED)  # rated later, stamped with an earlier time
+    store.reinforce(store.retrieve(QUERY, namespace=ALICE, shared=SHARED), 1.0)
+    assert store.retrieve(QUERY, namespace=ALICE, shared=SHARED).ids == (shared[0],)
+    then = time.time() - 3600  # another machine's clock, an hour behind
+    monkeypatch.setattr("memory.learn.rewards.time.time", lambda: then)
+    other.reinforce(early, -1.0)
+    monkeypatch.undo()
+    store.retrieve(QUERY, namespace=ALICE, shared=SHARED)
+    assert next(iter(store._folded.overlays.values())).values == overlay_now(store, config)
