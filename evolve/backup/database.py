@@ -176,8 +176,16 @@ def _match_page_size(source: sqlite3.Connection, dest: sqlite3.Connection) -> No
     files changed (4 KiB before ``connectors.db.PAGE_SIZE``), so a backup and its target may differ."""
     size = dest.execute("PRAGMA page_size").fetchone()[0]
     if source.execute("PRAGMA page_size").fetchone()[0] != size:
-        source.execute(f"PRAGMA page_size={int(size)}")
+        source.execute(SET_PAGE_SIZE[int(size)])
         source.execute("VACUUM")  # rewrites the copy with the new page size
+
+
+SET_PAGE_SIZE = {
+    512: "PRAGMA page_size=512", 1024: "PRAGMA page_size=1024", 2048: "PRAGMA page_size=2048",
+    4096: "PRAGMA page_size=4096", 8192: "PRAGMA page_size=8192", 16384: "PRAGMA page_size=16384",
+    32768: "PRAGMA page_size=32768", 65536: "PRAGMA page_size=65536",
+}  # fmt: skip
+"""Every page size SQLite has, its statement written out (no SQL built from values)."""
 
 
 def _sqlite_check(path: Path, *, where: str) -> dict[str, int]:
