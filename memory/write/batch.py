@@ -123,10 +123,13 @@ class NewItems:
 
     def items(self, namespace: str) -> list[MemoryItem]:
         """The ``MemoryItem`` values these rows become once stored in ``namespace``."""
+        # tolist() gives the Python floats and ints that float()/int() of each element would, in one call
+        q, visits, created, start = (a.tolist() for a in (self.q, self.visits, self.created, self.valid_from))
+        kinds = ["episode"] * len(self.ids) if self.kinds is None else self.kinds
         return [
-            MemoryItem(self.ids[i], namespace, self.intents[i], self.experiences[i], float(self.q[i]),
-                       int(self.visits[i]), float(self.created[i]), {**self.metas[i], "success": self.success[i]},
-                       float(self.valid_from[i]), self.valid_to[i], self.superseded_by[i], self.kind(i))
+            MemoryItem(self.ids[i], namespace, self.intents[i], self.experiences[i], q[i], visits[i], created[i],
+                       {**self.metas[i], "success": self.success[i]}, start[i], self.valid_to[i],
+                       self.superseded_by[i], kinds[i])
             for i in range(len(self.ids))
         ]  # fmt: skip
 

@@ -181,13 +181,14 @@ def insert_items(
     seqs, q, visits, created, updated, start = (
         a.tolist() for a in (item_seqs, batch.q, batch.visits, batch.created, batch.updated, batch.valid_from)
     )
+    kinds = [None] * n if batch.kinds is None else [None if k == "episode" else k for k in batch.kinds]
     execute_many(conn, ITEM_INSERT, [
         {"id": batch.ids[i], "seq": seqs[i], "namespace": ns, "intent_id": g.intent_ids[i],
          "intent": batch.intents[i], "experience": batch.experiences[i], "q": q[i], "visits": visits[i],
          "success": batch.success[i], "created_at": created[i], "updated_at": updated[i],
          "updated_gen": generation, "meta": batch.metas[i], "valid_from": start[i],
          "valid_to": batch.valid_to[i], "superseded_by": batch.superseded_by[i],
-         "kind": None if batch.kind(i) == "episode" else batch.kind(i)}  # NULL: an episode
+         "kind": kinds[i]}  # NULL: an episode
         for i in range(n)
     ])  # fmt: skip
     record_context(conn, ns, batch.ids, batch.metas)  # provenance edges to the recalls' memories (memory.learn.credit)
@@ -197,7 +198,7 @@ def insert_items(
     delete_items(conn, ns, mirror.seqs[evicted], generation, f"over capacity: MemoryConfig.capacity = {capacity}")
     rows = Rows(item_seqs[live], np.array(batch.ids, dtype=object)[live], batch.q[live], batch.visits[live],
                 batch.created[live], g.labels[live], g.emb[live],
-                kind_codes(batch.kind(i) for i in range(n))[live])  # fmt: skip
+                kind_codes(kinds)[live])  # fmt: skip
     return Inserted(generation, batch.items(ns), rows, g.key_ids, key_seqs, batch.vecs[g.new_rows], evicted,
                     mirror.seqs[replaced.rows])  # fmt: skip
 

@@ -92,3 +92,23 @@ def test_execute_many_raises_sqlalchemy_errors() -> None:
             "visits": 0, "success": None, "created_at": 0.0, "updated_at": 0.0, "updated_gen": 1, "meta": {}}  # fmt: skip
     with pytest.raises(IntegrityError), engine.begin() as conn:
         execute_many(conn, insert(memory_items), [item, item])
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_execute_many_writes_each_rows_own_json(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bulk add's rows share one meta mapping (the fast path dumps it once); others bring their own.
+    if not fast:
+        monkeypatch.setattr(memory.storage.statements, "_fast", lambda conn: False)
+    engine = create_engine("sqlite://")
+    metadata.create_all(engine)
+    shared = {"writer": "user:local", "tags": ["a", "ü"]}
+    own = [shared, shared, {"writer": "run:r1", "n": 1}, {}, shared]
+    rows = [
+        {"id": f"m{i}", "seq": i, "namespace": "d", "intent_id": "k", "intent": "i", "experience": "e", "q": 0.5,
+         "visits": 0, "success": None, "created_at": 0.0, "updated_at": 0.0, "updated_gen": 1, "meta": meta}
+        for i, meta in enumerate(own)
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        execute_many(conn, insert(memory_items), rows)
+        got = conn.execute(select(memory_items.c.meta).order_by(memory_items.c.seq)).scalars().all()
+    assert got == own

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from connectors.errors import ConfigError
 from memory.config import MemoryConfig
 from memory.store import MemoryStore, WriteEntry
-from memory.write.checks import MAX_META_DEPTH, MAX_VALUE
+from memory.write.checks import MAX_META_DEPTH, MAX_VALUE, row_norms
 
 Open = Callable[..., MemoryStore]
 HUGE = 1.7e308
@@ -98,3 +99,10 @@ def test_a_nan_in_provenance_is_reported_as_provenance(store: MemoryStore, bad: 
     with pytest.raises(ConfigError, match=r"entries\[0\]\.provenance must be JSON-serialisable without NaN"):
         store.write("a task", trajectory="t", feedback="f", success=True, provenance={"reward": bad})
     assert store.items() == []
+
+
+def test_row_norms_are_the_whole_matrix_norms_bit_for_bit() -> None:
+    # Taken in chunks so no float64 copy of a whole batch is made; a row's norm must not depend on that.
+    vecs = np.random.default_rng(3).standard_normal((2500, 384)).astype(np.float32)
+    assert np.array_equal(row_norms(vecs, rows=1024), np.linalg.norm(vecs.astype(np.float64), axis=1))
+    assert row_norms(vecs[:0]).shape == (0,)
