@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from bench.structured_requests import StructuredRequest
 from connectors import Message
-from connectors.constrained import Constraint, compiled, grammar_tokenizer, response_constraint
+from connectors.constrained import Constraint, GrammarMask, compiled, grammar_tokenizer, response_constraint
 from connectors.local_chat import LocalChat
 
 LIBRARIES = ("llguidance", "xgrammar")
@@ -35,6 +35,7 @@ class XgrammarMask:
         grammars = {c: xgrammar_compile(compiler, c) for c in set(constraints) if c is not None}
         self.matchers = [None if c is None else xgr.GrammarMatcher(grammars[c]) for c in constraints]
         self.done = [False] * len(self.matchers)
+        self.closed = [False] * len(self.matchers)  # no steering to the end here: each library as it is
         self.prompt_length = prompt_length
         self.vocab = vocab
         self.bitmask = xgr.allocate_token_bitmask(len(self.matchers), self.vocab)
@@ -76,13 +77,16 @@ class LibraryChat(LocalChat):
         self.setup_seconds = 0.0
         self._compiler: Any = None
 
-    def _mask(self, constraints: Sequence[Constraint | None] | None, length: int, prefill: str) -> Any:
+    def _mask(self, constraints: Sequence[Constraint | None] | None, length: int, prefill: str, budget: int) -> Any:
+        """Each library's mask as it is (no steering to the end as the budget runs out: the same for both)."""
         if not constraints or all(c is None for c in constraints):
             return None
         started = time.perf_counter()
         mask: Any
         if self.library == "llguidance":
-            mask = super()._mask(constraints, length, prefill)
+            if self._grammar_table is None:
+                self._grammar_table = grammar_tokenizer(self._tokenizer)
+            mask = GrammarMask(self._grammar_table, constraints, length, prefill)
         else:
             if self._compiler is None:
                 self._compiler = xgrammar_compiler(self._tokenizer, self._model.config.vocab_size)

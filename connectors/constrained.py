@@ -42,6 +42,17 @@ COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator"
 llguidance does not implement is left to the check every served answer gets (``evolve.serve.formats``)."""
 
 
+CLOSERS = frozenset("\"']})")
+"""The characters that end what a grammar has open: a string (either quote), a list, an object, a call."""
+OPENERS = frozenset("[{(")
+"""The characters that open something more to close."""
+CLOSING = 32
+"""Tokens left in an answer's budget at which a constrained answer is steered to its end (``GrammarMask``)."""
+STEER = 1e4
+"""How hard the last ``CLOSING`` tokens are steered (``steering``): far beyond any logit, so an allowed closing
+token is always taken, and among the others the one that opens least."""
+
+
 @dataclass(frozen=True)
 class Constraint:
     """What an answer must be: ``kind`` (``json_schema``, ``json_object`` or ``calls``) and its grammar in
@@ -105,6 +116,66 @@ def grammar_tokenizer(tokenizer: Any) -> Any:
     return llguidance.hf.from_tokenizer(tokenizer)
 
 
+@dataclass(frozen=True)
+class Steering:
+    """What ``GrammarMask`` needs to steer an answer to its end: each token's text (``pieces``), per closing
+    character the tokens that start with it and hold only ``CLOSERS`` (``"``, ``"}``, ``]}``, ``')]``...), and
+    how many ``OPENERS`` each token has (``": [{"`` opens two)."""
+
+    pieces: tuple[str, ...]
+    closing: Mapping[str, Any]
+    opens: Any
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> Steering:
+        """The steering of a Hugging Face tokenizer (byte-level pieces: ASCII punctuation is itself)."""
+        import numpy as np
+
+        pieces = tuple(p or "" for p in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+        closes = np.array([bool(p) and set(p) <= CLOSERS for p in pieces])
+        starts = np.array([p[:1] for p in pieces])
+        closing = {c: closes & (starts == c) for c in CLOSERS}
+        opens = np.array([sum(ch in OPENERS for ch in p) for p in pieces], dtype=np.float32)
+        return cls(pieces, closing, opens)
+
+    def bonus(self, closer: str | None) -> Any:
+        """Per token, what steering adds (times ``STEER``): +1 for a token that closes ``closer`` (the
+        innermost thing open), minus the number of things each token opens."""
+        return (self.closing[closer] if closer else 0) - self.opens
+
+
+class Opened:
+    """What an answer has open, read from its text as it comes: the quote it is inside (``"`` or ``'``), and
+    the brackets open outside strings; ``closer`` is the character that closes the innermost."""
+
+    PAIRS = {"[": "]", "{": "}", "(": ")"}
+
+    def __init__(self) -> None:
+        self.quote: str | None = None
+        self.escaped = False
+        self.stack: list[str] = []
+
+    def read(self, text: str) -> None:
+        for ch in text:
+            if self.quote is not None:
+                if self.escaped:
+                    self.escaped = False
+                elif ch == "\\":
+                    self.escaped = True
+                elif ch == self.quote:
+                    self.quote = None
+            elif ch in "\"'":
+                self.quote = ch
+            elif ch in self.PAIRS:
+                self.stack.append(self.PAIRS[ch])
+            elif ch in "]})" and self.stack:
+                self.stack.pop()
+
+    @property
+    def closer(self) -> str | None:
+        return self.quote if self.quote is not None else (self.stack[-1] if self.stack else None)
+
+
 def compiled(constraint: Constraint, table: Any) -> str:
     """``constraint``'s grammar checked against ``table`` (``grammar_tokenizer``), in llguidance's form.
 
@@ -132,13 +203,26 @@ class GrammarMask:
         prompt_length: the prompt's length in tokens (what comes after it was generated).
         prefill: text the answers start with, in the prompt (``connectors.prompted_tools.PREFILL``): each
             grammar reads it first.
+        budget: the most tokens an answer may have (``max_new_tokens``); with ``steer`` (``Steering``), an
+            answer not complete ``CLOSING`` tokens before the end (at most half the budget) is steered to it:
+            wherever its grammar allows a token that closes the innermost thing open (``Opened``: a string, a
+            list, an object, a call) one is taken, else the allowed token that opens least, so it ends valid
+            instead of being cut midway — a small model looping inside a string is the usual case. Such rows are in ``closed`` (cut short:
+            ``finish_reason`` ``length``).
 
     Once an answer is complete only its end can follow; after it ends (transformers pads a finished row, a
     stop string cuts one) the row is left alone.
     """
 
     def __init__(
-        self, table: Any, constraints: Sequence[Constraint | None], prompt_length: int, prefill: str = ""
+        self,
+        table: Any,
+        constraints: Sequence[Constraint | None],
+        prompt_length: int,
+        prefill: str = "",
+        *,
+        budget: int | None = None,
+        steer: Any = None,
     ) -> None:
         llguidance = require_llguidance()
         grammars = {c: compiled(c, table) for c in set(constraints) if c is not None}
@@ -148,6 +232,11 @@ class GrammarMask:
             if m is not None and start and not m.consume_tokens(start):
                 raise ConfigError(f"the answer's start {prefill!r} does not fit its grammar: {m.get_error()[:200]}")
         self.done = [False] * len(self.matchers)
+        self.closed = [False] * len(self.matchers)
+        self.budget, self.steer = budget, steer
+        self.opened = [Opened() for _ in self.matchers]
+        for o in self.opened:
+            o.read(prefill)
         self.prompt_length = prompt_length
         self.vocab = table.vocab_size
         self.mask_seconds, self.steps = 0.0, 0  # time spent masking, over steps (bench.structured_output reads them)
@@ -171,12 +260,35 @@ class GrammarMask:
             if m is None or self.done[row]:
                 continue
             if input_ids.shape[1] > self.prompt_length:  # the token chosen last step: the grammar reads it
-                if m.is_stopped() or not m.consume_token(int(input_ids[row, -1])):
+                token = int(input_ids[row, -1])
+                if m.is_stopped() or not m.consume_token(token):
                     self.done[row] = True  # it ended the answer (the padding after an end, or a stop string's cut)
                     continue
+                if self.steer is not None and token < len(self.steer.pieces):
+                    self.opened[row].read(self.steer.pieces[token])
             m.unsafe_compute_mask_ptr(bits[row].ctypes.data, bits[row].nbytes)  # once complete: only the end
             live.append(row)
-        return masked(scores, bits, live) if live else scores
+        if not live:
+            return scores
+        out = masked(scores, bits, live)
+        if self.budget is None or self.steer is None:
+            return out
+        left = self.budget - (input_ids.shape[1] - self.prompt_length)
+        closing = [r for r in live if not self.matchers[r].is_accepting()] if left <= min(CLOSING, self.budget // 2) else []  # type: ignore[union-attr]  # fmt: skip
+        for row in closing:
+            self.closed[row] = True
+        return steered(out, {r: self.steer.bonus(self.opened[r].closer) for r in closing}) if closing else out
+
+
+def steered(scores: Any, bonuses: Mapping[int, Any]) -> Any:
+    """``scores`` with ``STEER`` times each row's bonus (one value per token) added; a masked token stays ``-inf``."""
+    import torch
+
+    out = scores.clone()
+    for row, bonus in bonuses.items():
+        width = min(len(bonus), scores.shape[1])
+        out[row, :width] += torch.from_numpy((bonus[:width] * STEER).astype("float32")).to(scores.dtype)
+    return out
 
 
 def masked(scores: Any, bits: Any, rows: Sequence[int]) -> Any:
@@ -204,6 +316,7 @@ def masked(scores: Any, bits: Any, rows: Sequence[int]) -> Any:
 
 
 __all__ = [
-    "COMPACT", "Constraint", "GrammarMask", "calls_constraint", "compiled", "grammar_tokenizer", "masked",
-    "require_llguidance", "response_constraint", "row_constraints",
+    "CLOSERS", "CLOSING", "COMPACT", "Constraint", "GrammarMask", "OPENERS", "calls_constraint", "compiled",
+    "Opened", "Steering", "grammar_tokenizer", "masked", "require_llguidance", "response_constraint", "row_constraints",
+    "steered",
 ]  # fmt: skip

@@ -26,10 +26,12 @@ import random
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from connectors.constrained import Constraint, GrammarMask, grammar_tokenizer, response_constraint, row_constraints
+from connectors import constrained
+from connectors.constrained import Constraint, GrammarMask, response_constraint, row_constraints
 from connectors.errors import ConfigError, ConnectorError
 from connectors.install import extra_hint
 from connectors.local_generation import chosen_logprobs, eos_token_ids, read_completion
@@ -148,6 +150,7 @@ class LocalChat:
         self._model: Any = None
         self._tokenizer: Any = None
         self._grammar_table: Any = None  # llguidance's view of the tokenizer, made on the first constrained call
+        self._steer: Any = None  # how answers near their budget's end are steered (connectors.constrained.Steering)
 
     def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         """One answer; takes the same keyword parameters as :meth:`complete_batch`."""
@@ -380,7 +383,8 @@ class LocalChat:
             output_logits=True,
         )
         length = enc["input_ids"].shape[1]
-        processors = logits_processors(params, generator, length, self._mask(constraints, length, prefill))
+        mask = self._mask(constraints, length, prefill, params.max_new_tokens)
+        processors = logits_processors(params, generator, length, mask)
         try:
             with torch.inference_mode(), self._adapter_context(params.adapter):
                 out = model.generate(
@@ -393,18 +397,23 @@ class LocalChat:
         logprobs = chosen_logprobs(out.logits, new_tokens)
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         ends = (eos_ids, end_ids)
-        return [
+        done = [
             read_completion(tok, self.name, new_tokens[i].tolist(), logprobs[i], int(n), ends, params.stop)
             for i, n in enumerate(prompt_lens)
         ]
+        return [replace(c, finish_reason="length") if mask is not None and mask.closed[i] else c  # steered: cut
+                for i, c in enumerate(done)]  # fmt: skip
 
-    def _mask(self, constraints: Sequence[Constraint | None] | None, length: int, prefill: str) -> GrammarMask | None:
-        """The processor that keeps each constrained row on its grammar (None when no row has one)."""
-        if not constraints or all(c is None for c in constraints):
+    def _mask(
+        self, rows: Sequence[Constraint | None] | None, length: int, prefill: str, budget: int
+    ) -> GrammarMask | None:
+        """The processor keeping each constrained row on its grammar, steered to its end near ``budget`` (or None)."""
+        if not rows or all(c is None for c in rows):
             return None
         if self._grammar_table is None:
-            self._grammar_table = grammar_tokenizer(self._tokenizer)
-        return GrammarMask(self._grammar_table, constraints, length, prefill)
+            self._grammar_table = constrained.grammar_tokenizer(self._tokenizer)
+            self._steer = constrained.Steering.of(self._tokenizer)
+        return GrammarMask(self._grammar_table, rows, length, prefill, budget=budget, steer=self._steer)
 
     def _adapter_context(self, adapter: str | None) -> contextlib.AbstractContextManager[Any]:
         if not self.adapters:

@@ -13,7 +13,7 @@ import pytest
 
 from connectors import ConfigError, Message, Tool
 from connectors.call_grammar import call_grammar
-from connectors.constrained import calls_constraint, compiled, grammar_tokenizer, response_constraint
+from connectors.constrained import Opened, calls_constraint, compiled, grammar_tokenizer, response_constraint
 from connectors.local_chat import LocalChat
 from connectors.tools import parse_tool_calls
 from tests.connectors.conftest import CHAT_TEMPLATE, CORPUS, build_tiny_llama
@@ -97,8 +97,11 @@ def test_a_random_model_writes_json_of_the_schema_only_under_the_grammar(chat: L
     assert ", " in greedy.text and "\n" not in greedy.text  # compact JSON: no blank space to spend tokens on
 
 
-def test_a_required_call_is_a_call_to_one_of_the_tools_with_arguments_of_its_types(chat: LocalChat) -> None:
-    free = chat.complete(ASK, tools=[LIGHT], tool_choice="required", max_tokens=40)
+def test_a_required_call_is_a_call_to_one_of_the_tools_with_arguments_of_its_types(
+    chat: LocalChat, model_dir: Path
+) -> None:
+    prompted = LocalChat(str(model_dir), max_new_tokens=80, constrained=False)
+    free = prompted.complete(ASK, tools=[LIGHT], tool_choice="required", max_tokens=40)
     assert not free.tool_calls  # unconstrained, the prefill's "[" alone does not make a call
     for seed in (1, 2, 3):
         c = chat.complete(ASK, tools=[LIGHT], tool_choice="required", temperature=1.0, seed=seed, max_tokens=120)
@@ -192,3 +195,40 @@ def test_without_llguidance_a_constrained_answer_names_the_local_extra(
     monkeypatch.setitem(sys.modules, "llguidance", None)
     with pytest.raises(ConfigError, match=r"llguidance.*'local' extra.*pip install -e '\.\[local\]'"):
         chat.complete(ASK, response_format=FORMAT)
+
+
+LOOSE = {
+    "type": "object",
+    "properties": {
+        "note": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "sizes": {"type": "array", "items": {"type": "object", "properties": {"w": {"type": "number"}}}},
+    },
+    "required": ["note", "tags"],
+}  # nothing bounded: a random model left to itself runs past any budget
+LOOSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "loose", "schema": LOOSE}}
+NOTE = Tool(
+    "write_note", "Write a note.", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_an_answer_near_the_end_of_its_budget_is_steered_to_a_valid_end_and_says_it_was_cut(
+    chat: LocalChat, seed: int
+) -> None:
+    c = chat.complete(ASK, response_format=LOOSE_FORMAT, temperature=1.0, seed=seed, max_tokens=40)
+    jsonschema.validate(json.loads(c.text), LOOSE)  # valid, though the budget ran out before the model ended
+    assert c.finish_reason == "length" and c.usage.completion_tokens <= 40
+    call = chat.complete(ASK, tools=[NOTE], tool_choice="required", temperature=1.0, seed=seed, max_tokens=30)
+    assert [t.name for t in call.tool_calls] == ["write_note"] and isinstance(call.tool_calls[0].arguments["text"], str)
+
+
+def test_what_an_answer_has_open_is_read_from_its_text() -> None:
+    opened = Opened()
+    opened.read('{"a": ["x\\"y')  # inside a string with an escaped quote
+    assert (opened.quote, opened.stack, opened.closer) == ('"', ["}", "]"], '"')
+    opened.read('", 2]')
+    assert opened.closer == "}"
+    call = Opened()
+    call.read("[f(a='x]y')")  # a bracket inside a string is text
+    assert call.closer == "]"
