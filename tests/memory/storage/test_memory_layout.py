@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,12 +66,18 @@ def test_intent_vectors_fill_their_pages(open_store: Open, tmp_path: Path) -> No
     assert payload / used > 0.95
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_execute_many_writes_what_core_writes(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not fast:
+@pytest.fixture(params=[True, False], ids=["fast", "core"])
+def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An in-memory database with the schema; ``execute_many`` on its fast path, or through SQLAlchemy Core."""
+    if not request.param:
         monkeypatch.setattr(memory.storage.statements, "_fast", lambda conn: False)
     engine = create_engine("sqlite://")
     metadata.create_all(engine)
+    return engine
+
+
+def test_execute_many_writes_what_core_writes(both_paths: Any) -> None:
+    engine = both_paths
     row = {"id": "r1", "namespace": "default", "query": "q", "created_at": 1.5, "config": {"k1": 10, "lam": 0.5},
            "pool_size": 3, "filtered": 0, "explored": True, "generation": 7, "context": "badge Quartz — täsk",
            "shared": "facility codes — trained/solver", "candidates": b"\x01\x00\x00"}  # fmt: skip
@@ -94,13 +101,9 @@ def test_execute_many_raises_sqlalchemy_errors() -> None:
         execute_many(conn, insert(memory_items), [item, item])
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_execute_many_writes_each_rows_own_json(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_execute_many_writes_each_rows_own_json(both_paths: Any) -> None:
     # A bulk add's rows share one meta mapping (the fast path dumps it once); others bring their own.
-    if not fast:
-        monkeypatch.setattr(memory.storage.statements, "_fast", lambda conn: False)
-    engine = create_engine("sqlite://")
-    metadata.create_all(engine)
+    engine = both_paths
     shared = {"writer": "user:local", "tags": ["a", "ü"]}
     own = [shared, shared, {"writer": "run:r1", "n": 1}, {}, shared]
     rows = [
