@@ -83,6 +83,12 @@ class PromptGraph:
         with self.engine.connect() as conn:
             return self._load(conn, self._head_or_raise(conn))
 
+    def head_id(self) -> str:
+        """HEAD's version id alone (one indexed read): a caller that keeps the version it loaded reloads only when
+        this moved (versions never change their components; their scores may)."""
+        with self.engine.connect() as conn:
+            return self._head_or_raise(conn)
+
     def get(self, version_id: str) -> PromptVersion:
         """The version with this id or with this unique id prefix."""
         with self.engine.connect() as conn:

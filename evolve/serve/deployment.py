@@ -57,6 +57,7 @@ from evolve.build import build_chat, build_store, build_team, spec_prompts
 from evolve.episode import Step
 from evolve.evolver import centred
 from evolve.prompts.graph import PromptGraph
+from evolve.prompts.versions import PromptVersion
 from evolve.serve import formats
 from evolve.serve.answer_checks import Checked, FailedAnswer, checked_act
 from evolve.serve.answers import Answer, UnknownResponse, Watcher, response_row, tell_answered, tell_rated
@@ -118,6 +119,7 @@ class Deployment:
         self.engine: Engine = self.store.engine if self.store is not None else make_engine(spec.run.database)
         open_tables(self.engine)
         self._graphs: dict[str, PromptGraph] = {}
+        self._heads: dict[str, PromptVersion] = {}  # each run's HEAD as last read (``team``)
         self._lock = threading.Lock()
         self.mcp = MCPConnections(spec.path.parent if spec.path is not None else None)  # one set for every team
         self.watchers: list[Watcher] = []
@@ -153,7 +155,10 @@ class Deployment:
 
     def team(self, tenant: str | None) -> tuple[Team, str]:
         """The tenant's team at its prompts' HEAD (and its HEAD adapters on a local model), and HEAD's id."""
-        head = self.graph(tenant).head()
+        graph = self.graph(tenant)
+        head_id, kept = graph.head_id(), self._heads.get(graph.name)
+        head = kept if kept is not None and kept.id == head_id else graph.get(head_id)
+        self._heads[graph.name] = head  # its components, read once per version
         team = build_team(self.spec.for_tenant(tenant), self.chat, self.store, mcp=self.mcp).with_prompts(head.nodes)
         if weights_blocker(team) is None:
             attach_adapters(team, adapter_registry(self.engine, self.run_name(tenant)))
