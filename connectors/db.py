@@ -159,6 +159,15 @@ def opened_read_only(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite" and (query.get("mode") == "ro" or query.get("immutable") == "1")
 
 
+def server_read_only(engine: Engine) -> bool:
+    """Whether a PostgreSQL server refuses this engine's writes (a read-only database, a standby); False for
+    any other database."""
+    if engine.dialect.name != "postgresql":
+        return False
+    with engine.connect() as conn:
+        return str(conn.exec_driver_sql("SHOW transaction_read_only").scalar_one()) == "on"
+
+
 def _sqlite_engine(url: str, durability: Durability, **kwargs: Any) -> Engine:
     path = sqlite_path(url)
     if path is not None and "uri=true" not in url and path.exists() and not (writable(path) and writable(path.parent)):

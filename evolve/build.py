@@ -103,6 +103,7 @@ def memory_config(spec: RunSpec) -> MemoryConfig:
         retrieval=retrieval,
         alpha=m.alpha,
         durability=m.durability,
+        recall_log_delay=m.recall_log_delay,
         failure_keeps=m.failure_keeps,
         supersede=m.supersede,
         credit_depth=m.credit_depth,

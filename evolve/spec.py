@@ -143,6 +143,7 @@ class MemorySection(_Strict):
     context_q: bool = True  # rank memories by the Q they earned for the task at hand (RetrievalConfig.context_q)
     writer: Literal["cheap", "llm"] = "cheap"
     durability: Literal["normal", "full"] = "normal"  # "full": a commit survives a power loss (SQLite synchronous=FULL)
+    recall_log_delay: float | None = Field(None, ge=0.0, le=10.0)  # seconds a recall's log row waits (MemoryConfig)
     failure_keeps: FailureKeeps = "feedback"  # what a failure memory stores of its attempt
     supersede: bool = False  # a newer memory stating another answer supersedes older ones (MemoryConfig.supersede)
     draw_from: Literal["both", "episodes", "strategies"] = "both"  # recall episodes, strategies or both (per agent too)

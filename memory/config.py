@@ -59,6 +59,9 @@ def _check_finite(owner: str, name: str, value: object) -> None:
 
 
 DAY = 86_400.0
+RECALL_LOG_DELAY = 0.01
+"""Seconds a recall's log row waits for its group commit by default (``MemoryConfig.recall_log_delay``)."""
+MAX_RECALL_LOG_DELAY = 10.0
 
 
 def real_number(value: object) -> float | None:
@@ -247,6 +250,13 @@ class MemoryConfig:
             ``synchronous_commit``). ``"full"``: a committed transaction survives a power loss (SQLite
             ``synchronous=FULL``, PostgreSQL ``synchronous_commit=on`` for the store's sessions), at the
             cost of a disk flush per commit (``bench/reliability_storage.py``).
+        recall_log_delay: seconds a recall's row in the recall log may wait for its group commit (None:
+            ``RECALL_LOG_DELAY`` under ``"normal"`` durability, 0 under ``"full"``; 0: each recall commits its row
+            before it returns). Recalls in that window are committed together by a background writer, before
+            any other transaction of the store (a ``reinforce`` finds its recall), and on ``close``. What it
+            risks: a process killed in the window loses those recalls' rows (their memories and Q are
+            untouched; rating one of them afterwards is a ``StoreError`` that says so). An acknowledged
+            ``reinforce`` or write is never deferred.
         failure_keeps: what a failure memory stores of its attempt besides the task and outcome.
             ``"feedback"`` (the default): the feedback, not the attempt (the wrong answer or steps);
             ``"attempt"``: the attempt, not the feedback; ``"both"``: both, as the MemRL paper does.
@@ -307,6 +317,7 @@ class MemoryConfig:
     capacity: int | None = None
     item_cache: int = 20_000
     durability: Durability = "normal"
+    recall_log_delay: float | None = None
     failure_keeps: FailureKeeps = "feedback"
     supersede: bool = False
     credit_depth: int = 0
@@ -349,10 +360,24 @@ class MemoryConfig:
         check_int(owner, "item_cache", self.item_cache, 0)
         if self.durability not in DURABILITY_LEVELS:
             raise ConfigError(f"{owner}.durability must be one of {DURABILITY_LEVELS}, got {self.durability!r}")
+        if self.recall_log_delay is not None:
+            _check_range(owner, "recall_log_delay", self.recall_log_delay, 0.0, MAX_RECALL_LOG_DELAY)
+            if self.durability == "full" and self.recall_log_delay > 0:
+                raise ConfigError(
+                    f"{owner}.recall_log_delay must be 0 (or None) with durability='full', which commits every "
+                    f"recall before it returns; got {self.recall_log_delay!r}"
+                )
         if self.failure_keeps not in FAILURE_KEEPS:
             raise ConfigError(f"{owner}.failure_keeps must be one of {FAILURE_KEEPS}, got {self.failure_keeps!r}")
         if not isinstance(self.supersede, bool):
             raise ConfigError(f"{owner}.supersede must be True or False, got {self.supersede!r}")
+
+    @property
+    def log_delay(self) -> float:
+        """``recall_log_delay`` resolved: the seconds a recall's log row may wait (0: committed in the call)."""
+        if self.recall_log_delay is not None:
+            return float(self.recall_log_delay)
+        return 0.0 if self.durability == "full" else RECALL_LOG_DELAY
 
 
 def similarity_only(cfg: MemoryConfig | None = None) -> MemoryConfig:

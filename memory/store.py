@@ -92,7 +92,7 @@ class MemoryStore:
         self._db, self.config = open_database(self.url, self.config, embedder=name, dim=self.dim)
         self._rng = np.random.default_rng(seed)
         self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
-        self._open = OpenStore(self._db, self._mirrors)
+        self._open = OpenStore(self._db, self._mirrors, log_delay=self.config.log_delay)
         self._texts = ItemCache(self.config.item_cache)
         self._folded = ContextQCache()
 
@@ -115,8 +115,7 @@ class MemoryStore:
         stored item is returned and nothing is written (a resumed run re-writing an attempt adds no
         duplicate). Ids are unique across the store: an id taken in another namespace is a ``StoreError``.
         ``writer`` (``"<kind>:<name>"``, ``memory.defences.trust``) is stored as ``meta["writer"]``, and
-        ``MemoryConfig.trust`` decides by it (an untrusted writer's ``q`` may be ignored, its memory held).
-        """
+        ``MemoryConfig.trust`` decides by it (an untrusted writer's ``q`` may be ignored, its memory held)."""
         return adding.add(self._open, self.config, self._embed, intent, experience, namespace=namespace,
                           success=success, q=q, meta=meta, id=id, writer=writer)  # fmt: skip
 
@@ -169,11 +168,10 @@ class MemoryStore:
         """``write`` for many attempts: one embedding call, one transaction, one index update per namespace.
 
         Returns one memory per entry, in order. An entry whose ``id`` is already stored in its namespace gets
-        the stored memory back (and costs no model call); entries repeating an id within the batch are written
-        once and all get that memory. Every entry is checked before anything is written, and an id taken in
-        another namespace is a ``StoreError``. With ``MemoryConfig.supersede`` the batch supersedes what it
-        contradicts as the same writes one after another would, in the same transaction.
-        """
+        the stored memory back (no model call); entries repeating an id within the batch are written once and
+        all get that memory. Every entry is checked before anything is written; an id taken in another namespace
+        is a ``StoreError``. With ``MemoryConfig.supersede`` the batch supersedes what it contradicts as the
+        same writes one after another would, in the same transaction."""
         return adding.write_many(self._open, self.config, self._embed, entries, llm=llm)
 
     def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
@@ -427,8 +425,14 @@ class MemoryStore:
             return self._mirrors.save()
 
     # -- open and closed ------------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Commit the recall log rows that wait for their group commit (``MemoryConfig.recall_log_delay``) now;
+        returns how many: before SQL of your own reads the log. Every transaction of the store does it too."""
+        with self._open.locked():
+            return self._open.db.flush()
+
     def close(self) -> None:
-        """Save changed indexes and release the database. Idempotent."""
+        """Commit the recall log rows that wait, save changed indexes and release the database. Idempotent."""
         self._open.close()
 
     def __enter__(self) -> MemoryStore:

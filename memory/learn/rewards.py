@@ -32,7 +32,7 @@ from connectors.errors import ConfigError
 from memory.learn.credit import traced_credit
 from memory.learn.provenance import ancestors
 from memory.learn.rule import alpha_for, credit_weights
-from memory.learn.targets import feedback_applied, logged_namespaces, resolve_recall
+from memory.learn.targets import LOG_WAIT, NotLoggedYet, feedback_applied, logged_namespaces, resolve_recall
 from memory.storage.items import read_values
 from memory.storage.records import Recall
 from memory.storage.schema import bump, feedback, memory_items, state
@@ -52,6 +52,9 @@ from memory.write.checks import (
 if TYPE_CHECKING:
     from memory.config import MemoryConfig
     from memory.storage.database import OpenStore
+
+LOG_POLL_S = 0.02
+"""Seconds between two looks for a recall id that another process's store has yet to log."""
 
 
 class Reinforcement(NamedTuple):
@@ -315,6 +318,16 @@ def reinforce(opened: OpenStore, config: MemoryConfig, items: Sequence[Reinforce
     namespace = None if namespace is None else check_namespace(namespace)
     if not entries:
         return 0
+    while True:
+        try:
+            return _reinforce(opened, config, entries, namespace)
+        except NotLoggedYet as e:  # another process's group commit may be about to log it: wait outside the lock
+            if time.time() - e.made >= LOG_WAIT:
+                raise
+            time.sleep(LOG_POLL_S)
+
+
+def _reinforce(opened: OpenStore, config: MemoryConfig, entries: list[Reinforcement], namespace: str | None) -> int:
     with opened.locked():
         with opened.write() as conn:
             plan = plan_updates(

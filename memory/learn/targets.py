@@ -8,13 +8,14 @@ reward costs no unpacking of the log.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 from sqlalchemy import Connection, select
 
 from connectors.errors import ConfigError, StoreError
-from memory.recall.log import candidates_of, gone_message
+from memory.recall.log import candidates_of, gone_message, made_at
 from memory.recall.planning import RECENT
 from memory.storage.items import ID_SELECT, by_key
 from memory.storage.records import Recall
@@ -23,6 +24,8 @@ from memory.storage.schema import feedback, memory_items, recalls
 FEEDBACK_SELECT = select(feedback.c.id)
 LOGGED_SELECT = select(recalls.c.id, recalls.c.namespace, recalls.c.candidates)
 LOGGED_IN = select(recalls.c.id, recalls.c.namespace)
+LOG_WAIT = 2.0
+"""Seconds a reward waits for a recall id made that long ago to reach the log (another process's group commit)."""
 
 
 def feedback_applied(conn: Connection, feedback_ids: Sequence[str]) -> set[str]:
@@ -67,12 +70,29 @@ def recall_targets(
     ns = namespace if namespace is not None else "default"
     logged = logged_recall(conn, recall, ns)
     if logged is None:
+        made = made_at(recall)
+        if made is not None and time.time() - made < LOG_WAIT:
+            raise NotLoggedYet(recall, made)
         raise StoreError(
             gone_message(conn, recall, ns, "reinforced")
             or f"unknown recall id {recall!r} in namespace {ns!r}: no recall with this id was logged there "
-            "(pass namespace= for another namespace; recalls made with record=False must be passed as Recall objects)"
+            "(pass namespace= for another namespace; recalls made with record=False must be passed as Recall objects; "
+            "a recall made just before its process stopped, within MemoryConfig.recall_log_delay, was never logged)"
         )
     return recall, ns, logged[0], logged[1]
+
+
+class NotLoggedYet(StoreError):
+    """A recall id made less than ``LOG_WAIT`` seconds ago that the log does not hold yet: another process's
+    store may still be about to commit it (``MemoryConfig.recall_log_delay``); ``memory.learn.rewards`` waits."""
+
+    def __init__(self, recall_id: str, made: float) -> None:
+        super().__init__(
+            f"unknown recall id {recall_id!r}: made {time.time() - made:.2f} s ago and still not in the log, where the "
+            f"store that made it commits it within MemoryConfig.recall_log_delay; its process may have stopped first "
+            "(a recall lost so cannot be rated), or it was made with record=False (pass the Recall object)"
+        )
+        self.made = made
 
 
 def logged_recall(conn: Connection, recall_id: str, namespace: str) -> tuple[list[str], np.ndarray] | None:

@@ -202,6 +202,8 @@ class AdaptiveIndex:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         with self._lock, threads_for(len(queries)):
             masked, merging = len(self._masked), self._merging > 0
+            if self.graph is not None and not len(self.fresh):  # all in the graph: no exact part to search
+                return self.twins.expand(*self.graph.search(queries, k, ef=ef), k)
             sims, ids = self.fresh.raw.search(queries, k + masked)
             if masked:
                 sims = np.where(np.isin(ids, self._masked), np.float32(-np.inf), sims)

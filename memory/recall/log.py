@@ -267,20 +267,21 @@ def recall_row(
     }
 
 
-def log_recalls(
-    conn: Connection,
-    out: list[Recall],
-    plans: list[Plan],
-    cfg: RetrievalConfig,
-    generation: int,
-    *,
-    as_of: float | None = None,
-) -> None:
-    """Log recalls, one row each with every candidate's numbers packed (what ``explain`` and ``reinforce``
-    by id read)."""
+def recall_rows(
+    out: list[Recall], plans: list[Plan], cfg: RetrievalConfig, generation: int, *, as_of: float | None = None
+) -> list[dict[str, Any]]:
+    """The log rows of recalls, one each with every candidate's numbers packed (what ``explain`` and
+    ``reinforce`` by id read): inserted with ``RECALL_INSERT``, in the recall's transaction or deferred to a
+    group commit (``MemoryConfig.recall_log_delay``)."""
     now = time.time()
-    rows = [recall_row(r, p, cfg, now, generation, as_of) for r, p in zip(out, plans, strict=True)]
-    execute_many(conn, RECALL_INSERT, rows)
+    return [recall_row(r, p, cfg, now, generation, as_of) for r, p in zip(out, plans, strict=True)]
+
+
+def log_recalls(
+    conn: Connection, out: list[Recall], plans: list[Plan], cfg: RetrievalConfig, generation: int, **at: float | None
+) -> None:
+    """Insert ``recall_rows`` in ``conn`` now (what a recall does when its rows are not deferred)."""
+    execute_many(conn, RECALL_INSERT, recall_rows(out, plans, cfg, generation, **at))
 
 
 def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:

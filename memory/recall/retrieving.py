@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from connectors.errors import StoreError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.recall.context_q import ContextQCache, QInContext, check_contexts
-from memory.recall.log import log_recalls
+from memory.recall.log import RECALL_INSERT, log_recalls, recall_rows
 from memory.recall.planning import Plan, Planner, QOver, to_recall
 from memory.storage.items import fetch_items
 from memory.storage.records import ItemCache, MemoryItem, Recall
@@ -151,12 +151,15 @@ def retrieve(
             view, texts = partial(mirrors.snapshot, as_of=as_of), ItemCache(0)
         elif own is not None:
             plans = planner(*[opened.mirror(n) for n in names if n is not None])
-        with opened.db.transaction(write=record) as conn:
+        deferred = record and opened.log_delay > 0 and opened.db.separate_writes and not opened.db.read_only
+        with opened.db.transaction(write=record and not deferred, deferred=not deferred) as conn:
             plans, found = select_memories(conn, mirrors, names, planner, plans, texts, view=view, q_over=wanted.read)
             out = [
                 to_recall(new_id(), namespace, q, p, found, c, shared)
                 for q, p, c in zip(queries, plans, contexts, strict=True)
             ]
-            if record:
+            if record and not deferred:
                 log_recalls(conn, out, plans, cfg, mirrors.generation, as_of=as_of)
+        if deferred:
+            opened.defer(RECALL_INSERT, recall_rows(out, plans, cfg, mirrors.generation, as_of=as_of))
         return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,17 +27,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, Executable
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from connectors.db import Durability, make_engine, opened_read_only, sqlite_path, storage_faults
+from connectors.db import Durability, make_engine, opened_read_only, server_read_only, sqlite_path, storage_faults
 from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind, MemoryConfig
 from memory.mirror.adaptive import AdaptiveIndex
 from memory.mirror.sync import MirrorSet
 from memory.storage.schema import create_schema
+from memory.storage.statements import execute_many
 from memory.write.checks import check_embedder
 
 if TYPE_CHECKING:
@@ -46,7 +48,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SQLITE_CACHE_KIB = 65536
+MAX_DEFERRED = 512  # deferred rows that make the background writer commit at once
+RETRY_S = 0.5  # seconds before the background writer tries again after a failure
 BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
+
+
+_OPEN: dict[str, weakref.WeakSet[Database]] = {}
+"""The databases open in this process by URL: a transaction commits what the others deferred on its URL first."""
 
 
 class Database:
@@ -62,6 +70,61 @@ class Database:
         self.read_only = opened_read_only(self.engine)
         self._reads = self.engine.execution_options(sqlite_begin="DEFERRED")
         self._conn: Connection | None = None
+        self._deferred: dict[Executable, list[dict[str, Any]]] = {}
+        self.deferred = 0
+        """How many rows wait for their group commit (``defer``)."""
+        self._buffer = threading.Lock()  # guards the deferred rows
+        self._writing = threading.RLock()  # held by every write transaction here and while deferred rows are written
+        _OPEN.setdefault(url, weakref.WeakSet()).add(self)
+
+    @property
+    def separate_writes(self) -> bool:
+        """Whether ``write_deferred`` may run beside the kept connection: it takes a connection of its own (not
+        an in-memory SQLite database, whose one connection is the kept one)."""
+        return not (self.url.startswith("sqlite") and sqlite_path(self.url) is None)
+
+    def defer(self, statement: Executable, rows: list[dict[str, Any]]) -> None:
+        """Rows to write with the next transaction, whatever it is, or by ``write_deferred``: a group commit for
+        rows nobody waits on. A transaction that fails keeps them waiting."""
+        with self._buffer:
+            self._deferred.setdefault(statement, []).extend(rows)
+            self.deferred += len(rows)
+
+    def flush(self) -> int:
+        """Commit the deferred rows now, in one write transaction; returns how many there were."""
+        count = self.deferred
+        if count:
+            with self.transaction():
+                pass
+        return count
+
+    def write_deferred(self) -> int:
+        """Commit the deferred rows in a transaction on a connection of this call's own (``separate_writes``), so the
+        caller needs no lock of the store's: a background writer. Returns how many rows were written."""
+        with self._writing:
+            taken, count = self._take()
+            if count:
+                with self._put_back_on_failure(taken, count), storage_faults(self.url), self.engine.begin() as conn:
+                    for statement, rows in taken.items():
+                        execute_many(conn, statement, rows)
+            return count
+
+    def _take(self) -> tuple[dict[Executable, list[dict[str, Any]]], int]:
+        with self._buffer:
+            taken, self._deferred, count, self.deferred = self._deferred, {}, self.deferred, 0
+        return taken, count
+
+    @contextmanager
+    def _put_back_on_failure(self, taken: dict[Executable, list[dict[str, Any]]], count: int) -> Iterator[None]:
+        """Rows taken for a transaction that did not commit wait again, ahead of those deferred since."""
+        try:
+            yield
+        except BaseException:
+            with self._buffer:
+                for statement, rows in self._deferred.items():
+                    taken.setdefault(statement, []).extend(rows)
+                self._deferred, self.deferred = taken, self.deferred + count
+            raise
 
     def keep_connection(self) -> None:
         """Hold one connection for a SQLite file (no-op for other databases)."""
@@ -76,22 +139,54 @@ class Database:
         raw.execute("PRAGMA wal_autocheckpoint=10000")  # type: ignore[attr-defined]
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Connection]:
+    def transaction(self, *, write: bool = True, deferred: bool = True) -> Iterator[Connection]:
         """One transaction (the caller serialises use of the kept connection).
 
         A write begins ``IMMEDIATE`` on SQLite (the write lock up front, waiting up to the busy
         timeout); a read (``write=False``) begins ``DEFERRED``: it takes no lock, so another process's
         long write does not hold it up, and it sees the last commit. Elsewhere both are plain
         transactions. A storage fault raised inside is a ``StoreError`` naming its cause.
+
+        Rows ``defer``red before are written first: in a write, as its first statements (committed with it);
+        before a read, in a write of their own, so that the read sees them. ``deferred=False`` leaves them
+        waiting (a recall's read: what it reads never depends on them).
         """
-        with storage_faults(self.url):
-            if self._conn is None:
-                with (self.engine if write else self._reads).begin() as conn:
-                    yield conn
-            else:
-                self._conn.execution_options(sqlite_begin="IMMEDIATE" if write else "DEFERRED")  # in place
-                with self._conn.begin():
-                    yield self._conn
+        if deferred:  # what other stores of this process deferred on the same database is committed first
+            for other in list(_OPEN.get(self.url, ())):
+                if other is not self and other.deferred:
+                    other.write_deferred()
+        if not write:
+            if deferred:  # the rows deferred so far, committed first (waiting for those being written)
+                try:
+                    self.flush()
+                except StoreError as e:  # the read goes on without them; they wait (close says if they are lost)
+                    log.warning("memory database %s: %d deferred rows could not be written (%s)", redact_url(self.url),
+                                self.deferred, e)  # fmt: skip
+                with self._writing:
+                    pass
+            with storage_faults(self.url):
+                if self._conn is None:
+                    with self._reads.begin() as conn:
+                        yield conn
+                else:
+                    self._conn.execution_options(sqlite_begin="DEFERRED")  # in place
+                    with self._conn.begin():
+                        yield self._conn
+            return
+        with self._writing:
+            taken, count = self._take()
+            with self._put_back_on_failure(taken, count), storage_faults(self.url):
+                if self._conn is None:
+                    with self.engine.begin() as conn:
+                        for statement, rows in taken.items():
+                            execute_many(conn, statement, rows)
+                        yield conn
+                else:
+                    self._conn.execution_options(sqlite_begin="IMMEDIATE")  # in place
+                    with self._conn.begin():
+                        for statement, rows in taken.items():
+                            execute_many(self._conn, statement, rows)
+                        yield self._conn
 
     def close(self) -> None:
         """Release the kept connection and the pool; a connection that fails to close is logged, not raised."""
@@ -112,6 +207,8 @@ def open_database(url: str, config: MemoryConfig, *, embedder: str, dim: int) ->
     try:
         config = replace(config, index=resolve_index(config.index, db))
         create_schema(db.engine, dim=dim, vector_index=config.index == "pgvector")
+        with storage_faults(url):
+            db.read_only = db.read_only or server_read_only(db.engine)
         with db.transaction() as conn:
             check_embedder(conn, embedder, dim, url)
         db.keep_connection()  # every use is under the store's lock
@@ -170,10 +267,54 @@ class OpenStore:
     up under the database's write lock; ``read`` one read transaction (no write lock).
     """
 
-    def __init__(self, db: Database, mirrors: MirrorSet) -> None:
+    def __init__(self, db: Database, mirrors: MirrorSet, *, log_delay: float = 0.0) -> None:
         self.db, self.mirrors = db, mirrors
         self.lock = threading.RLock()
         self.closed = False
+        self.log_delay = log_delay
+        self._due: float | None = None  # when the rows deferred first must be committed
+        self._wake = threading.Condition(self.lock)
+        self._writer: threading.Thread | None = None
+
+    def defer(self, statement: Executable, rows: list[dict[str, Any]]) -> None:
+        """Rows for the group commit (hold ``locked``): committed by a background writer on a connection of its
+        own within ``log_delay`` seconds (at once past ``MAX_DEFERRED`` rows), or sooner by any transaction of this
+        store, or by ``close``."""
+        self.db.defer(statement, rows)
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_deferred, name="evolve-recall-log", daemon=True)
+            self._writer.start()
+        if self._due is None:
+            self._due = time.monotonic() + self.log_delay
+            self._wake.notify()
+        elif self.db.deferred >= MAX_DEFERRED:
+            self._wake.notify()
+
+    def _write_deferred(self) -> None:
+        """The background writer: waits under the store's lock until rows are due, writes them without it (recalls
+        go on meanwhile; a write transaction of the store waits for it, ``Database.transaction``); a failure is
+        logged and tried again."""
+        while True:
+            with self.lock:
+                while not self.closed:
+                    if not self.db.deferred:  # none, or written meanwhile by another transaction
+                        self._due = None
+                        self._wake.wait()
+                        continue
+                    left = (self._due or 0.0) - time.monotonic()
+                    if left <= 0 or self.db.deferred >= MAX_DEFERRED:
+                        break
+                    self._wake.wait(left)
+                if self.closed:
+                    return
+            try:
+                self.db.write_deferred()
+                retry = 0.0
+            except Exception as e:  # the rows wait on; any transaction or close writes them (or says why not)
+                log.warning("memory store: %d recall log rows could not be written yet (%s)", self.db.deferred, e)
+                retry = RETRY_S
+            with self.lock:
+                self._due = time.monotonic() + max(self.log_delay, retry) if self.db.deferred else None
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -247,11 +388,19 @@ class OpenStore:
             time.sleep(BULK_PAUSE)
 
     def close(self) -> None:
-        """Save changed indexes and mirror snapshots, and release the database. Idempotent."""
+        """Commit the deferred recall log rows, save changed indexes and mirror snapshots, and release the
+        database. Idempotent. Rows that cannot be written are said in a ``StoreError``, after the rest is closed."""
+        lost: Exception | None = None
         with self.lock:
             if self.closed:
                 return
+            waiting = self.db.deferred
+            try:
+                self.db.flush()
+            except Exception as e:
+                lost = e
             self.closed = True
+            self._wake.notify_all()
             for mirror in self.mirrors.all():  # background index work stops at its next step
                 if isinstance(mirror.index, AdaptiveIndex):
                     mirror.index.close()
@@ -261,3 +410,8 @@ class OpenStore:
                 log.warning("memory store: could not save the vector index or mirror (%s); rebuilt on open", e)
             finally:
                 self.db.close()
+        if lost is not None:
+            raise StoreError(
+                f"closing the memory store {redact_url(self.db.url)}: {waiting} recall log rows could not be written "
+                f"({lost}); those recalls cannot be rated or explained (their memories and Q are unchanged)"
+            ) from lost

@@ -152,6 +152,7 @@ def test_reinforcing_by_id_from_the_memo_credits_what_the_log_credits(open_store
     assert base in shared.ids
     unlogged = store.retrieve("Kühlcontainer Liegeplatz 3", namespace=TEAM, config=PICK3, record=False)
     asked = [(r.id, TEAM) for r in (*made, shared)] + [(made[0].id, OTHER), (made[0].id, None), (unlogged.id, TEAM)]
+    store.flush()  # read below through a connection of the test's own
     engine = create_engine(store.url)
     try:
         with engine.connect() as conn:

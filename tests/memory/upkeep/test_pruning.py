@@ -51,6 +51,7 @@ def edit(store: MemoryStore, item_id: str, **values: Any) -> None:
 def recall_at(store: MemoryStore, intent: str, when: float, namespace: str = TENANT) -> str:
     """Recall the memory written for ``intent`` and log that recall as made at ``when``."""
     recall = store.retrieve(intent, namespace=namespace, config=ONE)
+    store.flush()  # its log row, committed now rather than with the group
     with store.engine.begin() as conn:
         conn.execute(update(recalls).where(recalls.c.id == recall.id).values(created_at=when))
     return recall.ids[0]
