@@ -23,6 +23,7 @@ from memory.mirror.files import meta_path
 from memory.mirror.sync import index_file
 from memory.storage.schema import feedback, memory_items
 from tests.reliability.crash import FAILURES, check
+from tests.reliability.group_commit import FAILURES as GROUP_COMMIT_FAILURES
 
 
 def assert_nothing_lost(result: dict, *, trials: int) -> None:
@@ -143,3 +144,17 @@ def test_a_save_sweeps_temporary_files_of_killed_savers_but_not_of_live_ones(tmp
         live.kill()
         live.wait()
     assert os.path.exists(path)
+
+
+def test_sigkill_while_recalls_wait_for_their_group_commit_loses_only_what_the_window_allows(tmp_path: Path) -> None:
+    code = (
+        "import json\nfrom pathlib import Path\nfrom tests.reliability.group_commit import run_trials\n"
+        f"print(json.dumps(run_trials(Path({str(tmp_path)!r}), trials=30, seed=3)))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {k: result[k] for k in GROUP_COMMIT_FAILURES} == dict.fromkeys(GROUP_COMMIT_FAILURES, 0), result
+    assert result["acknowledged_feedback"] > 30 and result["acknowledged_recalls"] > 100, result
+    assert result["recalls_lost"] > 0, "no kill landed inside a group commit window: the contract went unchecked"
