@@ -392,6 +392,8 @@ class NamespaceMirror:
         checked = (counts < len(self)) & (counts >= k1)
         tq, tp = np.nonzero((exact == kth[:, None]) & checked[:, None])
         sizes = self.group_sizes
+        if (sizes[self.intent_codes[rows[tq, tp]]] == 1).all():  # each tied item alone in its group: none short
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         pairs, present = np.unique(tq * len(sizes) + self.intent_codes[rows[tq, tp]], return_counts=True)
         short = np.unique(pairs[sizes[pairs % len(sizes)] > present] // len(sizes))
         return short, pairs[np.isin(pairs // len(sizes), short)]

@@ -4,12 +4,8 @@ that expires old recalls while keeping what they taught (``memory.recall.log``, 
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -169,60 +165,6 @@ def test_explain_of_a_new_recall_shows_what_it_always_showed(tmp_path: Path) -> 
         assert c["source"] == d.item.namespace and c["selected"] and not c["filtered"]
     assert info["feedback"] == [{"id": "Bewertung-Zürich-0001", "reward": 1.0, "applied_at": info["feedback"][0]["applied_at"],
                                  "items": 3}]  # fmt: skip
-
-
-# -- durability -------------------------------------------------------------------------------------
-
-KILLED_RIGHT_AFTER_RETRIEVE = """
-import os, signal, sys
-from connectors.embedders import HashEmbedder
-from memory.config import MemoryConfig
-from memory.store import MemoryStore
-store = MemoryStore(sys.argv[1], embedder=HashEmbedder(dim=64), config=MemoryConfig(recall_log_delay=float(sys.argv[4])))
-recall = store.retrieve(sys.argv[2], namespace=sys.argv[3])
-print(recall.id, *recall.ids, flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-def killed_right_after_retrieve(url: str, delay: float) -> tuple[str, list[str]]:
-    """A process that recalls, prints the recall's id and selection, and is killed at once."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", KILLED_RIGHT_AFTER_RETRIEVE, url, "Torcode Lager C Nachtschicht", TENANT, str(delay)],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    recall_id, *ids = done.stdout.split()
-    assert ids
-    return recall_id, ids
-
-
-def test_a_recall_id_is_reinforced_after_its_process_was_killed_right_after_retrieve(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'memory.db'}"
-    with MemoryStore(url, embedder=embedder()) as store:
-        fill(store)
-    recall_id, ids = killed_right_after_retrieve(url, 0.0)  # recall_log_delay=0: committed before retrieve returned
-    with MemoryStore(url, embedder=embedder()) as store:
-        before = {i: store.get(i, namespace=TENANT).q for i in ids}
-        assert store.explain(recall_id, namespace=TENANT)["selected"] == ids
-        assert store.reinforce(recall_id, 1.0, namespace=TENANT, feedback_id="nach-dem-Absturz-0001") == len(ids)
-        assert all(store.get(i, namespace=TENANT).q > before[i] for i in ids)
-        assert store.reinforce(recall_id, 1.0, namespace=TENANT, feedback_id="nach-dem-Absturz-0001") == 0
-
-
-def test_a_recall_lost_in_its_group_commit_window_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'memory.db'}"
-    with MemoryStore(url, embedder=embedder()) as store:
-        fill(store)
-        before = [(m.id, m.q, m.visits) for m in store.items()]
-    recall_id, _ = killed_right_after_retrieve(url, 5.0)  # killed long before its group commit was due
-    with MemoryStore(url, embedder=embedder()) as store:
-        with pytest.raises(StoreError, match="recall_log_delay"):
-            store.reinforce(recall_id, 1.0, namespace=TENANT, feedback_id="nach-dem-Absturz-0002")
-        with pytest.raises(StoreError, match="no recall|unknown"):
-            store.explain(recall_id, namespace=TENANT)
-        assert [(m.id, m.q, m.visits) for m in store.items()] == before
 
 
 # -- stores logged in the older layout --------------------------------------------------------------
