@@ -71,6 +71,7 @@ def measure(folder: Path, items: int, recalls: int, seed: int) -> dict[str, Any]
             stores[arm] = store = MemoryStore(url, embedder=embedder, config=config, seed=seed)
             if arm == "commit":
                 add_throughput(store, vecs, items)
+            store.retrieve(texts[0], record=False)  # loads the namespace's mirror and index (a graph past 20,000)
             store.wait_for_index(3600)
             for text in texts[:100]:  # warm: the graph, the item cache
                 store.retrieve(text, record=False)

@@ -335,17 +335,16 @@ class MirrorSet:
         """Apply to ``mirrors`` what was written after generation ``since``; returns the namespaces
         whose mirror changed.
 
-        The namespaces are picked out here, not in SQL: with ``namespace IN (…)`` in the WHERE clause
-        SQLite scans the namespace's index instead of the generation's (120 ms at 100k items for a delta
-        of nothing).
+        The namespaces are picked out and the keys ordered here, not in SQL: with ``namespace IN (…)`` in the
+        WHERE clause SQLite scans the namespace's index instead of the generation's (120 ms at 100k items for a
+        delta of nothing), and with ``ORDER BY seq`` the seq index over every key (87 ms at 145k keys, every
+        recall of a process while another one writes).
         """
         touched = set[str]()
         new_keys = conn.execute(
-            select(intents.c.id, intents.c.seq, intents.c.namespace, intents.c.embedding)
-            .where(intents.c.gen > since)
-            .order_by(intents.c.seq)
-        ).all()
-        new_keys = [row for row in new_keys if row[2] in mirrors]
+            select(intents.c.id, intents.c.seq, intents.c.namespace, intents.c.embedding).where(intents.c.gen > since)
+        ).all()  # ordered here: with ORDER BY seq SQLite walks the seq index over every key (87 ms at 145k keys)
+        new_keys = sorted((row for row in new_keys if row[2] in mirrors), key=lambda row: row[1])
         for ns in {row[2] for row in new_keys}:
             fresh = [row for row in new_keys if row[2] == ns]
             missing = mirrors[ns].key_codes([str(r[0]) for r in fresh]) < 0
