@@ -30,6 +30,7 @@ k2 = 1
 lam = 0.5
 alpha = 0.3
 durability = "normal"                   # or "full": a commit survives a power loss (slower writes)
+# recall_log_delay = 0.01               # seconds a recall's log row waits for its group commit (0 under "full")
 failure_keeps = "feedback"              # a failure memory keeps the feedback, not the wrong answer
                                         # ("both": the answer too, e.g. for multi-step agents)
 consolidate = false                     # true: evolve job distils a strategy per task after each round

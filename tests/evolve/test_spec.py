@@ -61,6 +61,21 @@ def test_memory_durability_full_reaches_the_store_s_sqlite_connection(tmp_path: 
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 2  # FULL (NORMAL is 1)
 
 
+def test_memory_recall_log_delay_reaches_the_store(tmp_path: Path) -> None:
+    from evolve.build import build_store
+
+    spec = tmp_path / "Équipe support — nuit (fr)" / "spec.toml"
+    spec.parent.mkdir()
+    spec.write_text(
+        '[run]\nname = "group commit — nuit"\ndatabase = "sqlite:///evolve.db"\n\n[environment]\ntasks = "t.jsonl"\n\n'
+        '[embedder]\nname = "hash"\n\n[memory]\nrecall_log_delay = 0.25\n'
+    )
+    store = build_store(load_spec(spec))
+    assert store is not None
+    with store:
+        assert store.config.log_delay == 0.25
+
+
 @pytest.mark.parametrize("keeps", ["feedback", "both", None])
 def test_memory_failure_keeps_reaches_the_store(tmp_path: Path, keeps: str | None) -> None:
     from evolve.build import build_store

@@ -57,6 +57,12 @@ def test_retrieval_config_errors_name_field_range_and_value(kwargs: dict[str, ob
         ({"alpha_floor": -0.1}, r"MemoryConfig.alpha_floor must be a number in \[0.0, 1.0\], got -0.1"),
         ({"alpha_floor": True}, r"MemoryConfig.alpha_floor must be a number"),
         ({"alpha_floor": float("nan")}, r"MemoryConfig.alpha_floor must be a number"),
+        ({"recall_log_delay": -0.01}, r"MemoryConfig.recall_log_delay must be a number in \[0.0, 10.0\], got -0.01"),
+        ({"recall_log_delay": "10ms"}, r"MemoryConfig.recall_log_delay must be a number"),
+        (
+            {"recall_log_delay": 0.05, "durability": "full"},
+            r"recall_log_delay must be 0 \(or None\) with durability='full'",
+        ),
     ],
 )
 def test_memory_config_errors_name_field_range_and_value(kwargs: dict[str, object], message: str) -> None:
@@ -84,3 +90,8 @@ def test_recall_helpers() -> None:
     assert recall and len(recall) == 1 and recall.ids == ("m1",) and item.success is True
     assert recall.render() == "Relevant past experience:\n\n[1] sort a list\nuse sorted()"
     assert Recall("r2", "default", "x", (), (), (), 0, 0, False).render() == ""
+
+
+def test_the_recall_log_delay_follows_durability_unless_set() -> None:
+    assert MemoryConfig().log_delay == 0.01 and MemoryConfig(durability="full").log_delay == 0.0
+    assert MemoryConfig(recall_log_delay=0.0).log_delay == 0.0 and MemoryConfig(recall_log_delay=0.2).log_delay == 0.2
