@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=5400, help="seconds one phase of one system may take")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     parser.add_argument("--fresh", action="store_true", help="drop the sizes an earlier run left in peers.json")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the systems an earlier run measured at a size (same settings)"
+    )
     args = parser.parse_args(argv)
     args.sizes = args.sizes or ([10_000] if args.quick else [100_000, 1_000_000])
     args.queries = args.queries or (200 if args.quick else 1000)
@@ -165,31 +169,51 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Each size, each system in a step of its own: the results are written after every step, so a run stopped
+    anywhere keeps what it measured, and ``--resume`` goes on from there (a step is one system's build and
+    serve: under an hour at a million items for every system but Qdrant's local mode, ``LIMITS``)."""
     args = parse(argv)
     cache = cache_root(args.cache)
     results: dict[str, Any] = {"machine": machine(), "sizes": earlier_sizes(args.out / "peers.json", args.fresh)}
     for n in args.sizes:
         data = dataset(n, args.queries, args.seed, cache)
         size: dict[str, Any] = {"items": n, "queries": args.queries, "updates": args.updates,
-                                "reference": args.reference, "load_average_at_start": load_average(),
-                                "data": str(data), "systems": {}}  # fmt: skip
+                                "reference": args.reference, "data": str(data), "systems": {}}  # fmt: skip
+        earlier = results["sizes"].get(str(n), {})
+        if args.resume and (earlier.get("queries"), earlier.get("updates")) == (args.queries, args.updates):
+            size["systems"] = dict(earlier.get("systems", {}))  # measured before with the same settings
         for system in args.peers:
-            size["systems"][system] = r = measure(system, data, args)
+            if args.resume and "p50_ms" in size["systems"].get(system, {}):
+                print(f"{n:>9,} {system:<12} kept from {size['systems'][system].get('measured_at', 'an earlier run')}")
+                continue
+            started = {
+                "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "load_average": load_average(),
+            }
+            size["systems"][system] = r = {**measure(system, data, args), **started}
             print(f"{n:>9,} {system:<12} " + line(r), flush=True)
+            size["advantage"] = advantages(size["systems"], args.reference)
+            results["sizes"][str(n)] = size
+            write_results(results, args.out)
         size["advantage"] = advantages(size["systems"], args.reference)
         results["sizes"][str(n)] = size
-    results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda kv: int(kv[0])))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "peers.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (args.out / "peers.md").write_text(markdown(results), encoding="utf-8")
-    merge_summary(args.out / "summary.json", headline(results))
+    write_results(results, args.out)
     return results
+
+
+def write_results(results: dict[str, Any], out: Path) -> None:
+    """peers.json, peers.md and the summary keys, as the run stands."""
+    results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda kv: int(kv[0])))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "peers.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (out / "peers.md").write_text(markdown(results), encoding="utf-8")
+    merge_summary(out / "summary.json", headline(results))
 
 
 def earlier_sizes(path: Path, fresh: bool) -> dict[str, Any]:
     """The sizes an earlier run wrote to ``path`` (each measured in one run of its own), so that 100k and
     1M can be run apart; a size measured now replaces its earlier entry."""
-    if fresh or not path.exists():
+    if fresh or not path.exists():  # a size written by a run before steps were kept has what it had
         return {}
     try:
         sizes: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["sizes"]

@@ -53,6 +53,9 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
         }
         for name, adv in others.items():
             flat[f"peers_{key(name)}_p50_advantage_{tag}"] = round(adv, 3)
+        usearch = size["advantage"].get("usearch", {}).get("p50_ms")
+        if usearch:  # Evolve's whole recall against usearch's raw search: at most 1 is the aim (issue 43)
+            flat[f"peers_evolve_vs_usearch_p50_ratio_{tag}"] = round(1 / usearch, 3)
         if others:
             closest = min(others, key=lambda name: others[name])
             flat[f"peers_p50_min_advantage_{tag}"] = round(others[closest], 3)
@@ -69,12 +72,12 @@ def size_tables(n: str, size: dict[str, Any]) -> list[str]:
     lines = [
         f"## {int(n):,} items",
         "",
-        f"{size['queries']:,} queries, {size['updates']} update calls per system; load average when this size "
-        f"began {size['load_average_at_start']}.",
+        f"{size['queries']:,} queries, {size['updates']} update calls per system; each system measured in a step "
+        "of its own (`--resume` goes on from the last one written), when and at what load average below.",
         "",
         "| system | insert items/s | p50 ms | p95 ms | recall@10 | reopen + first query s | update calls/s "
-        "| bytes/item | serve RSS MB | build RSS MB |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| bytes/item | serve RSS MB | build RSS MB | measured (load average) |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     errors = []
     for name, r in size["systems"].items():
@@ -85,7 +88,8 @@ def size_tables(n: str, size: dict[str, Any]) -> list[str]:
             f"| {name} | {fmt(r.get('insert_items_per_s'), ',.0f')} | {fmt(r.get('p50_ms'), '.2f')} "
             f"| {fmt(r.get('p95_ms'), '.2f')} | {fmt(r.get('recall_at_10'), '.3f')} | {fmt(r.get('reopen_s'), '.3f')} "
             f"| {fmt(r.get('update_calls_per_s'), ',.0f')} | {fmt(r.get('bytes_per_item'), ',.0f')} "
-            f"| {fmt(r.get('rss_mb'), ',.0f')} | {fmt(r.get('build_rss_mb'), ',.0f')} |"
+            f"| {fmt(r.get('rss_mb'), ',.0f')} | {fmt(r.get('build_rss_mb'), ',.0f')} "
+            f"| {r.get('measured_at', '—')} ({r.get('load_average', size.get('load_average_at_start'))}) |"
         )
     lines += ["", f"Evolve's advantage (`{reference}`; > 1: Evolve ahead by that factor, < 1: behind):", ""]
     lines += [

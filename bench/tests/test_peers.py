@@ -86,6 +86,31 @@ def test_a_small_run_measures_each_system_and_reports_what_it_could_not(
     assert "## 1,000 items" in (tmp_path / "out" / "peers.md").read_text()
 
 
+def test_a_stopped_run_keeps_each_system_it_measured_and_resume_goes_on_from_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--peer-python", sys.executable]
+    small = ["--sizes", "1500", "--queries", "20", "--updates", "5"]
+    measure = peers.measure
+
+    def stopped_at_the_second(system: str, data: Path, args: object) -> dict:
+        if system == "faiss-hnsw":
+            raise KeyboardInterrupt  # the session ends here
+        return measure(system, data, args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(peers, "measure", stopped_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        peers.main([*where, *small, "--peers", "faiss-flat", "faiss-hnsw"])
+    written = json.loads((tmp_path / "out" / "peers.json").read_text())["sizes"]["1500"]["systems"]
+    assert list(written) == ["faiss-flat"] and written["faiss-flat"]["measured_at"]
+    ran: list[str] = []
+    monkeypatch.setattr(peers, "measure", lambda system, data, args: ran.append(system) or measure(system, data, args))
+    results = peers.main([*where, *small, "--peers", "faiss-flat", "faiss-hnsw", "--resume"])
+    systems = results["sizes"]["1500"]["systems"]
+    assert ran == ["faiss-hnsw"] and systems["faiss-flat"] == written["faiss-flat"]
+    assert "| faiss-hnsw |" in (tmp_path / "out" / "peers.md").read_text()
+
+
 def test_the_dataset_is_made_once_and_reused(tmp_path: Path) -> None:
     first = peers.dataset(1500, 30, 7, tmp_path)
     stamp = (first / "truth.npy").stat().st_mtime_ns
