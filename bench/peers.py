@@ -154,7 +154,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     parser.add_argument("--fresh", action="store_true", help="drop the sizes an earlier run left in peers.json")
     parser.add_argument(
-        "--resume", action="store_true", help="keep the systems an earlier run measured at a size (same settings)"
+        "--resume", action="store_true", help="skip the systems an earlier run measured at a size (same settings)"
     )
     args = parser.parse_args(argv)
     args.sizes = args.sizes or ([10_000] if args.quick else [100_000, 1_000_000])
@@ -171,7 +171,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Each size, each system in a step of its own: the results are written after every step, so a run stopped
     anywhere keeps what it measured, and ``--resume`` goes on from there (a step is one system's build and
-    serve: under an hour at a million items for every system but Qdrant's local mode, ``LIMITS``)."""
+    serve: under an hour at a million items for every system but Qdrant's local mode, ``LIMITS``). A system
+    measured now replaces its earlier row; the other systems of the size (same queries and updates) are kept,
+    each with when it was measured (``--fresh`` drops them)."""
     args = parse(argv)
     cache = cache_root(args.cache)
     results: dict[str, Any] = {"machine": machine(), "sizes": earlier_sizes(args.out / "peers.json", args.fresh)}
@@ -180,8 +182,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         size: dict[str, Any] = {"items": n, "queries": args.queries, "updates": args.updates,
                                 "reference": args.reference, "data": str(data), "systems": {}}  # fmt: skip
         earlier = results["sizes"].get(str(n), {})
-        if args.resume and (earlier.get("queries"), earlier.get("updates")) == (args.queries, args.updates):
-            size["systems"] = dict(earlier.get("systems", {}))  # measured before with the same settings
+        if (earlier.get("queries"), earlier.get("updates")) == (args.queries, args.updates):
+            size["systems"] = dict(earlier.get("systems", {}))  # measured before with the same settings: kept
         for system in args.peers:
             if args.resume and "p50_ms" in size["systems"].get(system, {}):
                 print(f"{n:>9,} {system:<12} kept from {size['systems'][system].get('measured_at', 'an earlier run')}")
