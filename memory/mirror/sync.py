@@ -343,7 +343,7 @@ class MirrorSet:
         touched = set[str]()
         new_keys = conn.execute(
             select(intents.c.id, intents.c.seq, intents.c.namespace, intents.c.embedding).where(intents.c.gen > since)
-        ).all()  # ordered here: with ORDER BY seq SQLite walks the seq index over every key (87 ms at 145k keys)
+        ).all()
         new_keys = sorted((row for row in new_keys if row[2] in mirrors), key=lambda row: row[1])
         for ns in {row[2] for row in new_keys}:
             fresh = [row for row in new_keys if row[2] == ns]

@@ -278,10 +278,16 @@ def recall_rows(
 
 
 def log_recalls(
-    conn: Connection, out: list[Recall], plans: list[Plan], cfg: RetrievalConfig, generation: int, **at: float | None
+    conn: Connection,
+    out: list[Recall],
+    plans: list[Plan],
+    cfg: RetrievalConfig,
+    generation: int,
+    *,
+    as_of: float | None = None,
 ) -> None:
     """Insert ``recall_rows`` in ``conn`` now (what a recall does when its rows are not deferred)."""
-    execute_many(conn, RECALL_INSERT, recall_rows(out, plans, cfg, generation, **at))
+    execute_many(conn, RECALL_INSERT, recall_rows(out, plans, cfg, generation, as_of=as_of))
 
 
 def explain(conn: Connection, recall_id: str, namespace: str) -> dict[str, Any]:

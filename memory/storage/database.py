@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -55,6 +55,11 @@ BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQL
 
 _OPEN: dict[str, weakref.WeakSet[Database]] = {}
 """The databases open in this process by URL: a transaction commits what the others deferred on its URL first."""
+
+
+def _write_rows(conn: Connection, taken: dict[Executable, list[dict[str, Any]]]) -> None:
+    for statement, rows in taken.items():
+        execute_many(conn, statement, rows)
 
 
 class Database:
@@ -105,8 +110,7 @@ class Database:
             taken, count = self._take()
             if count:
                 with self._put_back_on_failure(taken, count), storage_faults(self.url), self.engine.begin() as conn:
-                    for statement, rows in taken.items():
-                        execute_many(conn, statement, rows)
+                    _write_rows(conn, taken)
             return count
 
     def _take(self) -> tuple[dict[Executable, list[dict[str, Any]]], int]:
@@ -155,38 +159,30 @@ class Database:
             for other in list(_OPEN.get(self.url, ())):
                 if other is not self and other.deferred:
                     other.write_deferred()
-        if not write:
-            if deferred:  # the rows deferred so far, committed first (waiting for those being written)
-                try:
-                    self.flush()
-                except StoreError as e:  # the read goes on without them; they wait (close says if they are lost)
-                    log.warning("memory database %s: %d deferred rows could not be written (%s)", redact_url(self.url),
-                                self.deferred, e)  # fmt: skip
-                with self._writing:
-                    pass
-            with storage_faults(self.url):
-                if self._conn is None:
-                    with self._reads.begin() as conn:
-                        yield conn
-                else:
-                    self._conn.execution_options(sqlite_begin="DEFERRED")  # in place
-                    with self._conn.begin():
-                        yield self._conn
-            return
-        with self._writing:
-            taken, count = self._take()
-            with self._put_back_on_failure(taken, count), storage_faults(self.url):
-                if self._conn is None:
-                    with self.engine.begin() as conn:
-                        for statement, rows in taken.items():
-                            execute_many(conn, statement, rows)
-                        yield conn
-                else:
-                    self._conn.execution_options(sqlite_begin="IMMEDIATE")  # in place
-                    with self._conn.begin():
-                        for statement, rows in taken.items():
-                            execute_many(self._conn, statement, rows)
-                        yield self._conn
+        if not write and deferred:  # the rows deferred so far, committed first (waiting for those being written)
+            try:
+                self.flush()
+            except StoreError as e:  # the read goes on without them; they wait (close says if they are lost)
+                log.warning("memory database %s: %d deferred rows could not be written (%s)", redact_url(self.url),
+                            self.deferred, e)  # fmt: skip
+            with self._writing:  # and those a background writer is committing now
+                pass
+        with self._writing if write else nullcontext():
+            taken, count = self._take() if write else ({}, 0)
+            with self._put_back_on_failure(taken, count), storage_faults(self.url), self._begin(write) as conn:
+                _write_rows(conn, taken)
+                yield conn
+
+    @contextmanager
+    def _begin(self, write: bool) -> Iterator[Connection]:
+        """A transaction on the kept connection (else a pooled one): ``IMMEDIATE`` for a write on SQLite."""
+        if self._conn is None:
+            with (self.engine if write else self._reads).begin() as conn:
+                yield conn
+        else:
+            self._conn.execution_options(sqlite_begin="IMMEDIATE" if write else "DEFERRED")  # in place
+            with self._conn.begin():
+                yield self._conn
 
     def close(self) -> None:
         """Release the kept connection and the pool; a connection that fails to close is logged, not raised."""
