@@ -40,6 +40,7 @@ class Step:
     problems: tuple[str, ...] = ()
     finish: str | None = None
     logprobs: tuple[tuple[str, float], ...] | None = None  # the last answer's tokens, when its model gave them
+    score: float | None = None  # the checker's reward had this output been the answer (an ordered team's credit)
 
 
 @dataclass(frozen=True)

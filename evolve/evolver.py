@@ -40,6 +40,7 @@ from evolve.prompts.evolution import PromptEvolution, PromptUpdate, make_evaluat
 from evolve.ray_executor import make_executor
 from evolve.run_log import RoundMetrics, RunLog, episode_from_row
 from evolve.teams.compose import Recompose, TeamChange, check_recompose, resumed_team
+from evolve.teams.ordered import OrderedTeam, learn_orders, order_counts
 from evolve.teams.parallel import ParallelTeam
 from evolve.weights.escalation import plateaued, weights_blocker
 from evolve.weights.registry import AdapterRegistry
@@ -222,6 +223,7 @@ class Evolver:
             if self.prompts is not None:
                 self.team = self.prompts.start(self.team)  # act from HEAD: a resumed run keeps its evolved prompts
             self.team = resumed_team(self.team, self.recompose, self.log.completed())
+            learn_orders(self.team, self.log.learned_episodes())  # a resumed run keeps the order it learned
             self._started = True
         self._finish_learning(round_)
         done = self.log.done_task_ids(round_)
@@ -307,14 +309,16 @@ class Evolver:
 
     def apply(self, episodes: Iterable[Episode]) -> None:
         """Reinforce the memories each episode recalled with its reward, then write what it taught:
-        one ``reinforce_many`` and one ``write_many`` for the whole batch.
+        one ``reinforce_many`` and one ``write_many`` for the whole batch (an ``OrderedTeam`` learns its orders).
 
         Feedback keys (``memory.reinforcements`` of the episode id) and memory ids (``<episode id>/<namespace>``)
         are built from the run's, tasks' and agents' names, so ``fit_id`` shortens a long one with a hash: the
         same key on every call, so a resumed run still applies no reward and writes no memory twice."""
+        episodes = list(episodes)
+        if self.learn:
+            learn_orders(self.team, sorted(episodes, key=lambda e: e.task_id))  # as RunLog.learned_episodes
         if self.memory is None or not self.learn:
             return
-        episodes = list(episodes)
         feedback = [
             entry
             for e in episodes
@@ -390,6 +394,9 @@ class Evolver:
             q_mean=q_mean,
             q_std=q_std,
             solved_share=self.log.solved_share(round_),
+            orders=order_counts([episode_from_row(r) for r in self.log.round_rows(round_)], self.team.policy.agents)
+            if isinstance(self.team, OrderedTeam)
+            else None,
         )
 
 

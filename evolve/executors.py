@@ -28,6 +28,7 @@ from evolve.agent import Team, TeamAct
 from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step
 from evolve.run_log import MAX_EPISODE_ID
+from evolve.teams.ordered import OrderedTeam, scored_steps
 from memory.write.checks import fit_id
 
 
@@ -154,12 +155,18 @@ class Rollout:
         attempts = play(self.team, tasks, self.env_factory, self.max_turns, queries=[t.prompt for t in tasks])
         return [self._episode(t, a) for t, a in zip(tasks, attempts, strict=True)]
 
+    def _credited(self, task: Task, a: _Attempt) -> tuple[Step, ...]:
+        """The attempt's steps; an ordered team's one-turn steps with their outputs scored (its credit)."""
+        if isinstance(self.team, OrderedTeam) and self.max_turns == 1 and a.error is None:
+            return scored_steps(a.steps, task, self.env_factory)
+        return tuple(a.steps)
+
     def _episode(self, task: Task, a: _Attempt) -> Episode:
         return Episode(
             id=fit_id(f"{self.run}:{self.round}:{task.id}", MAX_EPISODE_ID),
             task_id=task.id,
             prompt=task.prompt,
-            steps=tuple(a.steps),
+            steps=self._credited(task, a),
             answer=a.answer,
             reward=a.reward,
             feedback=a.feedback,

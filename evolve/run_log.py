@@ -116,6 +116,8 @@ class RoundMetrics:
     team: list[str] | None = None
     """The parallel team's members from the next round on, when this round re-composed it (``recompose``)."""
     team_note: str = ""
+    orders: dict[str, list[int]] | None = None
+    """An ordered team's orders this round (``"a > b > c"``): episodes acted in each and how many succeeded."""
 
 
 class RunLog:
@@ -195,6 +197,16 @@ class RunLog:
             rows = conn.execute(select(episodes).where(episodes.c.run == self.run, episodes.c.round == round_))
             return [dict(r._mapping) for r in rows]
 
+    def learned_episodes(self) -> list[Episode]:
+        """Every episode of the run the loop has learned from, in the order they were recorded."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(episodes)
+                .where(episodes.c.run == self.run, episodes.c.learned == 1)
+                .order_by(episodes.c.created_at, episodes.c.round, episodes.c.task_id)
+            )
+            return [episode_from_row(dict(r._mapping)) for r in rows]
+
     def round_scores(self, round_: int) -> list[tuple[float, str | None, int, float]]:
         """``(reward, error, tokens, cost)`` of each episode of ``round_``: what the round's metrics need,
         without reading the episodes' prompts, answers and steps."""
@@ -245,8 +257,8 @@ def check_run(run: object) -> str:
 
 def steps_to_json(steps: Sequence[Step]) -> str:
     """What a row keeps of the steps: agent, output, recall id and namespace, turn, and a tool-using
-    agent's calls (name, arguments, id, result, ok), unusable calls and why the last model call ended
-    (messages are not stored)."""
+    agent's calls (name, arguments, id, result, ok), unusable calls, why the last model call ended and the
+    checker's score of the output, when it was taken (messages are not stored)."""
     out = []
     for s in steps:
         row: dict[str, Any] = {"agent": s.agent, "output": s.output, "recall_id": s.recall_id, "namespace": s.recall_namespace, "turn": s.turn}  # fmt: skip
@@ -265,6 +277,8 @@ def steps_to_json(steps: Sequence[Step]) -> str:
             row["problems"] = list(s.problems)
         if s.finish is not None:
             row["finish"] = s.finish
+        if s.score is not None:
+            row["score"] = s.score
         out.append(row)
     return json.dumps(out, ensure_ascii=False, default=str)
 
@@ -286,6 +300,7 @@ def steps_from_json(text: str) -> tuple[Step, ...]:
             ),
             problems=tuple(s.get("problems", ())),
             finish=s.get("finish"),
+            score=s.get("score"),
         )  # fmt: skip
         for s in json.loads(text)
     )

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def _checked(order: Sequence[int] | np.ndarray, scores: np.ndarray, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+def _checked(
+    order: Sequence[int] | np.ndarray, scores: np.ndarray, temperature: float
+) -> tuple[np.ndarray, np.ndarray]:
     """``order`` as an index array and the scaled priorities s/τ; a clear error for anything but a
     permutation of the priorities' positions and a positive, finite temperature."""
     s = np.asarray(scores, dtype=np.float64)

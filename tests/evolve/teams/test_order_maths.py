@@ -58,9 +58,7 @@ def test_gradient_matches_finite_differences(s: list[float], tau: float, data: s
 def test_expected_score_function_is_zero(s: list[float], tau: float) -> None:
     """Σ_σ P(σ) ∇log P(σ) = ∇ Σ_σ P(σ) = 0: what makes a baseline leave the policy gradient unbiased."""
     s_ = np.array(s)
-    total = sum(
-        brute_prob(p, s_, tau) * grad_log_prob(p, s_, tau) for p in itertools.permutations(range(len(s)))
-    )
+    total = sum(brute_prob(p, s_, tau) * grad_log_prob(p, s_, tau) for p in itertools.permutations(range(len(s))))
     assert np.abs(total).max() < 1e-9
 
 
