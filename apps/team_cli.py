@@ -1,6 +1,7 @@
 """``evolve team diagnose SPEC``: run a spec's parallel team, or its whole pool of agents, on sample tasks
 and report each member's accuracy, K* per task and overall, how alike the members' answers are, and the
-vote's accuracy (``evolve.teams.diagnose``), with a heat map PNG and the figures as JSON.
+vote's accuracy (``evolve.teams.diagnose``), with a heat map PNG and the figures as JSON. A chain that learns
+its order (``[team] order = "learned"``) shows the order it learned per task group instead.
 
 Example:
     >>> # evolve team diagnose data/facility_codes.toml --pool --tasks 20
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
 
 
 def add_team_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    t = sub.add_parser("team", help="teams by diversity: diagnose a parallel team or the spec's pool of agents")
+    t = sub.add_parser(
+        "team", help="teams: diagnose a parallel team or the spec's pool of agents, or show a learned order"
+    )
     actions = t.add_subparsers(dest="team_action", required=True, metavar="ACTION", help="what to do with the team")
     d = actions.add_parser(
         "diagnose", help="run the team (--pool: every agent) on sample tasks: accuracy, K*, similarity, a heat map"
@@ -49,6 +52,9 @@ def cmd_team_diagnose(args: argparse.Namespace) -> None:
     store = build_store(spec)
     try:
         say_database("team diagnose", spec.run.database)
+        if spec.team.order == "learned" and not args.pool:
+            show_orders(spec, chat, store, args.out or diagnosis_folder(spec))
+            return
         d = diagnose_spec(spec, chat, store, tasks=args.tasks, pool=args.pool, seed=args.seed)
     finally:
         if store is not None:
@@ -56,6 +62,31 @@ def cmd_team_diagnose(args: argparse.Namespace) -> None:
     figures, png = save_diagnosis(d, args.out or diagnosis_folder(spec), title=spec.run.name)
     print(d.markdown())
     print(f"figures:  {figures}\nheat map: {png}")
+
+
+def show_orders(spec: RunSpec, chat: ChatClient, store: MemoryStore | None, out: Path) -> None:
+    """A learned order's state, as the run learned it: per task group an example task, the episodes it
+    learned from, the order it serves (greedy) and the priorities; printed and saved as ``orders.json``."""
+    from evolve.build import build_team
+    from evolve.teams.ordered import OrderedTeam
+
+    team = build_team(spec, chat, store)
+    assert isinstance(team, OrderedTeam)
+    groups = team.policy.table()
+    print(f"# Learned order of {spec.run.name}\n")
+    if not team.policy.learns:
+        print("A team of one agent has one order: there is nothing to learn.")
+    elif not groups:
+        print(f"Nothing learned yet: the team acts in the listed order ({' > '.join(team.policy.agents)}) "
+              "until a round of `evolve run` has rewarded it.")  # fmt: skip
+    else:
+        print("| group | episodes | served order | priorities | example task |\n|--:|--:|---|---|---|")
+        for g in groups:
+            pr = ", ".join(f"{a} {p:+.2f}" for a, p in g["priorities"].items())
+            print(f"| {g['group']} | {g['episodes']} | {' > '.join(g['order'])} | {pr} | {g['example'][:60]} |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "orders.json").write_text(json.dumps(groups, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"\nfigures:  {out / 'orders.json'}")
 
 
 def diagnose_spec(

@@ -168,6 +168,7 @@ class Team:
         self.order = _topological_order(names, self.edges)
         self.sink = self._final_agent(names)
         self.workers = max(1, workers)
+        self.credits_steps = False  # True: a one-turn rollout scores each step's output (``Step.score``)
         self._pool: ThreadPoolExecutor | None = None  # made on first use, kept: a pool per call costs more
         self._pool_lock = threading.Lock()  # than a fast backend's answer (threads start and are joined)
 

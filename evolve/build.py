@@ -19,6 +19,7 @@ from evolve.ray_executor import make_executor
 from evolve.run_log import RunLog
 from evolve.spec import AgentSection, RunSpec
 from evolve.teams.compose import Recompose, last_kept
+from evolve.teams.ordered import OrderedTeam, learn_orders
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
@@ -131,14 +132,29 @@ def agent_namespace(run: str, agent: str) -> str:
 def build_team(
     spec: RunSpec, chat: ChatClient, store: MemoryStore | None, *, mcp: MCPConnections | None = None
 ) -> Team:
-    """The spec's team: its agents (``build_agents``) as its ``[team]`` puts them (``shaped``), with the
-    members its run last kept when ``[team] recompose`` re-chose them (a tenant's run: else the trained run's)."""
-    return kept_team(spec, build_agents(spec, chat, store, mcp=mcp), store)
+    """The spec's team, to serve: its agents (``build_agents``) as its ``[team]`` puts them (``shaped``), with the
+    members its run last kept when ``[team] recompose`` re-chose them, and a learned order as the run learned it,
+    taken greedily (a tenant's run: else the trained run's)."""
+    team = kept_team(spec, build_agents(spec, chat, store, mcp=mcp), store)
+    if isinstance(team, OrderedTeam):
+        from connectors import make_engine
+
+        engine = store.engine if store is not None else make_engine(spec.run.database)
+        for run in [spec.run.name, *([spec.shared_run] if spec.shared_run else [])]:
+            learned = RunLog(engine, run).learned_episodes()
+            if learned:  # served in the order the run learned (a tenant's: the trained run's)
+                learn_orders(team, learned)
+                break
+        team.serving = True
+    return team
 
 
 def kept_team(spec: RunSpec, agents: list[Agent], store: MemoryStore | None) -> Team:
     """``shaped``, with the members the run last kept when ``[team] recompose`` re-chose them (read from its
-    round log; a tenant's run without rounds of its own: the trained run's)."""
+    round log; a tenant's run without rounds of its own: the trained run's). A learned order groups tasks with
+    the store's embedder (the spec's without a store)."""
+    if spec.team.order == "learned":
+        return shaped(spec, agents, store.embedder if store is not None else load_embedder(spec.embedder.name))
     if spec.team.recompose == "off" or store is None:
         return shaped(spec, agents)
     for run in [spec.run.name, *([spec.shared_run] if spec.shared_run else [])]:
@@ -189,10 +205,15 @@ def build_agents(
     return agents
 
 
-def shaped(spec: RunSpec, agents: list[Agent]) -> Team:
-    """The spec's agents as its ``[team]`` puts them: a chain (by ``after``), or a parallel team of its members
-    with a vote or a judge."""
+def shaped(spec: RunSpec, agents: list[Agent], embedder: Embedder | None = None) -> Team:
+    """The spec's agents as its ``[team]`` puts them: a chain (by ``after``; an ``OrderedTeam`` under ``order =
+    "learned"``, grouping tasks with ``embedder``), or a parallel team of its members with a vote or a judge."""
     t = spec.team
+    if t.topology == "chain" and t.order == "learned":
+        return OrderedTeam(
+            agents, lr=t.order_lr, temperature=t.order_temperature, group_threshold=t.order_group_threshold,
+            embed=None if embedder is None else embedder.embed, seed=spec.run.seed,
+        )  # fmt: skip
     if t.topology == "chain":
         return Team(agents, [(before, a.name) for a in spec.agents for before in a.after] or None)
     by_name = {a.name: a for a in agents}

@@ -193,6 +193,8 @@ class Evolver:
         blocker = weights_blocker(team)
         if isinstance(team, ParallelTeam):  # MARFT's rollouts follow a chain; a vote or a judge is not trained
             blocker = "weight updates (LoRA MARFT) train a chain of agents; this is a parallel team"
+        if isinstance(team, OrderedTeam) and self.weights is not None:
+            blocker = 'LoRA MARFT trains a chain in one order; this team learns its order ([team] order = "learned")'
         if self.weights is not None and blocker is not None:
             raise ConfigError(f"weights: {blocker}")
         if blocker is None:

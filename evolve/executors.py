@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from connectors import ConfigError, Environment, EvolveError, Tool
@@ -28,7 +28,6 @@ from evolve.agent import Team, TeamAct
 from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step
 from evolve.run_log import MAX_EPISODE_ID
-from evolve.teams.ordered import OrderedTeam, scored_steps
 from memory.write.checks import fit_id
 
 
@@ -156,8 +155,9 @@ class Rollout:
         return [self._episode(t, a) for t, a in zip(tasks, attempts, strict=True)]
 
     def _credited(self, task: Task, a: _Attempt) -> tuple[Step, ...]:
-        """The attempt's steps; an ordered team's one-turn steps with their outputs scored (its credit)."""
-        if isinstance(self.team, OrderedTeam) and self.max_turns == 1 and a.error is None:
+        """The attempt's steps; a team that credits steps (``Team.credits_steps``) gets, in a one-turn episode,
+        each step's output scored as if it were the answer."""
+        if self.team.credits_steps and self.max_turns == 1 and a.error is None:
             return scored_steps(a.steps, task, self.env_factory)
         return tuple(a.steps)
 
@@ -174,6 +174,21 @@ class Rollout:
             error=a.error,
             info=a.info,
         )
+
+
+def scored_steps(steps: Sequence[Step], task: Task, env_factory: Callable[[], Environment]) -> tuple[Step, ...]:
+    """A one-turn episode's steps, each before the last with ``score``: the reward a fresh environment gives
+    its output as the answer to ``task`` (None where the environment fails on it)."""
+
+    def score(output: str) -> float | None:
+        env = env_factory()
+        try:
+            env.reset(task)
+            return float(env.step(output).reward)
+        except EvolveError:
+            return None
+
+    return tuple(replace(s, score=score(s.output)) if k < len(steps) - 1 else s for k, s in enumerate(steps))
 
 
 class InProcess:

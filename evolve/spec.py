@@ -234,6 +234,9 @@ class AgentSection(_Strict):
         return self.memory if self.a2a is None or "memory" in self.model_fields_set else False
 
 
+ORDER_FIELDS = ("order", "order_lr", "order_temperature", "order_group_threshold")
+
+
 class TeamSection(_Strict):
     """``[team]``: how the agents work together (``evolve.teams``)."""
 
@@ -245,13 +248,25 @@ class TeamSection(_Strict):
     members: list[str] | None = None  # parallel: the agents on the team (default: all but the judge)
     recompose: Literal["off", "validation", "kstar"] = "off"  # re-choose `size` members from all agents each round
     size: int | None = Field(None, ge=1)
+    # chain: "fixed" acts in the listed order; "learned" draws an order per task group from priorities learned
+    # from rewards (PMAT's Plackett-Luce; evolve.teams.ordered), greedy when served
+    order: Literal["fixed", "learned"] = "fixed"
+    order_lr: float = Field(0.5, gt=0, le=100)  # the priorities' step size
+    order_temperature: float = Field(1.0, gt=0, le=100)  # Plackett-Luce's temperature while learning
+    order_group_threshold: float = Field(0.6, gt=0, le=1)  # the cosine at which tasks share a group's priorities
 
     @model_validator(mode="after")
     def _parallel_only(self) -> TeamSection:
+        ordering = sorted(f for f in self.model_fields_set if f in ORDER_FIELDS)
         if self.topology == "chain":
-            extra = sorted(f for f in self.model_fields_set if f != "topology")
+            extra = sorted(f for f in self.model_fields_set if f != "topology" and f not in ORDER_FIELDS)
             if extra:
                 raise ValueError(f'{", ".join(extra)} apply only to topology = "parallel"')
+            tuning = [f for f in ordering if f != "order"]
+            if tuning and self.order != "learned":
+                raise ValueError(f'{", ".join(tuning)} apply only to order = "learned"')
+        elif ordering:
+            raise ValueError(f'{", ".join(ordering)} apply only to topology = "chain" (a parallel team has no order)')
         if (self.aggregate == "judge") != (self.judge is not None):
             raise ValueError('aggregate = "judge" needs judge = "<agent name>", and only it takes one')
         if (self.recompose != "off") != (self.size is not None):
@@ -299,6 +314,8 @@ class RunSpec(_Strict):
     def _team_names_agents(self) -> RunSpec:
         t, names = self.team, [a.name for a in self.agents]
         if t.topology == "chain":
+            if t.order == "learned" and any(a.after for a in self.agents):
+                raise ValueError('team: order = "learned" draws the chain\'s order per task; `after` fixes it')
             return self
         unknown = [n for n in [*(t.members or []), *([t.judge] if t.judge else [])] if n not in names]
         if unknown:

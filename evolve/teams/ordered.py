@@ -31,15 +31,15 @@ Example:
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from connectors import ConfigError, Environment, EvolveError
+from connectors import ConfigError
 from evolve.agent import Agent, Team, TeamAct
-from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step, TeamStream
 from evolve.teams.order import grad_log_prob, greedy, sample
 from memory.write.grouping import assign_groups
@@ -214,7 +214,10 @@ class OrderedTeam(Team):
         if policy is not None and (policy_args or tuple(policy.agents) != names):
             raise ConfigError(f"OrderedTeam: a policy over {list(policy.agents)} given for agents {list(names)}")
         self.policy = policy if policy is not None else OrderPolicy(names, **policy_args)
+        if not self.policy.learns:
+            warnings.warn("a team of one agent has one order: a learned order learns nothing", stacklevel=2)
         self.serving = serving
+        self.credits_steps = True  # the rollout scores each step's output: its credit (``position_returns``)
         self._chains: dict[Order, Team] = {}
 
     def _with_agents(self, agents: list[Agent]) -> Team:
@@ -262,21 +265,6 @@ class OrderedTeam(Team):
         """``Team.stream`` through the chain of the observation's order."""
         order = self.policy.orders([observation if query is None else query], explore=not self.serving)[0]
         return self.chain(order).stream(observation, query=query, **kwargs)
-
-
-def scored_steps(steps: Sequence[Step], task: Task, env_factory: Callable[[], Environment]) -> tuple[Step, ...]:
-    """A one-turn episode's steps, each before the last with ``score``: the reward a fresh environment gives
-    its output as the answer to ``task`` (None where the environment fails on it)."""
-
-    def score(output: str) -> float | None:
-        env = env_factory()
-        try:
-            env.reset(task)
-            return float(env.step(output).reward)
-        except EvolveError:
-            return None
-
-    return tuple(replace(s, score=score(s.output)) if k < len(steps) - 1 else s for k, s in enumerate(steps))
 
 
 def turn_orders(episode: Episode, agents: Sequence[str]) -> list[tuple[Order, list[float]]]:
