@@ -53,6 +53,7 @@ BENCHES = (
     Bench("protocol_overhead", ("quick", "full")),
     Bench("changing_facts", ("quick", "full")),
     Bench("multistep_credit", ("quick", "full")),
+    Bench("team_order", ("quick", "full")),
     Bench("noise", ("quick", "full")),
     Bench("poison", ("full",)),
     Bench("memory_size", ("full",)),

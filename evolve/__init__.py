@@ -49,6 +49,7 @@ _WHERE = {
     "make_evaluate": "evolve.prompts.evolution",
     "split_tasks": "evolve.prompts.evolution",
     "ParallelTeam": "evolve.teams.parallel",
+    "OrderedTeam": "evolve.teams.ordered",
     "diagnose": "evolve.teams.diagnose",
     "compose": "evolve.teams.compose",
     "AdapterRegistry": "evolve.weights.registry",
@@ -68,6 +69,7 @@ __all__ = [
     "Executor",
     "InProcess",
     "MemoryView",
+    "OrderedTeam",
     "ParallelTeam",
     "PromptEvolution",
     "PromptGraph",
@@ -154,6 +156,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from evolve.serve.deployment import Deployment
     from evolve.teams.compose import compose
     from evolve.teams.diagnose import diagnose
+    from evolve.teams.ordered import OrderedTeam
     from evolve.teams.parallel import ParallelTeam
     from evolve.weights.registry import AdapterRegistry
     from evolve.weights.switch import WeightUpdates

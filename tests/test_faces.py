@@ -31,6 +31,7 @@ FACES: dict[str, list[str]] = {
         "Executor",
         "InProcess",
         "MemoryView",
+        "OrderedTeam",
         "ParallelTeam",
         "PromptEvolution",
         "PromptGraph",
