@@ -145,7 +145,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--updates", type=int, help="score-update calls timed per system (default 200)")
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop timing queries after this (>= 100 run)")
     parser.add_argument(
-        "--reference", choices=[s for s in SYSTEMS if s.startswith("evolve-")], default="evolve-adaptive",
+        "--reference",
+        choices=[s for s in SYSTEMS if s.startswith("evolve-")],
+        default="evolve-adaptive",
         help="the Evolve system the advantage table compares every other system with",
     )
     parser.add_argument("--seed", type=int, default=0)

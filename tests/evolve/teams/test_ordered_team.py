@@ -17,13 +17,15 @@ from evolve.agent import Agent, Team
 from evolve.build import build, build_team
 from evolve.envs.tasks import Task
 from evolve.evolver import Evolver
-from evolve.spec import load_spec
 from evolve.run_log import RunLog
+from evolve.spec import load_spec
 from evolve.teams.ordered import OrderedTeam, OrderPolicy, learn_orders, position_returns
 from evolve.weights.switch import WeightUpdates
 
 DRAFT, REVIEW = "Entwurf · Zürcher Nachtschicht", "Prüfung · Qualitätssicherung Süd"
-TASKS = [{"id": f"tor-{i}", "prompt": f"Welcher Code öffnet Tor {i} der Halle Süd?", "answer": "4471"} for i in range(8)]
+TASKS = [
+    {"id": f"tor-{i}", "prompt": f"Welcher Code öffnet Tor {i} der Halle Süd?", "answer": "4471"} for i in range(8)
+]
 
 
 def reader(name: str):  # noqa: ANN201
@@ -71,7 +73,9 @@ def test_the_loop_learns_the_order_and_a_resumed_run_keeps_it(tmp_path: Path) ->
 
     replayed = team(seed=0, lr=1.0)  # what a new process on the same run starts from: its log, replayed
     learn_orders(replayed, RunLog(engine, "Tore · lernend").learned_episodes())
-    assert [g.priorities.tolist() for g in replayed.policy.groups] == [g.priorities.tolist() for g in learner.policy.groups]
+    assert [g.priorities.tolist() for g in replayed.policy.groups] == [
+        g.priorities.tolist() for g in learner.policy.groups
+    ]
     resumed = team(seed=0, lr=1.0)
     again = Evolver(resumed, tasks(), engine=engine, run="Tore · lernend", batch_size=2, progress=False)
     assert again.run(6) == metrics  # every round done: nothing runs again
@@ -101,7 +105,8 @@ def test_a_served_team_acts_in_the_order_the_run_learned(tmp_path: Path) -> None
     assert isinstance(served, OrderedTeam) and served.serving
     assert served.policy.greedy_orders([TASKS[0]["prompt"]]) == [(DRAFT, REVIEW)]
     assert [g.priorities.tolist() for g in served.policy.groups] == [
-        g.priorities.tolist() for g in ev.team.policy.groups  # type: ignore[attr-defined]
+        g.priorities.tolist()
+        for g in ev.team.policy.groups  # type: ignore[attr-defined]
     ]
 
 
@@ -126,7 +131,7 @@ def test_evolve_team_diagnose_shows_the_learned_order(tmp_path: Path, capsys: py
         ('[team]\ntopology = "parallel"\norder_temperature = 2.0', "order_temperature apply only to"),
         ('[team]\norder = "learned"\norder_temperature = 0', "order_temperature"),
         ('[team]\norder = "learned"\norder_lr = -1', "order_lr"),
-        ('[team]\norder_lr = 0.1', 'order_lr apply only to order = "learned"'),
+        ("[team]\norder_lr = 0.1", 'order_lr apply only to order = "learned"'),
         ('[team]\norder = "sometimes"', "order"),
     ],
 )
