@@ -34,6 +34,7 @@ from evolve.serve.answers import Answer
 from evolve.serve.deployment import Deployment
 from evolve.serve.feedback import namespace_of
 from evolve.spec import check_tenant, load_spec
+from evolve.teams.ordered import OrderedTeam
 from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem, MemoryStore
 
@@ -338,10 +339,25 @@ def learning_tab(deployment: Deployment, tenant: str | None) -> None:
 # ---- team ------------------------------------------------------------------------------------------
 
 
+def order_section(team: OrderedTeam) -> None:
+    """A learned order as the run learned it: per task group the order served, and the agents' priorities."""
+    groups = team.policy.table()
+    if not groups:
+        st.info(f"No order learned yet: served in the listed order ({' → '.join(team.policy.agents)}) until a "
+                "round of `evolve run` rewards it.")  # fmt: skip
+        return
+    st.markdown("**Learned order per task group**")
+    st.dataframe(pd.DataFrame(data.order_rows(groups)), hide_index=True)
+    priorities = pd.DataFrame([g["priorities"] for g in groups], index=[f"group {g['group']}" for g in groups])
+    st.bar_chart(priorities, horizontal=True, stack=False)
+
+
 def team_tab(deployment: Deployment, tenant: str | None) -> None:
     spec = deployment.spec.for_tenant(tenant)
     team, _ = deployment.team(tenant)
     st.markdown(data.team_shape(team))
+    if isinstance(team, OrderedTeam):
+        order_section(team)
     folder = diagnosis_folder(spec)
     left, middle, right = st.columns([1, 1, 2])
     tasks = left.number_input("Sample tasks", min_value=1, max_value=200, value=5, key="diag_tasks")

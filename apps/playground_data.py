@@ -21,6 +21,7 @@ from connectors import ConfigError
 from evolve import RoundMetrics, Team
 from evolve.prompts.versions import PromptVersion
 from evolve.serve.feedback import FeedbackReceipt
+from evolve.teams.ordered import OrderedTeam
 from evolve.teams.parallel import ParallelTeam
 from memory import MemoryItem
 
@@ -236,7 +237,20 @@ def team_shape(team: Team) -> str:
         how = f"a judge, {team.judge}," if team.judge is not None else "a majority vote"
         debate = ", after one round of debate" if team.debate else ""
         return f"**Parallel team**: {', '.join(team.members)} answer on their own; {how} decides{debate}."
+    if isinstance(team, OrderedTeam):
+        return (f"**Chain that learns its order**: {', '.join(team.policy.agents)}, in an order drawn per task group "
+                "while learning and the most probable one when served; each agent sees the one before it.")  # fmt: skip
     return f"**Chain**: {' → '.join(team.order)}; each agent sees its predecessors' outputs."
+
+
+def order_rows(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per task group of a learned order (``OrderPolicy.table``): the order served, the episodes it
+    learned from, an example task, and each agent's priority."""
+    return [
+        {"group": g["group"], "served order": " → ".join(g["order"]), "episodes": g["episodes"],
+         "example task": g["example"], **{f"priority · {a}": p for a, p in g["priorities"].items()}}
+        for g in groups
+    ]  # fmt: skip
 
 
 def diagnosis_headline(figures: Mapping[str, Any]) -> str:

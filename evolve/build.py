@@ -16,10 +16,10 @@ from evolve.executors import Executor
 from evolve.prompts.evolution import PromptEvolution, split_tasks
 from evolve.prompts.graph import PromptGraph
 from evolve.ray_executor import make_executor
-from evolve.run_log import RunLog
+from evolve.run_log import RunLog, learned_mark
 from evolve.spec import AgentSection, RunSpec
 from evolve.teams.compose import Recompose, last_kept
-from evolve.teams.ordered import OrderedTeam, learn_orders
+from evolve.teams.ordered import OrderedTeam, OrderPolicy, learn_orders
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
@@ -137,16 +137,33 @@ def build_team(
     taken greedily (a tenant's run: else the trained run's)."""
     team = kept_team(spec, build_agents(spec, chat, store, mcp=mcp), store)
     if isinstance(team, OrderedTeam):
-        from connectors import make_engine
-
-        engine = store.engine if store is not None else make_engine(spec.run.database)
-        for run in [spec.run.name, *([spec.shared_run] if spec.shared_run else [])]:
-            learned = RunLog(engine, run).learned_episodes()
-            if learned:  # served in the order the run learned (a tenant's: the trained run's)
-                learn_orders(team, learned)
-                break
+        team.policy = served_policy(team, spec, store.engine if store is not None else None)
         team.serving = True
     return team
+
+
+_SERVED: dict[tuple[str, str, str], tuple[tuple[int, float | None], OrderPolicy]] = {}
+"""Learned orders replayed for serving, by database, run and settings, with the log mark they were replayed at."""
+
+
+def served_policy(team: OrderedTeam, spec: RunSpec, engine: Engine | None) -> OrderPolicy:
+    """The order policy the spec's run learned (a tenant's run without episodes: the trained run's), replayed
+    from its log once per change of the log (``learned_mark``: one small query a call), else ``team``'s own."""
+    from connectors import make_engine
+
+    engine = engine if engine is not None else make_engine(spec.run.database)
+    for run in [spec.run.name, *([spec.shared_run] if spec.shared_run else [])]:
+        mark = learned_mark(engine, run)
+        if not mark[0]:
+            continue
+        key = (str(engine.url), run, spec.team.model_dump_json())
+        kept = _SERVED.get(key)
+        if kept is None or kept[0] != mark:
+            fresh = OrderedTeam(list(team.agents.values()), policy=replace(team.policy, groups=[]))  # nothing learned
+            learn_orders(fresh, RunLog(engine, run).learned_episodes())
+            kept = _SERVED[key] = (mark, fresh.policy)
+        return kept[1]
+    return team.policy
 
 
 def kept_team(spec: RunSpec, agents: list[Agent], store: MemoryStore | None) -> Team:

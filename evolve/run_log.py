@@ -322,6 +322,17 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
     )
 
 
+def learned_mark(engine: Engine, run: str) -> tuple[int, float | None]:
+    """How many of ``run``'s episodes the loop has learned from, and when the last of them was recorded: what
+    a served team's learned order was replayed from changes exactly when this does (no rows: ``(0, None)``)."""
+    metadata.create_all(engine, tables=[episodes])
+    with engine.connect() as conn:
+        count, last = conn.execute(
+            select(func.count(), func.max(episodes.c.created_at)).where(episodes.c.run == run, episodes.c.learned == 1)
+        ).one()
+    return int(count), last
+
+
 def list_runs(engine: Engine) -> dict[str, list[RoundMetrics]]:
     """Every run in the database with its completed rounds, in order."""
     metadata.create_all(engine)

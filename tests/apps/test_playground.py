@@ -251,3 +251,52 @@ def test_team_tab_diagnoses_the_pool_and_shows_recompositions(spec: Path) -> Non
     assert list(members["member"]) == ["solver"] and list(members["accuracy"]) == [0.5]
     assert any("A team of one" in c.value for c in shown.caption)
     assert shown.get("image")  # the heat map
+
+
+def test_team_tab_draws_a_learned_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain that learns its order: the tab says so, then shows each task group's served order and the
+    agents' priorities once a run has learned them."""
+    from evolve.build import build
+
+    draft, review = "Entwurf · Zürcher Nachtschicht", "Prüfung · Qualitätssicherung Süd"
+    tasks = [{"id": f"tor-{i}", "prompt": f"Welcher Code öffnet Tor {i}?", "answer": "4471"} for i in range(4)]
+    (tmp_path / "tore.jsonl").write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks), "utf-8")
+    path = tmp_path / "tore.toml"
+    path.write_text(f"""
+[run]
+name = "tore"
+database = "sqlite:///{tmp_path / 'play.db'}"
+batch_size = 2
+
+[model]
+chat = "fake/scripted"
+options = {{ replies = {{ "<output of {draft}>" = "4471" }}, default = "ENTWURF" }}
+
+[embedder]
+name = "hash"
+
+[environment]
+tasks = "tore.jsonl"
+
+[team]
+order = "learned"
+order_lr = 1.0
+
+[[agents]]
+name = "{review}"
+
+[[agents]]
+name = "{draft}"
+""", encoding="utf-8")  # fmt: skip
+    monkeypatch.setenv("EVOLVE_PLAYGROUND_SPEC", str(path))
+    try:
+        shown = start().tabs[4]
+        assert "Chain that learns its order" in shown.markdown[0].value
+        assert "No order learned yet" in shown.info[0].value
+        build(load_spec(path), progress=False).run(4)
+        shown = start().tabs[4]
+        rows = shown.dataframe[0].value
+        assert set(rows["served order"]) == {f"{draft} → {review}"}
+        assert f"priority · {draft}" in rows.columns and (rows[f"priority · {draft}"] > 0).all()
+    finally:
+        st.cache_resource.clear()

@@ -18,6 +18,7 @@ from evolve.build import build, build_team
 from evolve.envs.tasks import Task
 from evolve.evolver import Evolver
 from evolve.run_log import RunLog
+from evolve.serve.deployment import Deployment
 from evolve.spec import load_spec
 from evolve.teams.ordered import OrderedTeam, OrderPolicy, learn_orders, position_returns
 from evolve.weights.switch import WeightUpdates
@@ -99,8 +100,15 @@ def test_a_step_is_credited_with_what_it_added() -> None:
 def test_a_served_team_acts_in_the_order_the_run_learned(tmp_path: Path) -> None:
     spec_path = write_spec(tmp_path / "Zürich Läufe", '[team]\norder = "learned"\norder_lr = 1.0')
     spec = load_spec(spec_path)
+    deployment = Deployment(spec)  # serving while the run learns: each request's team is the run's latest
+    before, _ = deployment.team(None)
+    assert isinstance(before, OrderedTeam) and before.policy.greedy_orders([TASKS[0]["prompt"]]) == [(REVIEW, DRAFT)]
     ev = build(spec, progress=False)
     ev.run(5)
+    after, _ = deployment.team(None)
+    assert after.policy.greedy_orders([TASKS[0]["prompt"]]) == [(DRAFT, REVIEW)]  # type: ignore[attr-defined]
+    assert deployment.answer([Message("user", TASKS[0]["prompt"])]).text == "4471"
+    assert deployment.team(None)[0].policy is after.policy  # type: ignore[attr-defined]  # replayed once
     served = build_team(spec, load_chat("fake/scripted", replies=["unused"]), ev.memory)
     assert isinstance(served, OrderedTeam) and served.serving
     assert served.policy.greedy_orders([TASKS[0]["prompt"]]) == [(DRAFT, REVIEW)]
