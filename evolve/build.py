@@ -19,7 +19,7 @@ from evolve.ray_executor import make_executor
 from evolve.run_log import RunLog, learned_mark
 from evolve.spec import AgentSection, RunSpec
 from evolve.teams.compose import Recompose, last_kept
-from evolve.teams.ordered import OrderedTeam, OrderPolicy, learn_orders
+from evolve.teams.ordered import OrderedTeam, learn_orders
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
@@ -27,6 +27,7 @@ from memory import MemoryConfig, MemoryStore, RetrievalConfig, TrustPolicy, simi
 from memory.config import ForgetConfig
 from memory.write.checks import MAX_NAMESPACE, fit_id
 from optimizers import PromptOptimizer, TextualGradientOptimizer, TrainingFreeGRPO
+from optimizers.order_policy import OrderPolicy
 
 
 def build_chat(spec: RunSpec) -> ChatClient:

@@ -20,8 +20,9 @@ from evolve.evolver import Evolver
 from evolve.run_log import RunLog
 from evolve.serve.deployment import Deployment
 from evolve.spec import load_spec
-from evolve.teams.ordered import OrderedTeam, OrderPolicy, learn_orders, position_returns
+from evolve.teams.ordered import OrderedTeam, learn_orders
 from evolve.weights.switch import WeightUpdates
+from optimizers.order_policy import OrderPolicy, position_returns
 
 DRAFT, REVIEW = "Entwurf · Zürcher Nachtschicht", "Prüfung · Qualitätssicherung Süd"
 TASKS = [

@@ -7,7 +7,7 @@ An order σ of n agents with priorities s and temperature τ has the probability
 (the first agent is drawn in proportion to exp(s/τ), the next from the rest, and so on). ``sample`` draws it
 by adding Gumbel noise to s/τ and sorting; ``grad_log_prob`` is the derivative of log P(σ) with respect to
 the priorities, by position (the sum over positions is the whole order's gradient); ``greedy`` is the order
-of the priorities, the most probable one. tests/teams/test_order_maths.py checks each against enumerating
+of the priorities, the most probable one. tests/optimizers/test_order_maths.py checks each against enumerating
 every permutation for n ≤ 5.
 
 Example:

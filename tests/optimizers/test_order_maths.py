@@ -1,4 +1,4 @@
-"""Plackett–Luce orders (evolve.teams.order) against enumerating every permutation, n ≤ 5."""
+"""Plackett–Luce orders (optimizers.order) against enumerating every permutation, n ≤ 5."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evolve.teams.order import grad_log_prob, greedy, log_prob, position_log_probs, sample
+from optimizers.order import grad_log_prob, greedy, log_prob, position_log_probs, sample
 
 priorities = st.integers(1, 5).flatmap(
     lambda n: st.lists(st.floats(-4, 4, allow_nan=False, allow_infinity=False), min_size=n, max_size=n)
