@@ -144,6 +144,28 @@ class OrderPolicy:
             g.priorities += self.lr * grad_log_prob(sigma, g.priorities, self.temperature, advantage)
             g.baselines += (np.asarray(returns, dtype=np.float64) - g.baselines) / min(g.episodes, 20)
 
+    def state(self) -> dict[str, Any]:
+        """What a resumed run needs to go on bit for bit: every group and the draws' random state."""
+        with self._lock:
+            return {
+                "groups": [
+                    {"key": None if g.key is None else g.key.tolist(), "priorities": g.priorities.tolist(),
+                     "baselines": g.baselines.tolist(), "episodes": g.episodes, "example": g.example}
+                    for g in self.groups
+                ],
+                "rng": self._rng.bit_generator.state,
+            }  # fmt: skip
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Go on from ``state()``."""
+        with self._lock:
+            self.groups = [
+                OrderGroup(None if g["key"] is None else np.asarray(g["key"], dtype=np.float32),
+                           np.asarray(g["priorities"]), np.asarray(g["baselines"]), g["episodes"], g["example"])
+                for g in state["groups"]
+            ]  # fmt: skip
+            self._rng.bit_generator.state = state["rng"]
+
     def table(self) -> list[dict[str, Any]]:
         """Per group: an example task, the episodes learned from, the greedy order and the priorities."""
         with self._lock:

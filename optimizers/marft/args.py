@@ -41,6 +41,9 @@ class Args:
     kl_coef: float = 0.0  # weight of the KL to the adapter-free base
     schedule: Literal["all", "round_robin"] = "all"  # update every agent each iteration, or one in turn
     max_grad_norm: float = 1.0  # gradient clipping per parameter set
+    order: Literal["fixed", "learned"] = "fixed"  # agents in team order, or each episode's drawn (PMAT's AGPS)
+    order_lr: float = 0.5  # the order priorities' step size (order="learned")
+    order_temperature: float = 1.0  # Plackett-Luce temperature of the drawn orders (order="learned")
     seed: int = 0  # seeds episodes, sampling and minibatch order
     checkpoint_every: int = 10  # iterations between checkpoints (0: only at the end)
 
@@ -58,6 +61,15 @@ class Args:
             raise ConfigError("level='token' gives each token its own advantage: it needs ratio='token'")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0 for PPO sampling, got {self.temperature}")
+        if not (self.order_lr > 0 and self.order_temperature > 0):
+            raise ConfigError(
+                f"order_lr and order_temperature must be > 0, got {self.order_lr} and {self.order_temperature}"
+            )
+        if self.order == "learned" and self.advantage == "gae":
+            raise ConfigError(
+                "order='learned' needs advantage='group': GAE chains the agents' values in one team order, and "
+                "each episode acts in its own"
+            )
 
     def updates_per_step(self, agents: int) -> int:
         """Adapters updated per iteration: all of them, or one with round-robin."""

@@ -1,4 +1,5 @@
-"""Rollouts for MARFT: agents act in team order, agent m sees what agents 1..m-1 said.
+"""Rollouts for MARFT: agents act in team order (or each episode in an order drawn for it), each seeing what
+the agents before it said.
 
 A task (``MarftTask``) says who the agents are, draws an episode, writes each agent's prompt from the
 episode and its predecessors' answers, and scores the team's answers. An engine (``RolloutEngine``)
@@ -46,7 +47,8 @@ class MarftTask(Protocol[S]):
     One episode: ``state = task.sample(rng)``; for each agent ``m`` in order,
     ``task.prompt(state, m, responses[:m])`` is what it sees and its answer is appended to
     ``responses``; then ``task.reward(state, responses)`` scores the team. ``agents`` is read-only, so
-    a frozen dataclass with an ``agents`` field fits.
+    a frozen dataclass with an ``agents`` field fits. A task whose ``any_order`` attribute is true also
+    takes episodes in drawn orders: ``previous`` is then what the agents before ``m`` in that order said.
     """
 
     @property
@@ -106,6 +108,8 @@ class Batch:
     turns: tuple[AgentTurns, ...]
     rewards: list[float]
     groups: list[int]
+    orders: list[tuple[int, ...]] | None = None
+    """Each episode's order (agent indices, first to act first) when the order was drawn; None: team order."""
 
     @property
     def success(self) -> float:
@@ -127,28 +131,53 @@ def collect(
     max_new_tokens: int,
     temperature: float,
     group_size: int = 1,
+    orders: Sequence[Sequence[int]] | None = None,
 ) -> Batch:
     """Run ``episodes`` team episodes (``episodes / group_size`` states, each played ``group_size`` times).
 
+    ``orders`` (one per episode: agent indices, first to act first) lets each episode act in an order of its
+    own: agent m then sees what the agents before it in its episode's order said, in that order, and the
+    reward still takes the answers in team order. The agents at one position are generated together, one
+    batch per agent there. None: every episode in team order.
+
     Raises:
-        ConfigError: ``episodes`` is not a positive multiple of ``group_size``.
+        ConfigError: ``episodes`` is not a positive multiple of ``group_size``, or ``orders`` is not one
+            order of every agent per episode.
     """
     if episodes < 1 or group_size < 1 or episodes % group_size:
         raise ConfigError(
             f"episodes must be a positive multiple of group_size, got episodes={episodes}, group_size={group_size}"
         )
+    n = len(task.agents)
+    drawn = [tuple(o) for o in orders] if orders is not None else None
+    if drawn is not None and (len(drawn) != episodes or any(sorted(o) != list(range(n)) for o in drawn)):
+        raise ConfigError(f"orders must give each of the {episodes} episodes an order of the {n} agents' indices")
+    if drawn is not None and not getattr(task, "any_order", False):
+        raise ConfigError(
+            f"{type(task).__name__}'s prompts follow team order; a drawn order needs a task with any_order"
+        )
     states = [task.sample(rng) for _ in range(episodes // group_size)]
     groups = [g for g in range(len(states)) for _ in range(group_size)]
-    said: list[list[str]] = [[] for _ in groups]
-    turns = []
-    for m, agent in enumerate(task.agents):
-        prompt_ids = engine.encode([task.prompt(states[g], m, said[i]) for i, g in enumerate(groups)])
-        response_ids = engine.generate(
-            agent, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature, generator=generator
-        )
-        texts = [engine.decode(ids) for ids in response_ids]
-        for i, text in enumerate(texts):
-            said[i].append(text)
-        turns.append(AgentTurns(agent, prompt_ids, response_ids, texts))
-    rewards = [float(task.reward(states[g], said[i])) for i, g in enumerate(groups)]
-    return Batch(tuple(turns), rewards, groups)
+    each = drawn if drawn is not None else [tuple(range(n))] * episodes
+    said: list[dict[int, str]] = [{} for _ in groups]
+    prompt_ids: list[list[list[int]]] = [[[] for _ in groups] for _ in range(n)]
+    response_ids: list[list[list[int]]] = [[[] for _ in groups] for _ in range(n)]
+    for position in range(n):
+        for m, agent in enumerate(task.agents):
+            which = [i for i in range(episodes) if each[i][position] == m]
+            if not which:
+                continue
+            ids = engine.encode(
+                [task.prompt(states[groups[i]], m, [said[i][k] for k in each[i][:position]]) for i in which]
+            )
+            answers = engine.generate(
+                agent, ids, max_new_tokens=max_new_tokens, temperature=temperature, generator=generator
+            )
+            for i, p_ids, r_ids in zip(which, ids, answers, strict=True):
+                prompt_ids[m][i], response_ids[m][i], said[i][m] = p_ids, r_ids, engine.decode(r_ids)
+    turns = tuple(
+        AgentTurns(agent, prompt_ids[m], response_ids[m], [said[i][m] for i in range(episodes)])
+        for m, agent in enumerate(task.agents)
+    )
+    rewards = [float(task.reward(states[g], [said[i][m] for m in range(n)])) for i, g in enumerate(groups)]
+    return Batch(turns, rewards, groups, [tuple(o) for o in drawn] if drawn is not None else None)

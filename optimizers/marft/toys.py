@@ -55,9 +55,13 @@ def first_word(text: str) -> str | None:
     return words[0] if words else None
 
 
-def _check_index(task: str, agents: tuple[str, ...], agent_index: int, previous: Sequence[str]) -> None:
+def _check_index(
+    task: str, agents: tuple[str, ...], agent_index: int, previous: Sequence[str], *, any_order: bool = False
+) -> None:
     if not 0 <= agent_index < len(agents):
         raise ConfigError(f"{task}: agent_index must be in 0..{len(agents) - 1}, got {agent_index}")
+    if any_order and len(previous) < len(agents):
+        return
     if len(previous) != agent_index:
         raise ConfigError(
             f"{task}: agent {agent_index} ({agents[agent_index]!r}) must see {agent_index} earlier responses, "
@@ -180,6 +184,9 @@ class RelayTask:
     pool: tuple[str, ...] = SECRET_POOL
     codes: tuple[str, ...] = ("up", "down", "left", "right")
     agents: tuple[str, ...] = ("sender", "receiver")
+    any_order: bool = False
+    """True: the agents may act in any order (a drawn one, ``Args.order = "learned"``); the receiver acting first
+    is handed nothing to relay, and the sender acting second ignores what the receiver said."""
 
     def __post_init__(self) -> None:
         if len(self.agents) != 2:
@@ -214,10 +221,10 @@ class RelayTask:
 
     def prompt(self, state: RelayEpisode, agent_index: int, previous: Sequence[str]) -> str:
         """``"secret <word>"`` for the sender; ``"relay <sender's response>"`` for the receiver."""
-        _check_index("RelayTask", self.agents, agent_index, previous)
+        _check_index("RelayTask", self.agents, agent_index, previous, any_order=self.any_order)
         if agent_index == 0:
             return f"secret {state.secret}"
-        return " ".join(("relay", *previous[0].split()))
+        return " ".join(("relay", *(previous[0].split() if previous else ())))
 
     def reward(self, state: RelayEpisode, responses: Sequence[str]) -> float:
         """1.0 when the receiver's first word is the secret, else 0.0."""

@@ -40,11 +40,14 @@ from optimizers.marft.advantages import Targets, advantages_gae, advantages_grou
 from optimizers.marft.args import Args
 from optimizers.marft.policy_io import CRITIC
 from optimizers.marft.rollout import Batch, MarftTask, RolloutEngine, collect
+from optimizers.order_policy import OrderPolicy, position_returns
 
 if TYPE_CHECKING:
     import torch
 
     from optimizers.marft.policy import AgentPolicies
+
+ORDER_GROUP = "episodes"  # a MARFT task's episodes share one order group: there is no task text to group by
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ class StepLog:
     seconds: float
     agents: dict[str, dict[str, float]] = field(default_factory=dict)
     value_loss: float | None = None
+    order: str | None = None  # with a learned order: the most probable one after this iteration
 
 
 @dataclass
@@ -101,6 +105,10 @@ class Trainer:
         self.rng = random.Random(self.args.seed)
         self.generator = torch.Generator().manual_seed(self.args.seed)
         self.optimizers = {a: torch.optim.Adam(self.policy.parameters_of(a), lr=self.args.lr) for a in self.task.agents}
+        self.orders = (
+            OrderPolicy(self.task.agents, lr=self.args.order_lr, temperature=self.args.order_temperature, seed=self.args.seed)
+            if self.args.order == "learned" else None
+        )  # fmt: skip
         if self.uses_critic:
             self.optimizers[CRITIC] = torch.optim.Adam(self.policy.parameters_of(CRITIC), lr=self.args.critic_lr)
 
@@ -144,12 +152,14 @@ class Trainer:
             max_new_tokens=a.max_new_tokens,
             temperature=a.temperature,
             group_size=a.group_size,
+            orders=self._draw_orders(a.batch_size),
         )
         targets = self.targets(batch)
         agents = self.task.agents if a.schedule == "all" else (self.task.agents[self.step % len(self.task.agents)],)
         self._set_learning_rates()
         stats = self.update(batch, targets, agents)
         self._sync_engine()
+        self._learn_orders(batch)
         self.step += 1
         entry = StepLog(
             self.step,
@@ -158,9 +168,29 @@ class Trainer:
             round(time.perf_counter() - started, 3),
             {k: v for k, v in stats.items() if k != CRITIC},
             stats.get(CRITIC, {}).get("value_loss"),
+            None if self.orders is None else " > ".join(self.orders.orders([ORDER_GROUP], explore=False)[0]),
         )
         log.info("MARFT iteration %d: success %.2f", self.step, entry.success)
         return entry
+
+    def _draw_orders(self, episodes: int) -> list[tuple[int, ...]] | None:
+        """Each episode's order from the order policy (``args.order = "learned"``), else None: team order."""
+        if self.orders is None:
+            return None
+        drawn = self.orders.orders([ORDER_GROUP] * episodes, explore=True)
+        return [tuple(self.task.agents.index(a) for a in order) for order in drawn]
+
+    def _learn_orders(self, batch: Batch) -> None:
+        """The order policy learns from the batch: each episode's order, its reward at every position.
+
+        Outside the PPO loss: AGPS adds the order's log-probability to the loss because PMAT's priorities come
+        from the network being trained; here they are a table of their own (``OrderPolicy``), so that term's
+        gradient for the adapters is zero. The priorities take the same policy gradient by themselves."""
+        if self.orders is None or batch.orders is None:
+            return
+        for order, reward in zip(batch.orders, batch.rewards, strict=True):
+            names = tuple(self.task.agents[m] for m in order)
+            self.orders.learn(ORDER_GROUP, names, position_returns(reward, None, len(order)))
 
     def targets(self, batch: Batch) -> Targets:
         """Old log-probs, advantages per agent and (with a critic) old values and returns."""
@@ -271,6 +301,7 @@ class Trainer:
             "generator": self.generator.get_state(),
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "history": [asdict(h) for h in self.history],
+            "orders": None if self.orders is None else self.orders.state(),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -280,6 +311,8 @@ class Trainer:
         for k, o in self.optimizers.items():
             o.load_state_dict(state["optimizers"][k])
         self.history = [StepLog(**h) for h in state["history"]]
+        if self.orders is not None:
+            self.orders.load(state["orders"])
 
 
 def _chunks(order: list[int], parts: int) -> list[list[int]]:

@@ -123,8 +123,72 @@ def test_a_checkpoint_is_refused_under_other_settings(tmp_path: Path) -> None:
         ({"level": "token", "ratio": "sequence"}, "needs ratio='token'"),
         ({"temperature": 0.0}, "temperature"),
         ({"steps": 0}, ">= 1"),
+        ({"order": "learned"}, "order='learned' needs advantage='group'"),
+        ({"order": "learned", "advantage": "group", "group_size": 2, "order_temperature": 0.0}, "order_temperature"),
+        ({"order_lr": -1.0}, "order_lr"),
     ],
 )
 def test_bad_settings_are_refused(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Args(**overrides)
+
+
+LEARNED = dict(advantage="group", group_size=4, order="learned", checkpoint_every=0)
+
+
+def test_drawn_orders_each_agent_sees_who_acted_before_it_in_its_episode() -> None:
+    """An episode in a drawn order: the receiver acting first is handed nothing; the answers reach the reward
+    in team order; a task whose prompts assume team order refuses drawn orders."""
+    import random
+
+    from optimizers.marft.rollout import collect
+
+    policy, _ = policies()
+    task = RelayTask(any_order=True)
+    batch = collect(policy, task, episodes=4, rng=random.Random(0), generator=torch.Generator().manual_seed(0),
+                    max_new_tokens=1, temperature=1.0, orders=[(0, 1), (1, 0), (1, 0), (0, 1)])  # fmt: skip
+    sender, receiver = batch.turns
+    decode = policy.tokenizer.decode
+    for i, order in enumerate(batch.orders or []):
+        seen = decode(receiver.prompt_ids[i], skip_special_tokens=True).split()
+        assert seen == (["relay", *sender.texts[i].split()] if order == (0, 1) else ["relay"])
+        assert decode(sender.prompt_ids[i], skip_special_tokens=True).startswith("secret")
+    with pytest.raises(ConfigError, match="follow team order"):
+        collect(policy, RelayTask(), episodes=2, rng=random.Random(0), generator=torch.Generator(),
+                max_new_tokens=1, temperature=1.0, orders=[(0, 1), (1, 0)])  # fmt: skip
+    with pytest.raises(ConfigError, match="an order of the 2 agents"):
+        collect(policy, task, episodes=2, rng=random.Random(0), generator=torch.Generator(),
+                max_new_tokens=1, temperature=1.0, orders=[(0, 0), (1, 0)])  # fmt: skip
+
+
+def test_marft_learns_the_order_the_relay_needs() -> None:
+    """The tiny relay with drawn orders (PMAT's AGPS, the order's priorities outside the PPO loss): the sender
+    must act first for the receiver to know the secret, and the order policy learns that from rewards alone."""
+    policy, _ = policies()
+    trainer = Trainer(policy, RelayTask(any_order=True), Args(steps=40, batch_size=32, **LEARNED))
+    history = trainer.run()
+    assert history[0].order is not None and history[-1].order == "sender > receiver"
+    assert trainer.orders is not None
+    (group,) = trainer.orders.table()
+    assert group["priorities"]["sender"] > group["priorities"]["receiver"] + 1.0
+    assert sum(h.success for h in history[-5:]) / 5 > RelayTask().blind_best  # the two communicate
+
+
+def test_a_resumed_run_with_a_learned_order_continues_bit_for_bit(tmp_path: Path) -> None:
+    args = Args(**{**SMALL, **LEARNED, "steps": 4, "checkpoint_every": 2})
+    task = RelayTask(any_order=True)
+    straight, _ = policies()
+    expected = Trainer(straight, task, args)
+    expected.run(checkpoint_dir=tmp_path / "straight")
+
+    def kill_in_iteration_3(entry: Any) -> None:
+        if entry.step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(policies()[0], task, args).run(checkpoint_dir=tmp_path / "cut", on_step=kill_in_iteration_3)
+    resumed = Trainer(policies()[0], task, args)
+    resumed.run(checkpoint_dir=tmp_path / "cut")
+    assert [(h.success, h.order) for h in resumed.history] == [(h.success, h.order) for h in expected.history]
+    assert resumed.orders is not None and expected.orders is not None
+    assert resumed.orders.table() == expected.orders.table()
