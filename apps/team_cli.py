@@ -31,10 +31,12 @@ def add_team_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     actions = t.add_subparsers(dest="team_action", required=True, metavar="ACTION", help="what to do with the team")
     d = actions.add_parser(
-        "diagnose", help="run the team (--pool: every agent) on sample tasks: accuracy, K*, similarity, a heat map"
+        "diagnose",
+        help="run the team (--pool: every agent) on sample tasks: accuracy, K*, similarity, a heat map; "
+        "a chain that learns its order: that order per task group",
     )
     d.add_argument("spec", type=Path, help="the run's TOML spec")
-    d.add_argument("--tasks", type=count(1), default=20, help="how many of the spec's tasks to sample (default 20)")
+    d.add_argument("--tasks", type=count(1), default=None, help="how many of the spec's tasks to sample (default 20)")
     d.add_argument("--pool", action="store_true", help="every agent of the spec (but a judge), not only the team")
     d.add_argument("--seed", type=count(0), default=None, help="which tasks are sampled (default: the spec's seed)")
     d.add_argument("--out", type=Path, default=None, help="folder for diagnosis.json and heat_map.png "
@@ -53,9 +55,12 @@ def cmd_team_diagnose(args: argparse.Namespace) -> None:
     try:
         say_database("team diagnose", spec.run.database)
         if spec.team.order == "learned" and not args.pool:
+            if args.tasks is not None or args.seed is not None:
+                raise ConfigError('--tasks and --seed sample tasks to run; a chain with order = "learned" is shown '
+                                  "from its run's log (leave them out, or add --pool to run its agents)")  # fmt: skip
             show_orders(spec, chat, store, args.out or diagnosis_folder(spec))
             return
-        d = diagnose_spec(spec, chat, store, tasks=args.tasks, pool=args.pool, seed=args.seed)
+        d = diagnose_spec(spec, chat, store, tasks=args.tasks or 20, pool=args.pool, seed=args.seed)
     finally:
         if store is not None:
             store.close()

@@ -131,6 +131,8 @@ def test_evolve_team_diagnose_shows_the_learned_order(tmp_path: Path, capsys: py
     groups = json.loads((out / "orders.json").read_text("utf-8"))
     assert groups and all(g["order"] == [DRAFT, REVIEW] for g in groups if g["episodes"] >= 3)
     assert f"{DRAFT} > {REVIEW}" in shown
+    assert main(["team", "diagnose", str(spec_path), "--tasks", "3", "--quiet"]) == 2  # nothing to sample
+    assert "--tasks and --seed sample tasks to run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
