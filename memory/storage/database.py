@@ -157,8 +157,11 @@ class Database:
         """
         if deferred:  # what other stores of this process deferred on the same database is committed first
             for other in list(_OPEN.get(self.url, ())):
-                if other is not self and other.deferred:
-                    other.write_deferred()
+                if other is not self:
+                    if other.deferred:
+                        other.write_deferred()
+                    with other._writing:  # and wait for those its background writer is committing now
+                        pass
         if not write and deferred:  # the rows deferred so far, committed first (waiting for those being written)
             try:
                 self.flush()
