@@ -1,4 +1,7 @@
-"""LoRA MARFT on a GPU (SmolLM2-135M): memory of one base + N adapters against N bases, and rollout tokens/s.
+"""LoRA MARFT on a GPU: memory of one base + N adapters against N bases, and rollout tokens/s.
+
+The base is a SmolLM2-sized Llama built in code by default (``--base built``: nothing to download), or
+SmolLM2-135M (``--base smollm2``; vLLM's rollouts are measured only then).
 
 Memory: peak CUDA memory (``torch.cuda.max_memory_allocated`` above what was allocated before) of
 ``AgentPolicies`` with N agent adapters on one base, each agent generating once, against N separate
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, merge_summary
-from tests.support.marft_gpu import PROMPTS, agent_names, bases_peak, rollout_speed, team_peak
+from tests.support.marft_gpu import BUILT, PROMPTS, bases_peak, rollout_speed, team_peak, team_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -51,31 +54,32 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--base", choices=("built", "smollm2"), default="built",
+                        help="the base: a SmolLM2-sized Llama built in code (nothing to download), or SmolLM2-135M "
+                             "(its GGUF installed; vLLM's rollouts need it)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     opts = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.marft_gpu needs a CUDA GPU; none here, nothing measured or written.")
         return None
 
-    from optimizers.marft.policy import AgentPolicies
-
     small = list(PROMPTS[: min(4, len(PROMPTS))])
     memory = {
-        "team_mb": team_peak(opts.agents, small, max_new_tokens=16) / 2**20,
-        "bases_mb": bases_peak(opts.agents, small, max_new_tokens=16) / 2**20,
-        "one_base_mb": bases_peak(1, small, max_new_tokens=16) / 2**20,
+        "team_mb": team_peak(opts.agents, small, max_new_tokens=16, base=opts.base) / 2**20,
+        "bases_mb": bases_peak(opts.agents, small, max_new_tokens=16, base=opts.base) / 2**20,
+        "one_base_mb": bases_peak(1, small, max_new_tokens=16, base=opts.base) / 2**20,
     }
     memory = {k: round(v, 1) for k, v in memory.items()}
     memory["ratio_team_to_bases"] = round(memory["team_mb"] / memory["bases_mb"], 3)
     memory["ratio_team_to_one_base"] = round(memory["team_mb"] / memory["one_base_mb"], 3)
 
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(opts.prompts)]
-    policy = AgentPolicies.from_smollm2(agent_names(opts.agents), device="cuda", critic=False)
+    policy = team_policies(opts.agents, base=opts.base)
     ids = policy.encode(prompts)
     speed: dict[str, Any] = {
         "transformers": rollout_speed(policy, policy.agents, ids, max_new_tokens=opts.max_new_tokens)
     }
-    if importlib.util.find_spec("vllm") is not None:
+    if importlib.util.find_spec("vllm") is not None and opts.base == "smollm2":
         from connectors.smollm2 import smollm2_path
         from optimizers.marft.vllm_engine import VLLMEngine
 
@@ -86,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         engine.close()
     result = {
         "machine": {**machine(), **gpu()},
-        "model": "SmolLM2-135M-Instruct; LoRA rank 8 on q,k,v,o,gate,up,down per agent",
+        "model": ("SmolLM2-135M-Instruct" if opts.base == "smollm2" else f"a Llama built in code ({BUILT})")
+        + "; LoRA rank 8 on q,k,v,o,gate,up,down per agent",
         "agents": opts.agents,
         "prompts": opts.prompts,
         "max_new_tokens": opts.max_new_tokens,
@@ -139,7 +144,7 @@ def markdown(result: dict[str, Any]) -> str:
         if key in s:
             lines.append(f"| {name} | {s[key]['tokens']} | {s[key]['seconds']} | {s[key]['tokens_per_s']} |")
     if "vllm" not in s:
-        lines.append("| vLLM | not installed | | |")
+        lines.append("| vLLM | not run (not installed, or --base built) | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""What a MARFT team costs on a CUDA GPU (SmolLM2-135M): peak memory and rollout tokens/s.
+"""What a MARFT team costs on a CUDA GPU (a SmolLM2-sized model built in code, or SmolLM2-135M): peak memory
+and rollout tokens/s.
 
 ``team_peak`` measures one base with N LoRA agent adapters, ``bases_peak`` N separate bases, each
 generating once; ``rollout_speed`` times every agent answering every prompt through a rollout engine
@@ -14,9 +15,10 @@ Example:
 from __future__ import annotations
 
 import gc
+import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 PROMPTS = (
     "What is the capital of France?",
@@ -52,12 +54,36 @@ def peak_bytes(work: Callable[[], Any]) -> int:
     return int(peak)
 
 
-def team_peak(agents: int, prompts: Sequence[str], *, max_new_tokens: int) -> int:
-    """Peak bytes of one SmolLM2 base with ``agents`` LoRA adapters on CUDA, every agent generating once."""
+BUILT = {"hidden": 576, "layers": 30}
+"""A Llama of about SmolLM2-135M's size (576 wide, 30 layers; 163 M parameters over the prompts' words), built
+in code with random weights (``optimizers.marft.tiny``): what the GPU memory tests load, so that a GPU machine
+needs nothing downloaded. Memory depends on the shapes, not on what the weights learned."""
+
+Base = Literal["built", "smollm2"]
+
+
+def team_policies(agents: int, *, base: Base = "built", device: str = "cuda") -> Any:
+    """One base (``BUILT`` or SmolLM2-135M) with ``agents`` LoRA adapters, no critic, on ``device``."""
     from optimizers.marft.policy import AgentPolicies
+    from optimizers.marft.tiny import tiny_policies
+
+    if base == "smollm2":
+        return AgentPolicies.from_smollm2(agent_names(agents), device=device, critic=False)
+    team = tiny_policies(prompt_words(), agent_names(agents), critic=False, **BUILT)
+    team.model.to(device)
+    return team
+
+
+def prompt_words() -> list[str]:
+    """Every word of ``PROMPTS``: the built model's vocabulary."""
+    return sorted({w for p in PROMPTS for w in re.findall(r"\w+|[^\w\s]", p)})
+
+
+def team_peak(agents: int, prompts: Sequence[str], *, max_new_tokens: int, base: Base = "built") -> int:
+    """Peak bytes of one base with ``agents`` LoRA adapters on CUDA, every agent generating once (greedy)."""
 
     def work() -> Any:
-        policy = AgentPolicies.from_smollm2(agent_names(agents), device="cuda", critic=False)
+        policy = team_policies(agents, base=base)
         ids = policy.encode(prompts)
         for agent in policy.agents:
             policy.generate(agent, ids, max_new_tokens=max_new_tokens, temperature=0.0)
@@ -66,32 +92,16 @@ def team_peak(agents: int, prompts: Sequence[str], *, max_new_tokens: int) -> in
     return peak_bytes(work)
 
 
-def bases_peak(count: int, prompts: Sequence[str], *, max_new_tokens: int) -> int:
-    """Peak bytes of ``count`` separate SmolLM2 models on CUDA (float32), each generating once (greedy)."""
+def bases_peak(count: int, prompts: Sequence[str], *, max_new_tokens: int, base: Base = "built") -> int:
+    """Peak bytes of ``count`` separate base models on CUDA (float32), each generating once (greedy)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from connectors.smollm2 import smollm2_path
-
-    folder = smollm2_path()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    tokenizer.padding_side = "left"
-    texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    ]
 
     def work() -> Any:
-        models = []
-        for _ in range(count):
-            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
-            models.append(model.to("cuda").eval())
-        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
+        models = [team_policies(1, base=base) for _ in range(count)]  # a base each (with one small adapter)
+        ids = models[0].encode(prompts)
         with torch.no_grad():
-            for model in models:
-                model.generate(
-                    **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id
-                )
+            for m in models:
+                m.generate(m.agents[0], ids, max_new_tokens=max_new_tokens, temperature=0.0)
         return models
 
     return peak_bytes(work)

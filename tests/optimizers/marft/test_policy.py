@@ -294,3 +294,17 @@ def test_plain_policy_gradient_learns_the_target_task() -> None:
         (-(logp.sum(1) * (rewards - rewards.mean())).mean()).backward()
         optimizer.step()
     assert success[0] < 0.3 and min(success[-5:]) > 0.9
+
+
+def test_the_gpu_memory_tests_model_is_built_here_and_four_adapters_are_a_fraction_of_it() -> None:
+    """What ``test_gpu``'s memory bounds rest on, checked without a GPU: the SmolLM2-sized base is built in code
+    (nothing downloaded), answers, and four agents' adapters hold 8 % of its parameters (2 % each)."""
+    from tests.support.marft_gpu import PROMPTS, team_policies
+
+    team = team_policies(4, device="cpu")
+    base = sum(p.numel() for n, p in team.model.named_parameters() if "lora_" not in n)
+    adapters = sum(p.numel() for n, p in team.model.named_parameters() if "lora_" in n)
+    assert 150e6 < base < 170e6  # about SmolLM2-135M's size
+    assert adapters < 0.1 * base
+    ids = team.encode(list(PROMPTS[:2]))
+    assert all(len(r) == 2 for r in team.generate(team.agents[0], ids, max_new_tokens=2, temperature=0.0))
