@@ -193,8 +193,9 @@ class Evolver:
         blocker = weights_blocker(team)
         if isinstance(team, ParallelTeam):  # MARFT's rollouts follow a chain; a vote or a judge is not trained
             blocker = "weight updates (LoRA MARFT) train a chain of agents; this is a parallel team"
-        if isinstance(team, OrderedTeam) and self.weights is not None:
-            blocker = 'LoRA MARFT trains a chain in one order; this team learns its order ([team] order = "learned")'
+        if isinstance(team, OrderedTeam) and self.weights is not None and self.weights.args().advantage != "group":
+            blocker = ("a team that learns its order trains in drawn orders, which needs group advantages: "
+                       'WeightUpdates(options={"advantage": "group", "group_size": 2})')  # fmt: skip
         if self.weights is not None and blocker is not None:
             raise ConfigError(f"weights: {blocker}")
         if blocker is None:
@@ -285,7 +286,10 @@ class Evolver:
         """Train the agents' adapters now (MARFT), keep them if they gain, and serve the HEAD adapters."""
         if self.weights is None or self.adapters is None:
             raise ConfigError("escalate() needs Evolver(..., weights=WeightUpdates(...)) and a team on local models")
-        report = train_adapters(self.team, self.tasks, self.adapters, self.weights, progress=self.progress)
+        orders = self.team.task_order if isinstance(self.team, OrderedTeam) else None
+        report = train_adapters(
+            self.team, self.tasks, self.adapters, self.weights, progress=self.progress, orders=orders
+        )
         attach_adapters(self.team, self.adapters)
         return report
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from connectors import ConfigError
 from evolve.agent import Agent, Team, TeamAct
+from evolve.envs.tasks import Task
 from evolve.episode import Episode, Step, TeamStream
 from optimizers.order_policy import Order, OrderPolicy, position_returns
 
@@ -74,6 +75,11 @@ class OrderedTeam(Team):
         if order not in self._chains:
             self._chains[order] = Team([self.agents[n] for n in order], workers=self.workers)
         return self._chains[order]
+
+    def task_order(self, task: Task, explore: bool) -> Order:
+        """The order ``task`` acts in: drawn from its group's priorities (``explore``), else the most probable
+        one (what MARFT's escalation trains and evaluates in, ``evolve.weights.switch.train_adapters``)."""
+        return self.policy.orders([task.prompt], explore=explore)[0]
 
     def answers_task(self, name: str) -> bool:
         """Any agent may be the last of an order, and the last one answers (``chain`` gives it the tools)."""

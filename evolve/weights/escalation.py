@@ -74,6 +74,9 @@ class TeamTask:
     agents: tuple[str, ...]
     roles: tuple[str, ...]
     inputs: tuple[tuple[str, ...], ...] = ()
+    any_order: bool = False
+    """True: episodes may act in drawn orders (a team that learns its order): each agent sees the one before it
+    in its episode's order, and the last one answers."""
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -88,22 +91,29 @@ class TeamTask:
             raise ConfigError(f"TeamTask inputs must name earlier agents, one tuple per agent; got {self.inputs}")
 
     @classmethod
-    def of(cls, team: Team, tasks: Sequence[Task]) -> TeamTask:
-        """The team's agents in order, with their current system prompts as roles and its edges as inputs."""
+    def of(cls, team: Team, tasks: Sequence[Task], *, any_order: bool = False) -> TeamTask:
+        """The team's agents in order, with their current system prompts as roles and its edges as inputs
+        (``any_order``: episodes may act in drawn orders)."""
         agents = [team.agents[n] for n in team.order]
         return cls(
             list(tasks),
             tuple(a.name for a in agents),
             tuple(a.system_prompt() for a in agents),
             tuple(tuple(team.predecessors(a.name)) for a in agents),
+            any_order,
         )
 
     def sample(self, rng: random.Random) -> Task:
         return rng.choice(list(self.tasks))
 
-    def prompt(self, state: Task, agent_index: int, previous: Sequence[str]) -> list[Message]:
-        upstream = {name: previous[self.agents.index(name)].strip() for name in self.inputs[agent_index]}
+    def prompt(
+        self, state: Task, agent_index: int, previous: Sequence[str], acted: Sequence[int] | None = None
+    ) -> list[Message]:
+        if acted is not None:  # a drawn order: the agent before this one, as a chain in that order
+            upstream = {self.agents[acted[-1]]: previous[-1].strip()} if acted else {}
+        else:
+            upstream = {name: previous[self.agents.index(name)].strip() for name in self.inputs[agent_index]}
         return turn_messages(self.roles[agent_index], state.prompt, None, upstream)
 
-    def reward(self, state: Task, responses: Sequence[str]) -> float:
-        return check(state, responses[-1])[0]
+    def reward(self, state: Task, responses: Sequence[str], order: Sequence[int] | None = None) -> float:
+        return check(state, responses[order[-1]] if order else responses[-1])[0]

@@ -26,7 +26,7 @@ import logging
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -179,22 +179,33 @@ def train_adapters(
     settings: WeightUpdates | None = None,
     *,
     progress: bool = True,
+    orders: Callable[[Task, bool], Sequence[str]] | None = None,
 ) -> WeightsReport:
-    """One escalation: train, compare on the same evaluation episodes, keep the adapters only if they gain."""
+    """One escalation: train, compare on the same evaluation episodes, keep the adapters only if they gain.
+
+    ``orders`` (a team that learns its order: a task and whether to explore → its agents in order) makes the
+    rollouts act in orders drawn from the team's own policy and the evaluations in the orders it serves.
+    """
     started = time.perf_counter()
     settings = settings or WeightUpdates()
     folder = base_folder(team)
-    task = TeamTask.of(team, tasks)
+    task = TeamTask.of(team, tasks, any_order=orders is not None)
+
+    def order_of(explore: bool) -> Callable[[Task], Sequence[int]] | None:
+        if orders is None:
+            return None
+        return lambda t: tuple(task.agents.index(a) for a in orders(t, explore))
+
     policy = _policies(folder, task.agents, settings)
     for agent in task.agents:
         head = registry.head(agent)
         if head is not None:
             policy.load_adapter_state(agent, _adapter_weights(head.path))
     temperature = float(team.agents[team.sink].params.get("temperature") or 0.0)
-    before = _evaluate(policy, task, settings, temperature)
+    before = _evaluate(policy, task, settings, temperature, order_of(False))
     from optimizers.marft.trainer import StepLog, Trainer
 
-    trainer = Trainer(policy, task, settings.args())
+    trainer = Trainer(policy, task, settings.args(), order_of=order_of(True))
     with tqdm(total=settings.steps, desc="MARFT", disable=not progress, leave=False) as bar:
 
         def advance(entry: StepLog) -> None:
@@ -202,7 +213,7 @@ def train_adapters(
             bar.update(1)
 
         trainer.run(on_step=advance)
-    after = _evaluate(policy, task, settings, temperature)
+    after = _evaluate(policy, task, settings, temperature, order_of(False))
     versions: dict[str, str] = {}
     accepted = after > before + settings.min_gain
     if accepted:
@@ -273,7 +284,13 @@ def _adapter_weights(folder: Path) -> dict[str, Any]:
     return load_file(str(folder / "adapter_model.safetensors"))
 
 
-def _evaluate(policy: AgentPolicies, task: TeamTask, settings: WeightUpdates, temperature: float) -> float:
+def _evaluate(
+    policy: AgentPolicies,
+    task: TeamTask,
+    settings: WeightUpdates,
+    temperature: float,
+    order_of: Callable[[Task], Sequence[int]] | None = None,
+) -> float:
     from optimizers.marft.trainer import evaluate
 
     return evaluate(
@@ -283,6 +300,7 @@ def _evaluate(policy: AgentPolicies, task: TeamTask, settings: WeightUpdates, te
         seed=1_000_003 + settings.seed,
         temperature=temperature,
         max_new_tokens=settings.max_new_tokens,
+        order_of=order_of,
     )
 
 

@@ -22,9 +22,9 @@ Example:
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from connectors import ConfigError
 from connectors.types import Message
@@ -48,7 +48,9 @@ class MarftTask(Protocol[S]):
     ``task.prompt(state, m, responses[:m])`` is what it sees and its answer is appended to
     ``responses``; then ``task.reward(state, responses)`` scores the team. ``agents`` is read-only, so
     a frozen dataclass with an ``agents`` field fits. A task whose ``any_order`` attribute is true also
-    takes episodes in drawn orders: ``previous`` is then what the agents before ``m`` in that order said.
+    takes episodes in drawn orders (``collect``'s ``order_of``): it is then called as
+    ``prompt(state, m, previous, acted=...)``, ``previous`` being what the agents ``acted`` (indices, in the
+    episode's order) said before ``m``, and ``reward(state, responses, order=...)``.
     """
 
     @property
@@ -67,6 +69,17 @@ class MarftTask(Protocol[S]):
     def reward(self, state: S, responses: Sequence[str]) -> float:
         """The team's reward for the answers of all agents, in team order."""
         ...
+
+
+class AnyOrderTask(MarftTask[S], Protocol[S]):
+    """A ``MarftTask`` whose episodes may act in drawn orders (``any_order`` true): its prompts are told who
+    said what came before (``acted``), its reward the order the episode acted in."""
+
+    any_order: bool
+
+    def prompt(self, state: S, agent_index: int, previous: Sequence[str], acted: Sequence[int] = ()) -> Prompt: ...
+
+    def reward(self, state: S, responses: Sequence[str], order: Sequence[int] = ()) -> float: ...
 
 
 class RolloutEngine(Protocol):
@@ -131,34 +144,36 @@ def collect(
     max_new_tokens: int,
     temperature: float,
     group_size: int = 1,
-    orders: Sequence[Sequence[int]] | None = None,
+    order_of: Callable[[Any], Sequence[int]] | None = None,
 ) -> Batch:
     """Run ``episodes`` team episodes (``episodes / group_size`` states, each played ``group_size`` times).
 
-    ``orders`` (one per episode: agent indices, first to act first) lets each episode act in an order of its
-    own: agent m then sees what the agents before it in its episode's order said, in that order, and the
-    reward still takes the answers in team order. The agents at one position are generated together, one
-    batch per agent there. None: every episode in team order.
+    ``order_of`` (called once per episode, in episode order, with its state) gives each episode an order of its
+    own (agent indices, first to act first), for a task whose ``any_order`` is true: agent m then sees what the
+    agents before it in its episode's order said (``previous``, with their indices as ``acted``), and the
+    reward takes the answers in team order with the order as ``order``. The agents at one position are
+    generated together, one batch per agent there. None: every episode in team order.
 
     Raises:
-        ConfigError: ``episodes`` is not a positive multiple of ``group_size``, or ``orders`` is not one
-            order of every agent per episode.
+        ConfigError: ``episodes`` is not a positive multiple of ``group_size``, an order is not one of every
+            agent, or the task's prompts follow team order.
     """
     if episodes < 1 or group_size < 1 or episodes % group_size:
         raise ConfigError(
             f"episodes must be a positive multiple of group_size, got episodes={episodes}, group_size={group_size}"
         )
     n = len(task.agents)
-    drawn = [tuple(o) for o in orders] if orders is not None else None
-    if drawn is not None and (len(drawn) != episodes or any(sorted(o) != list(range(n)) for o in drawn)):
-        raise ConfigError(f"orders must give each of the {episodes} episodes an order of the {n} agents' indices")
-    if drawn is not None and not getattr(task, "any_order", False):
+    any_order = bool(getattr(task, "any_order", False))
+    drawn = cast("AnyOrderTask[Any]", task)
+    if order_of is not None and not any_order:
         raise ConfigError(
             f"{type(task).__name__}'s prompts follow team order; a drawn order needs a task with any_order"
         )
     states = [task.sample(rng) for _ in range(episodes // group_size)]
     groups = [g for g in range(len(states)) for _ in range(group_size)]
-    each = drawn if drawn is not None else [tuple(range(n))] * episodes
+    each = [tuple(order_of(states[g])) if order_of is not None else tuple(range(n)) for g in groups]
+    if any(sorted(o) != list(range(n)) for o in each):
+        raise ConfigError(f"an episode's order must name each of the {n} agents' indices once, got {each}")
     said: list[dict[int, str]] = [{} for _ in groups]
     prompt_ids: list[list[list[int]]] = [[[] for _ in groups] for _ in range(n)]
     response_ids: list[list[list[int]]] = [[[] for _ in groups] for _ in range(n)]
@@ -167,9 +182,15 @@ def collect(
             which = [i for i in range(episodes) if each[i][position] == m]
             if not which:
                 continue
-            ids = engine.encode(
-                [task.prompt(states[groups[i]], m, [said[i][k] for k in each[i][:position]]) for i in which]
-            )
+            prompts = []
+            for i in which:
+                before = each[i][:position]
+                previous = [said[i][k] for k in before]
+                state = states[groups[i]]
+                prompts.append(
+                    drawn.prompt(state, m, previous, acted=before) if any_order else task.prompt(state, m, previous)
+                )
+            ids = engine.encode(prompts)
             answers = engine.generate(
                 agent, ids, max_new_tokens=max_new_tokens, temperature=temperature, generator=generator
             )
@@ -179,5 +200,10 @@ def collect(
         AgentTurns(agent, prompt_ids[m], response_ids[m], [said[i][m] for i in range(episodes)])
         for m, agent in enumerate(task.agents)
     )
-    rewards = [float(task.reward(states[g], [said[i][m] for m in range(n)])) for i, g in enumerate(groups)]
-    return Batch(turns, rewards, groups, [tuple(o) for o in drawn] if drawn is not None else None)
+    answers_in_team_order = [[said[i][m] for m in range(n)] for i in range(episodes)]
+    rewards = [
+        float(drawn.reward(states[g], answers_in_team_order[i], order=each[i]) if any_order
+              else task.reward(states[g], answers_in_team_order[i]))
+        for i, g in enumerate(groups)
+    ]  # fmt: skip
+    return Batch(turns, rewards, groups, each if order_of is not None else None)

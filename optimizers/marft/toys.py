@@ -219,14 +219,16 @@ class RelayTask:
         """A secret, uniform over :attr:`secrets`."""
         return RelayEpisode(rng.choice(self.secrets))
 
-    def prompt(self, state: RelayEpisode, agent_index: int, previous: Sequence[str]) -> str:
-        """``"secret <word>"`` for the sender; ``"relay <sender's response>"`` for the receiver."""
+    def prompt(self, state: RelayEpisode, agent_index: int, previous: Sequence[str], acted: Sequence[int] = ()) -> str:
+        """``"secret <word>"`` for the sender; ``"relay <sender's response>"`` for the receiver (``acted``: who
+        said ``previous``, in a drawn order; the receiver relays only the sender's words)."""
         _check_index("RelayTask", self.agents, agent_index, previous, any_order=self.any_order)
         if agent_index == 0:
             return f"secret {state.secret}"
-        return " ".join(("relay", *(previous[0].split() if previous else ())))
+        said = dict(zip(acted, previous, strict=True)) if acted else dict(enumerate(previous))
+        return " ".join(("relay", *(said[0].split() if 0 in said else ())))
 
-    def reward(self, state: RelayEpisode, responses: Sequence[str]) -> float:
+    def reward(self, state: RelayEpisode, responses: Sequence[str], order: Sequence[int] = ()) -> float:
         """1.0 when the receiver's first word is the secret, else 0.0."""
         _check_responses("RelayTask", self.agents, responses)
         return 1.0 if first_word(responses[1]) == state.secret else 0.0

@@ -81,6 +81,10 @@ class Trainer:
     be :class:`SyncsWeights` (e.g. ``VLLMEngine``) and is synced after every update. Either way the
     loss's log-probs come from the policy.
 
+    ``order_of`` gives each episode's order (agent indices, from its state) when the caller keeps the order
+    policy, as a team that learns its order does in the loop; ``args.order = "learned"`` keeps one here
+    instead. Either way the rollouts act in drawn orders, which needs ``advantage = "group"``.
+
     Example:
         >>> trainer = Trainer(policy, task, Args(steps=50))  # doctest: +SKIP
         >>> history = trainer.run(checkpoint_dir="runs/relay")  # doctest: +SKIP
@@ -91,6 +95,7 @@ class Trainer:
     task: MarftTask
     args: Args
     engine: RolloutEngine | None = None
+    order_of: Callable[[Any], Sequence[int]] | None = None
     step: int = 0
     history: list[StepLog] = field(default_factory=list)
 
@@ -101,6 +106,11 @@ class Trainer:
             raise ConfigError(
                 f"Trainer: a rollout engine other than the policy must take the new weights after each update "
                 f"(a sync(policy) method, see SyncsWeights); {type(self.engine).__name__} has none"
+            )
+        if self.order_of is not None and (self.args.order == "learned" or self.args.advantage != "group"):
+            raise ConfigError(
+                "Trainer: order_of draws the rollouts' orders: it needs advantage='group' (GAE chains one team "
+                "order), and args.order='fixed' (one order policy, the caller's)"
             )
         self.rng = random.Random(self.args.seed)
         self.generator = torch.Generator().manual_seed(self.args.seed)
@@ -152,7 +162,7 @@ class Trainer:
             max_new_tokens=a.max_new_tokens,
             temperature=a.temperature,
             group_size=a.group_size,
-            orders=self._draw_orders(a.batch_size),
+            order_of=self.order_of if self.order_of is not None else self._drawn_order if self.orders else None,
         )
         targets = self.targets(batch)
         agents = self.task.agents if a.schedule == "all" else (self.task.agents[self.step % len(self.task.agents)],)
@@ -173,12 +183,11 @@ class Trainer:
         log.info("MARFT iteration %d: success %.2f", self.step, entry.success)
         return entry
 
-    def _draw_orders(self, episodes: int) -> list[tuple[int, ...]] | None:
-        """Each episode's order from the order policy (``args.order = "learned"``), else None: team order."""
-        if self.orders is None:
-            return None
-        drawn = self.orders.orders([ORDER_GROUP] * episodes, explore=True)
-        return [tuple(self.task.agents.index(a) for a in order) for order in drawn]
+    def _drawn_order(self, state: object) -> tuple[int, ...]:
+        """An episode's order drawn from the trainer's order policy (``args.order = "learned"``)."""
+        assert self.orders is not None
+        (order,) = self.orders.orders([ORDER_GROUP], explore=True)
+        return tuple(self.task.agents.index(a) for a in order)
 
     def _learn_orders(self, batch: Batch) -> None:
         """The order policy learns from the batch: each episode's order, its reward at every position.
@@ -335,10 +344,12 @@ def evaluate(
     seed: int,
     temperature: float = 1.0,
     max_new_tokens: int = 1,
+    order_of: Callable[[Any], Sequence[int]] | None = None,
 ) -> float:
     """The team's success rate on ``episodes`` fresh episodes (its own seeds: training state untouched).
 
-    ``policy`` is any rollout engine: the policies themselves or a synced ``VLLMEngine``."""
+    ``policy`` is any rollout engine: the policies themselves or a synced ``VLLMEngine``; ``order_of``, each
+    episode's order (``collect``), e.g. the order a team that learns its order serves."""
     import torch
 
     batch = collect(
@@ -349,5 +360,6 @@ def evaluate(
         generator=torch.Generator().manual_seed(seed),
         max_new_tokens=max_new_tokens,
         temperature=temperature,
+        order_of=order_of,
     )
     return batch.success

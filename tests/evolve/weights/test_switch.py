@@ -162,3 +162,38 @@ def test_a_team_on_vllm_may_update_weights_and_serves_each_agent_its_head_adapte
     assert Path(lora.lora_path) == Path(head.path).resolve()
     registry.rollback("solver", "base")
     assert attach_adapters(team, registry) == {"solver": None} and "adapter" not in team.agents["solver"].params
+
+
+@pytest.mark.slow
+def test_a_team_that_learns_its_order_escalates_in_the_orders_its_policy_draws(
+    tiny_local_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MARFT on a chain that learns its order: the rollouts act in orders drawn from the team's own priorities,
+    the evaluations in the order it serves, and the last agent of each episode's order answers."""
+    import optimizers.marft.trainer as trainer_module
+    from evolve import OrderedTeam
+
+    chat = load_chat(f"local/{tiny_local_model}", max_new_tokens=1)
+    params = {"max_tokens": 1, "temperature": 0.0}
+    team = OrderedTeam([Agent(n, chat, system="Reply with one word .", params=params) for n in ("drafter", "editor")])
+    team.policy.learn(TASKS[0].prompt, ("editor", "drafter"), [1.0, 1.0])  # what the loop learned: editor first
+    seen: list[object] = []
+    real = trainer_module.collect
+
+    def spy(*args: object, **kwargs: object) -> object:
+        batch = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(batch.orders)
+        return batch
+
+    monkeypatch.setattr(trainer_module, "collect", spy)
+    group = WeightUpdates(patience=1, steps=2, batch_size=8, max_new_tokens=1, eval_episodes=8,
+                          options={"advantage": "group", "group_size": 2})  # fmt: skip
+    ev = evolver(team, tmp_path / "run.db", weights=group)
+    report = ev.escalate()
+    assert report.steps == 2 and len(seen) == 4  # evaluation, two training batches, evaluation
+    before, *training, after = seen
+    assert set(before) == set(after) == {(1, 0)}  # type: ignore[arg-type]  # evaluated in the order served
+    drawn = [o for batch in training for o in batch]  # type: ignore[union-attr]
+    assert set(drawn) <= {(0, 1), (1, 0)} and drawn.count((1, 0)) > drawn.count((0, 1))  # drawn, learned first
+    with pytest.raises(ConfigError, match="group advantages"):
+        evolver(team, tmp_path / "other.db", weights=WeightUpdates(patience=1))

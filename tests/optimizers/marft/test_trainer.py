@@ -145,8 +145,9 @@ def test_drawn_orders_each_agent_sees_who_acted_before_it_in_its_episode() -> No
 
     policy, _ = policies()
     task = RelayTask(any_order=True)
+    drawn = iter([(0, 1), (1, 0), (1, 0), (0, 1)])  # one per episode, asked in episode order
     batch = collect(policy, task, episodes=4, rng=random.Random(0), generator=torch.Generator().manual_seed(0),
-                    max_new_tokens=1, temperature=1.0, orders=[(0, 1), (1, 0), (1, 0), (0, 1)])  # fmt: skip
+                    max_new_tokens=1, temperature=1.0, order_of=lambda state: next(drawn))  # fmt: skip
     sender, receiver = batch.turns
     decode = policy.tokenizer.decode
     for i, order in enumerate(batch.orders or []):
@@ -155,10 +156,10 @@ def test_drawn_orders_each_agent_sees_who_acted_before_it_in_its_episode() -> No
         assert decode(sender.prompt_ids[i], skip_special_tokens=True).startswith("secret")
     with pytest.raises(ConfigError, match="follow team order"):
         collect(policy, RelayTask(), episodes=2, rng=random.Random(0), generator=torch.Generator(),
-                max_new_tokens=1, temperature=1.0, orders=[(0, 1), (1, 0)])  # fmt: skip
-    with pytest.raises(ConfigError, match="an order of the 2 agents"):
+                max_new_tokens=1, temperature=1.0, order_of=lambda state: (1, 0))  # fmt: skip
+    with pytest.raises(ConfigError, match="each of the 2 agents' indices once"):
         collect(policy, task, episodes=2, rng=random.Random(0), generator=torch.Generator(),
-                max_new_tokens=1, temperature=1.0, orders=[(0, 0), (1, 0)])  # fmt: skip
+                max_new_tokens=1, temperature=1.0, order_of=lambda state: (0, 0))  # fmt: skip
 
 
 def test_marft_learns_the_order_the_relay_needs() -> None:
