@@ -195,7 +195,8 @@ class Evolver:
             blocker = "weight updates (LoRA MARFT) train a chain of agents; this is a parallel team"
         if isinstance(team, OrderedTeam) and self.weights is not None and self.weights.args().advantage != "group":
             blocker = ("a team that learns its order trains in drawn orders, which needs group advantages: "
-                       'WeightUpdates(options={"advantage": "group", "group_size": 2})')  # fmt: skip
+                       'WeightUpdates(options={"advantage": "group", "group_size": 2}), in a spec '
+                       '[marft] options = { advantage = "group", group_size = 2 }')  # fmt: skip
         if self.weights is not None and blocker is not None:
             raise ConfigError(f"weights: {blocker}")
         if blocker is None:
