@@ -80,6 +80,9 @@ class Database:
         """How many rows wait for their group commit (``defer``)."""
         self._buffer = threading.Lock()  # guards the deferred rows
         self._writing = threading.RLock()  # held by every write transaction here and while deferred rows are written
+        self._committing = threading.Lock()  # held only while ``write_deferred`` takes and commits rows: what
+        # another store of this process waits for before its transaction (it never waits on ``_writing``, which a
+        # write transaction holds throughout and a wait on which could close a cycle)
         _OPEN.setdefault(url, weakref.WeakSet()).add(self)
 
     @property
@@ -106,7 +109,7 @@ class Database:
     def write_deferred(self) -> int:
         """Commit the deferred rows in a transaction on a connection of this call's own (``separate_writes``), so the
         caller needs no lock of the store's: a background writer. Returns how many rows were written."""
-        with self._writing:
+        with self._writing, self._committing:
             taken, count = self._take()
             if count:
                 with self._put_back_on_failure(taken, count), storage_faults(self.url), self.engine.begin() as conn:
@@ -160,7 +163,7 @@ class Database:
                 if other is not self:
                     if other.deferred:
                         other.write_deferred()
-                    with other._writing:  # and wait for those its background writer is committing now
+                    with other._committing:  # and wait for those its background writer is committing now
                         pass
         if not write and deferred:  # the rows deferred so far, committed first (waiting for those being written)
             try:
