@@ -65,6 +65,8 @@ class Args:
             raise ConfigError(
                 f"order_lr and order_temperature must be > 0, got {self.order_lr} and {self.order_temperature}"
             )
+        if self.order == "fixed" and (self.order_lr, self.order_temperature) != (0.5, 1.0):
+            raise ConfigError('order_lr and order_temperature tune a learned order: set order="learned" with them')
         if self.order == "learned" and self.advantage == "gae":
             raise ConfigError(
                 "order='learned' needs advantage='group': GAE chains the agents' values in one team order, and "

@@ -126,6 +126,7 @@ def test_a_checkpoint_is_refused_under_other_settings(tmp_path: Path) -> None:
         ({"order": "learned"}, "order='learned' needs advantage='group'"),
         ({"order": "learned", "advantage": "group", "group_size": 2, "order_temperature": 0.0}, "order_temperature"),
         ({"order_lr": -1.0}, "order_lr"),
+        ({"order_temperature": 2.0}, 'set order="learned" with them'),
     ],
 )
 def test_bad_settings_are_refused(overrides: dict[str, Any], message: str) -> None:
