@@ -45,10 +45,11 @@ from evolve.evolver import Evolver
 from evolve.executors import InProcess, Rollout
 from evolve.intervals import paired_interval, seed_interval
 from evolve.teams.ordered import OrderedTeam
+from optimizers.order_policy import GROUP_THRESHOLD
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AGENTS = ("rounder", "vat", "labeller")
-ROUNDS, BATCH, LR, TEMPERATURE, GROUP_THRESHOLD = 8, 8, 0.5, 1.0, 0.6
+ROUNDS, BATCH, LR, TEMPERATURE = 8, 8, 0.5, 1.0
 _BLOCK = re.compile(r"<output of [^>]*>\n?(.*?)\n?</output of", re.S)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _TASK_AMOUNT = re.compile(r"(\d+\.\d{2}) EUR")

@@ -19,7 +19,7 @@ from evolve.ray_executor import make_executor
 from evolve.run_log import RunLog, learned_mark
 from evolve.spec import AgentSection, RunSpec
 from evolve.teams.compose import Recompose, last_kept
-from evolve.teams.ordered import OrderedTeam, learn_orders
+from evolve.teams.ordered import OrderedTeam, replay
 from evolve.teams.parallel import ParallelTeam
 from evolve.tools.mcp import MCPConnections
 from evolve.weights.switch import WeightUpdates
@@ -131,14 +131,20 @@ def agent_namespace(run: str, agent: str) -> str:
 
 
 def build_team(
-    spec: RunSpec, chat: ChatClient, store: MemoryStore | None, *, mcp: MCPConnections | None = None
+    spec: RunSpec,
+    chat: ChatClient,
+    store: MemoryStore | None,
+    *,
+    mcp: MCPConnections | None = None,
+    engine: Engine | None = None,
 ) -> Team:
     """The spec's team, to serve: its agents (``build_agents``) as its ``[team]`` puts them (``shaped``), with the
     members its run last kept when ``[team] recompose`` re-chose them, and a learned order as the run learned it,
-    taken greedily (a tenant's run: else the trained run's)."""
+    taken greedily (a tenant's run: else the trained run's). ``engine``: the run log's database when there is
+    no store (default: the spec's, opened here)."""
     team = kept_team(spec, build_agents(spec, chat, store, mcp=mcp), store)
     if isinstance(team, OrderedTeam):
-        team.policy = served_policy(team, spec, store.engine if store is not None else None)
+        team.policy = served_policy(team, spec, store.engine if store is not None else engine)
         team.serving = True
     return team
 
@@ -160,9 +166,9 @@ def served_policy(team: OrderedTeam, spec: RunSpec, engine: Engine | None) -> Or
         key = (str(engine.url), run, spec.team.model_dump_json())
         kept = _SERVED.get(key)
         if kept is None or kept[0] != mark:
-            fresh = OrderedTeam(list(team.agents.values()), policy=replace(team.policy, groups=[]))  # nothing learned
-            learn_orders(fresh, RunLog(engine, run).learned_episodes())
-            kept = _SERVED[key] = (mark, fresh.policy)
+            policy = replace(team.policy, groups=[])  # the same settings, nothing learned yet
+            replay(policy, RunLog(engine, run).learned_episodes())
+            kept = _SERVED[key] = (mark, policy)
         return kept[1]
     return team.policy
 

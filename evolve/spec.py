@@ -70,6 +70,7 @@ from evolve.envs.bundled import database_folder, spec_file
 from evolve.tools.mcp import check_entry  # no mcp import: the SDK loads only to connect
 from memory.config import DAY, FailureKeeps, ForgetConfig
 from memory.defences.trust import DEFAULT_TRUSTED, check_patterns
+from optimizers.order_policy import GROUP_THRESHOLD
 
 
 class _Strict(BaseModel):
@@ -253,7 +254,7 @@ class TeamSection(_Strict):
     order: Literal["fixed", "learned"] = "fixed"
     order_lr: float = Field(0.5, gt=0, le=100)  # the priorities' step size
     order_temperature: float = Field(1.0, gt=0, le=100)  # Plackett-Luce's temperature while learning
-    order_group_threshold: float = Field(0.6, gt=0, le=1)  # the cosine at which tasks share a group's priorities
+    order_group_threshold: float = Field(GROUP_THRESHOLD, gt=0, le=1)  # cosine at which tasks share priorities
 
     @model_validator(mode="after")
     def _parallel_only(self) -> TeamSection:

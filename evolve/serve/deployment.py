@@ -159,7 +159,9 @@ class Deployment:
         head_id, kept = graph.head_id(), self._heads.get(graph.name)
         head = kept if kept is not None and kept.id == head_id else graph.get(head_id)
         self._heads[graph.name] = head  # its components, read once per version
-        team = build_team(self.spec.for_tenant(tenant), self.chat, self.store, mcp=self.mcp).with_prompts(head.nodes)
+        team = build_team(
+            self.spec.for_tenant(tenant), self.chat, self.store, mcp=self.mcp, engine=self.engine
+        ).with_prompts(head.nodes)
         if weights_blocker(team) is None:
             attach_adapters(team, adapter_registry(self.engine, self.run_name(tenant)))
         return team, head.id

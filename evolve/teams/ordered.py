@@ -20,7 +20,7 @@ Example:
     >>> from evolve.agent import Agent
     >>> team = OrderedTeam([Agent(n, load_chat("fake/scripted", replies=[n])) for n in ("a", "b")], seed=0)
     >>> team.policy.learn("any task", ("b", "a"), [1.0, 1.0])
-    >>> team.policy.greedy_orders(["any task"])
+    >>> team.policy.orders(["any task"], explore=False)
     [('b', 'a')]
 """
 
@@ -138,15 +138,22 @@ def turn_orders(episode: Episode, agents: Sequence[str]) -> list[tuple[Order, li
 
 
 def learn_orders(team: Team, episodes: Sequence[Episode]) -> None:
-    """An ordered team's policy learns from the orders ``episodes`` were acted in, in the order given (failed
-    episodes: nothing). The loop gives a batch in its tasks' ids' order, as ``RunLog.learned_episodes`` gives
-    them back, so that a resumed run replaying its log reaches the same priorities."""
-    if not isinstance(team, OrderedTeam) or not team.policy.learns:
+    """An ordered team's policy learns from the orders ``episodes`` were acted in (``replay``); other teams
+    have no order to learn."""
+    if isinstance(team, OrderedTeam):
+        replay(team.policy, episodes)
+
+
+def replay(policy: OrderPolicy, episodes: Sequence[Episode]) -> None:
+    """``policy`` learns from the orders ``episodes`` were acted in, in the order given (failed episodes:
+    nothing). The loop gives a batch in its tasks' ids' order, as ``RunLog.learned_episodes`` gives them back,
+    so that a resumed run replaying its log reaches the same priorities."""
+    if not policy.learns:
         return
     for e in episodes:
         if e.error is None:
-            for order, returns in turn_orders(e, team.policy.agents):
-                team.policy.learn(e.prompt, order, returns)
+            for order, returns in turn_orders(e, policy.agents):
+                policy.learn(e.prompt, order, returns)
 
 
 def order_counts(episodes: Sequence[Episode], agents: Sequence[str]) -> dict[str, list[int]]:

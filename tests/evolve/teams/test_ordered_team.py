@@ -67,7 +67,7 @@ def test_the_loop_learns_the_order_and_a_resumed_run_keeps_it(tmp_path: Path) ->
     metrics = ev.run(6)
     wrong = f"{REVIEW} > {DRAFT}"
     assert metrics[0].orders is not None and metrics[0].orders[wrong][0] > 0  # drawn while learning: it explores
-    assert learner.policy.greedy_orders(["Welcher Code öffnet Tor 9 der Halle Süd?"]) == [(DRAFT, REVIEW)]
+    assert learner.policy.orders(["Welcher Code öffnet Tor 9 der Halle Süd?"], explore=False) == [(DRAFT, REVIEW)]
     used = metrics[-1].orders
     assert used is not None and sum(n for n, _ in used.values()) == len(TASKS)
     assert used.get(f"{DRAFT} > {REVIEW}", [0, 0])[1] == used.get(f"{DRAFT} > {REVIEW}", [0, 0])[0]  # all pass
@@ -103,16 +103,18 @@ def test_a_served_team_acts_in_the_order_the_run_learned(tmp_path: Path) -> None
     spec = load_spec(spec_path)
     deployment = Deployment(spec)  # serving while the run learns: each request's team is the run's latest
     before, _ = deployment.team(None)
-    assert isinstance(before, OrderedTeam) and before.policy.greedy_orders([TASKS[0]["prompt"]]) == [(REVIEW, DRAFT)]
+    assert isinstance(before, OrderedTeam) and before.policy.orders([TASKS[0]["prompt"]], explore=False) == [
+        (REVIEW, DRAFT)
+    ]
     ev = build(spec, progress=False)
     ev.run(5)
     after, _ = deployment.team(None)
-    assert after.policy.greedy_orders([TASKS[0]["prompt"]]) == [(DRAFT, REVIEW)]  # type: ignore[attr-defined]
+    assert after.policy.orders([TASKS[0]["prompt"]], explore=False) == [(DRAFT, REVIEW)]  # type: ignore[attr-defined]
     assert deployment.answer([Message("user", TASKS[0]["prompt"])]).text == "4471"
     assert deployment.team(None)[0].policy is after.policy  # type: ignore[attr-defined]  # replayed once
     served = build_team(spec, load_chat("fake/scripted", replies=["unused"]), ev.memory)
     assert isinstance(served, OrderedTeam) and served.serving
-    assert served.policy.greedy_orders([TASKS[0]["prompt"]]) == [(DRAFT, REVIEW)]
+    assert served.policy.orders([TASKS[0]["prompt"]], explore=False) == [(DRAFT, REVIEW)]
     assert [g.priorities.tolist() for g in served.policy.groups] == [
         g.priorities.tolist()
         for g in ev.team.policy.groups  # type: ignore[attr-defined]
