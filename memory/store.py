@@ -172,7 +172,7 @@ class MemoryStore:
         all get that memory. Every entry is checked before anything is written; an id taken in another namespace
         is a ``StoreError``. With ``MemoryConfig.supersede`` the batch supersedes what it contradicts as the
         same writes one after another would, in the same transaction."""
-        return adding.write_many(self._open, self.config, self._embed, entries, llm=llm)
+        return adding.write_many(self._open, self.config, self._embed, entries, llm=llm, folded=self._folded)
 
     def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
         """Delete memories of ``namespace`` by id (ids unknown there are skipped); returns how many were
@@ -261,7 +261,7 @@ class MemoryStore:
         looked up in the entry's namespace, else in ``namespace``, else in ``"default"``; a ``Recall`` object
         in its own. Plain tuples in that order still work, with a DeprecationWarning, until 0.3.0.
         """
-        return rewards.reinforce(self._open, self.config, items, namespace=namespace)
+        return rewards.reinforce(self._open, self.config, items, namespace=namespace, folded=self._folded)
 
     # -- reading (memory.storage, memory.recall.log) ---------------------------------------------------
     def get(self, memory_id: str, *, namespace: str = "default") -> MemoryItem:

@@ -33,6 +33,7 @@ from memory.learn.credit import traced_credit
 from memory.learn.provenance import ancestors
 from memory.learn.rule import alpha_for, credit_weights
 from memory.learn.targets import LOG_WAIT, NotLoggedYet, feedback_applied, logged_namespaces, resolve_recall
+from memory.recall.planning import RECENT
 from memory.storage.items import read_values
 from memory.storage.records import Recall
 from memory.storage.schema import bump, feedback, memory_items, state
@@ -51,6 +52,7 @@ from memory.write.checks import (
 
 if TYPE_CHECKING:
     from memory.config import MemoryConfig
+    from memory.recall.context_q import ContextQCache
     from memory.storage.database import OpenStore
 
 LOG_POLL_S = 0.02
@@ -189,6 +191,7 @@ class Updates:
     params: list[dict[str, Any]] = field(default_factory=list)
     feedback_rows: list[dict[str, Any]] = field(default_factory=list)
     statement: Any = Q_UPDATE  # Q_UPDATE_VISITS under alpha_schedule="visits" (rows carry b_weight, b_floor)
+    recalls: list[tuple[Recall | str, str]] = field(default_factory=list)  # each feedback row's recall, namespace
 
 
 class Target(NamedTuple):
@@ -241,6 +244,7 @@ def plan_updates(
         recall_id, ns, item_ids, scores = resolve_recall(conn, recall, entry_ns or namespace, logged)
         targets.append(Target(fid, reward, ns, item_ids, credit_weights(scores, credit)))
         plan.feedback_rows.append({"id": fid, "recall_id": recall_id, "reward": reward, "applied_at": now, "items": 0})
+        plan.recalls.append((recall, ns))
     tree = provenance_of(conn, targets, depth) if depth > 0 and decay > 0 else {}
 
     def rate(w: float) -> dict[str, float]:
@@ -311,23 +315,37 @@ def returning(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> li
     return out
 
 
-def reinforce(opened: OpenStore, config: MemoryConfig, items: Sequence[Reinforcement], *, namespace: str | None) -> int:
+def reinforce(
+    opened: OpenStore,
+    config: MemoryConfig,
+    items: Sequence[Reinforcement],
+    *,
+    namespace: str | None,
+    folded: ContextQCache | None = None,
+) -> int:
     """``MemoryStore.reinforce_many``: the entries checked, planned and applied in one write transaction under the
-    store's lock, the mirrors given the new values once it has committed; how many selected memories moved."""
+    store's lock, the mirrors given the new values once it has committed (and ``folded``, the store's Q in context,
+    the rewards); how many selected memories moved."""
     entries = check_entries(items)
     namespace = None if namespace is None else check_namespace(namespace)
     if not entries:
         return 0
     while True:
         try:
-            return _reinforce(opened, config, entries, namespace)
+            return _reinforce(opened, config, entries, namespace, folded)
         except NotLoggedYet as e:  # another process's group commit may be about to log it: wait outside the lock
             if time.time() - e.made >= LOG_WAIT:
                 raise
             time.sleep(LOG_POLL_S)
 
 
-def _reinforce(opened: OpenStore, config: MemoryConfig, entries: list[Reinforcement], namespace: str | None) -> int:
+def _reinforce(
+    opened: OpenStore,
+    config: MemoryConfig,
+    entries: list[Reinforcement],
+    namespace: str | None,
+    folded: ContextQCache | None,
+) -> int:
     with opened.locked():
         with opened.write() as conn:
             plan = plan_updates(
@@ -339,6 +357,25 @@ def _reinforce(opened: OpenStore, config: MemoryConfig, entries: list[Reinforcem
         if generation is not None:
             if opened.mirrors.advance(generation):
                 opened.mirrors.apply_values(after)
+                if folded is not None and plan.feedback_rows:
+                    folded.advance(generation, context_folds(plan), plan.feedback_rows[0]["applied_at"])
             else:
                 opened.resync()
         return updated
+
+
+def context_folds(plan: Updates) -> list[tuple[str, str, str, float, float]] | None:
+    """What a committed batch adds to the folds of Q in context, as ``ContextQCache.advance`` takes it: for each
+    reward of a recall made for a context, its selected memories with the Q that ranked them, in the order the log
+    folds them (one batch shares ``applied_at``: by feedback id). None when a recall was not made by this process
+    (the memo lacks it) or was passed as a ``Recall`` (it may have been made with ``record=False``: no log row)."""
+    rows: list[tuple[str, str, str, float, float]] = []
+    for fb, (recall, ns) in sorted(zip(plan.feedback_rows, plan.recalls, strict=True), key=lambda r: r[0]["id"]):
+        memo = RECENT.get(recall) if isinstance(recall, str) else None
+        if memo is None or len(memo.qs) != len(memo.ids):
+            return None
+        if memo.context is not None:
+            rows.extend(
+                (ns, memo.context, item, q, float(fb["reward"])) for item, q in zip(memo.ids, memo.qs, strict=True)
+            )
+    return rows

@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -117,15 +118,26 @@ def context_values(
 ) -> dict[str, dict[str, float]]:
     """Each context's memories and their Q there (contexts that never recalled a rewarded memory are absent);
     ``first``, ``schedule``, ``floor``: as ``fold``'s."""
+    start, rows, _ = context_rewards(conn, namespace, contexts)
+    return fold(rows, alpha=alpha, start=start, first=first, schedule=schedule, floor=floor)
+
+
+def context_rewards(
+    conn: Connection, namespace: str, contexts: Sequence[str]
+) -> tuple[dict[str, dict[str, float]], list[tuple[str, str, float, float]], float]:
+    """What ``context_values`` folds: what expired recalls left folded, the rewards since as ``fold`` rows in the
+    order applied, and when the newest of them was applied (-inf: none)."""
     start: dict[str, dict[str, float]] = {}
     rows: list[tuple[str, str, float, float]] = []
+    newest = -math.inf
     reset = reset_since(conn, namespace)
     for part in chunks(sorted(set(contexts))):
         start.update(forget_reset(folded(conn, namespace, "context", part), reset))
         heads = rewarded(conn, namespace).where(recalls.c.context.in_(part))
-        rows.extend((context, item, q, reward) for context, _, reward, c, at, _ in heads_of(conn, heads)
-                    for item, q in c.selected_where(None) if at > reset.get(item, -1.0))  # fmt: skip
-    return fold(rows, alpha=alpha, start=start, first=first, schedule=schedule, floor=floor)
+        for context, _, reward, c, at, _ in heads_of(conn, heads):
+            newest = max(newest, at)
+            rows.extend((context, item, q, reward) for item, q in c.selected_where(None) if at > reset.get(item, -1.0))
+    return start, rows, newest
 
 
 def overlay_values(
@@ -286,6 +298,7 @@ class ContextQCache:
     def __init__(self, size: int = CACHED) -> None:
         self.size = size
         self.generation = -1
+        self.newest = -math.inf  # when the newest reward folded into the context values held was applied
         self._values: OrderedDict[tuple[Any, ...], dict[str, float]] = OrderedDict()
         self.overlays: OrderedDict[tuple[Any, ...], OverlayFold] = OrderedDict()  # kept across generations
 
@@ -293,8 +306,42 @@ class ContextQCache:
         """This cache for ``generation``: emptied when it held another's values."""
         if generation != self.generation:
             self._values.clear()
-            self.generation = generation
+            self.generation, self.newest = generation, -math.inf
         return self
+
+    def advance(
+        self,
+        generation: int,
+        rewards: Sequence[tuple[str, str, str, float, float]] | None,
+        applied_at: float = math.inf,
+    ) -> None:
+        """Carry the cache to ``generation``, the store's own write that directly follows the one it holds: the
+        ``rewards`` that write applied, as ``(namespace, context, memory id, Q that ranked it, reward)`` in the
+        order the log folds them, folded onto the contexts held (an insert passes none: it moves no Q in any
+        context). Kept as they are, the values equal a fold read from SQL, bit for bit (``fold_onto``).
+
+        Only the constant step goes on: a tenant's overlay values (its ``OverlayFold`` goes on by itself) and
+        ``"visits"`` folds, which count rewards per context and memory, are read again. ``rewards`` None (a
+        reward this store cannot fold without the log), a write that does not directly follow, or rewards
+        ``applied_at`` no later than one the values hold (another clock ahead: the log folds them in another
+        order): nothing is carried, and the next read empties the cache as before.
+        """
+        if rewards is None or generation != self.generation + 1 or (rewards and applied_at <= self.newest):
+            return
+        if rewards:
+            self.newest = applied_at
+        by_context: dict[tuple[str, str], list[tuple[str, str, float, float]]] = {}
+        for namespace, context, item, q, reward in rewards:
+            by_context.setdefault((namespace, context), []).append((context, item, q, reward))
+        for key in list(self._values):
+            kind, namespace, context, alpha, first, schedule, _ = key
+            if kind != "context" or schedule != "constant":
+                del self._values[key]
+            elif (namespace, context) in by_context:
+                out = {context: dict(self._values[key])}  # values given out before stay as they were
+                fold_onto(out, {}, by_context[namespace, context], alpha=alpha, first=first)
+                self._values[key] = out[context]
+        self.generation = generation
 
     def get(self, key: tuple[Any, ...]) -> dict[str, float] | None:
         found = self._values.get(key)
@@ -390,10 +437,9 @@ class QInContext:
             else:
                 values[c] = found
         if missing:
-            read = context_values(
-                conn, self.namespace, missing, alpha=self.alpha, first=self.first, schedule=self.schedule,
-                floor=self.floor,
-            )  # fmt: skip
+            start, rows, newest = context_rewards(conn, self.namespace, missing)
+            read = fold(rows, alpha=self.alpha, start=start, first=self.first, schedule=self.schedule, floor=self.floor)
+            cache.newest = max(cache.newest, newest)
             for c in missing:
                 values[c] = read.get(c, {})
                 cache.put(self._key("context", c), values[c])

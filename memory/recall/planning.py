@@ -199,11 +199,15 @@ def plan_pool(
 
 class Remembered(NamedTuple):
     """What one recall selected, as its log holds it: ids and selection scores best first (``reinforce``
-    credits them), and the ids from its own namespace (provenance links a memory written from it to them)."""
+    credits them), the ids from its own namespace (provenance links a memory written from it to them), and
+    the recall's context with the Q that ranked each selected memory (a reward folds them into the store's
+    Q in context without reading them back: ``memory.recall.context_q.ContextQCache.advance``)."""
 
     ids: tuple[str, ...]
     scores: np.ndarray
     own: tuple[str, ...]
+    context: str | None = None
+    qs: tuple[float, ...] = ()
 
 
 class Selections:
@@ -263,7 +267,10 @@ def to_recall(
     selected_ids = [str(i) for i in plan.ids[selected].tolist()]
     from_shared = plan.shared[selected].tolist()
     own = tuple(i for i, s in zip(selected_ids, from_shared, strict=True) if not s)
-    RECENT.remember(recall_id, Remembered(tuple(selected_ids), sel.scores[sel.order].astype(np.float64), own))
+    qs = tuple(plan.qs[selected].tolist())  # what the log packs for them (``memory.recall.log.pack_plan``)
+    RECENT.remember(
+        recall_id, Remembered(tuple(selected_ids), sel.scores[sel.order].astype(np.float64), own, context, qs)
+    )
     pool_sims, z_sim, z_q, scores = (a.tolist() for a in (plan.sims[plan.in_pool], sel.z_sim, sel.z_q, sel.scores))
     details: list[ScoredItem] = []
     for p, item_id in zip(sel.order.tolist(), selected_ids, strict=True):

@@ -32,6 +32,7 @@ from memory.write.writer import WriteEntry, Written, check_write_entries, compos
 
 if TYPE_CHECKING:
     from memory.mirror.arrays import Inserted, NamespaceMirror
+    from memory.recall.context_q import ContextQCache
     from memory.storage.database import OpenStore
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -45,8 +46,10 @@ def insert(
     *,
     group: bool = True,
     skip_existing: bool = False,
+    folded: ContextQCache | None = None,
 ) -> dict[str, MemoryItem]:
-    """Insert per-namespace batches in one transaction; the stored memories by id.
+    """Insert per-namespace batches in one transaction; the stored memories by id (``folded``: the store's Q in
+    context, carried past the insert, which moves no Q in any context).
 
     With ``skip_existing`` the ids are checked again inside the write transaction: a row another
     process stored since the caller looked is returned as stored, not written twice (and one it
@@ -62,15 +65,20 @@ def insert(
         out.update(stored)
         for _, d in done:
             out.update((item.id, item) for item in d.items)
-        apply_inserts(opened, done)
+        apply_inserts(opened, done, folded)
         return out
 
 
-def apply_inserts(opened: OpenStore, done: list[tuple[NamespaceMirror, Inserted]]) -> None:
+def apply_inserts(
+    opened: OpenStore, done: list[tuple[NamespaceMirror, Inserted]], folded: ContextQCache | None = None
+) -> None:
     """Hand what a committed transaction inserted to the mirrors (read back from SQL when another process
-    wrote in between)."""
+    wrote in between), and carry ``folded`` past it."""
     if not opened.mirrors.apply_inserts(done):
         opened.resync()
+    elif folded is not None:
+        for _, d in done:
+            folded.advance(d.generation, ())
 
 
 def find(opened: OpenStore, ids: list[str], namespace: str | None = None) -> list[MemoryItem]:
@@ -142,7 +150,13 @@ def add_many(
 
 
 def write_many(
-    opened: OpenStore, config: MemoryConfig, embed: Embed, entries: Sequence[WriteEntry], *, llm: ChatModel | None
+    opened: OpenStore,
+    config: MemoryConfig,
+    embed: Embed,
+    entries: Sequence[WriteEntry],
+    *,
+    llm: ChatModel | None,
+    folded: ContextQCache | None = None,
 ) -> list[MemoryItem]:
     """``MemoryStore.write_many``: one memory per entry, in order; an id already stored (in its namespace)
     comes back as stored and costs no model call, an id repeated in the batch is written once."""
@@ -161,7 +175,7 @@ def write_many(
         batches = new_batches(
             chosen, [ids[i] for i in todo], written, vecs, q_init=config.q_init, supersede=config.supersede
         )
-        known.update(insert(opened, config, batches, skip_existing=bool(given)))
+        known.update(insert(opened, config, batches, skip_existing=bool(given), folded=folded))
     return [known[item_id] for item_id in ids]
 
 

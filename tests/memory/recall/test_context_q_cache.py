@@ -19,7 +19,9 @@ from sqlalchemy import event
 
 from memory import MemoryConfig, MemoryStore, RetrievalConfig
 from memory.config import ForgetConfig
-from memory.recall.context_q import overlay_values
+from memory.learn.rewards import Reinforcement
+from memory.recall.context_q import context_values, overlay_values
+from memory.write.writer import WriteEntry
 
 SHARED = "facility codes run — trained/solver"
 ALICE = "facility codes run — trained@Ärztekammer-Nordrhein-Westfalen/solver"
@@ -169,3 +171,67 @@ def test_a_reward_committed_late_with_an_earlier_time_folds_everything_again(
     monkeypatch.undo()
     store.retrieve(QUERY, namespace=ALICE, shared=SHARED)
     assert next(iter(store._folded.overlays.values())).values == overlay_now(store, config)
+
+
+def held_contexts(store: MemoryStore) -> dict[tuple[Any, ...], dict[str, float]]:
+    return {k: v for k, v in store._folded._values.items() if k[0] == "context"}
+
+
+def fresh_contexts(store: MemoryStore, held: dict[tuple[Any, ...], dict[str, float]]) -> dict[tuple[Any, ...], Any]:
+    """The same contexts' Q folded from every reward, read afresh (what a new store would rank by)."""
+    with store._db.transaction(write=False) as conn:
+        return {key: context_values(conn, key[1], [key[2]], alpha=key[3], first=key[4]).get(key[2], {}) for key in held}
+
+
+@pytest.mark.parametrize("start", ["global", "neutral"])
+def test_a_loop_of_recall_reward_and_write_carries_its_q_in_context_without_reading_a_reward_back(
+    open_store: Callable[..., MemoryStore], start: str
+) -> None:
+    """The training loop's cycle (recalls by id, ``reinforce_many``, ``write_many``): the store folds its own
+    rewards into the Q in context it holds, so the next batch's recalls read no reward from SQL, and what it
+    holds equals the fold of every reward read afresh, bit for bit."""
+    config = MemoryConfig(alpha=0.3, retrieval=RetrievalConfig(k1=5, k2=2, delta=-1.0, lam=0.5, context_start=start))
+    store, _, _ = badges(open_store, config)
+    contexts = [CONTEXT, "Hafen Nord — Tor 7, Schichtleitung Spätdienst", "visitor desk: Quartz lobby (east wing)"]
+    rng = random.Random(11)
+    for step in range(12):
+        recalls = store.retrieve_many([QUARTZ] * len(contexts), contexts=contexts)
+        store.reinforce_many(
+            [Reinforcement(r.id, rng.choice([-1.0, 0.5, 1.0]), f"step {step}/{i}") for i, r in enumerate(recalls)]
+        )
+        if step % 3 == 0:
+            store.write_many(
+                [
+                    WriteEntry(
+                        "Visitor badge colour at Quartz",
+                        trajectory=f"answered grey #{step}",
+                        feedback="Correct.",
+                        success=True,
+                    )
+                ]
+            )
+        with statements(store) as seen:
+            store.retrieve_many([QUARTZ] * len(contexts), contexts=contexts, record=False)
+        assert not reads_rewards(seen), f"step {step}"
+        held = held_contexts(store)
+        assert len(held) == len(contexts) and held == fresh_contexts(store, held), f"step {step}"
+
+
+def test_a_reward_stamped_before_one_the_cache_holds_is_read_again(
+    open_store: Callable[..., MemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another machine's clock ahead: its reward, folded from the log, was applied 'later' than this store's next
+    one, so the log folds the two in the other order; the store reads the fold again instead of carrying it."""
+    store, _, _ = badges(open_store)
+    other = open_store(CFG, embedder=TableEmbedder())
+    ahead = time.time() + 3600
+    monkeypatch.setattr("memory.learn.rewards.time.time", lambda: ahead)
+    other.reinforce_many([Reinforcement(other.retrieve(QUARTZ, context=CONTEXT).id, 1.0, "ahead")])
+    monkeypatch.undo()
+    store.retrieve(QUARTZ, context=CONTEXT)  # reads the other store's reward (applied an hour ahead)
+    store.reinforce_many([Reinforcement(store.retrieve(QUARTZ, context=CONTEXT).id, -1.0, "now")])
+    with statements(store) as seen:
+        store.retrieve(QUARTZ, context=CONTEXT, record=False)
+    assert reads_rewards(seen)
+    held = held_contexts(store)
+    assert held and held == fresh_contexts(store, held)
