@@ -99,7 +99,10 @@ def fold_onto(
     for context, item, _, _ in rows:
         counts.append(seen.get((context, item), 0))
         seen[(context, item)] = counts[-1] + 1
-    steps = alpha_for(counts, alpha=min(alpha, 1.0), schedule=schedule, floor=floor).tolist()
+    if schedule == "constant":  # what alpha_for gives, without NumPy's cost per call on a reward's few rows
+        steps = [float(min(alpha, 1.0))] * len(rows)
+    else:
+        steps = alpha_for(counts, alpha=min(alpha, 1.0), schedule=schedule, floor=floor).tolist()
     for (context, item, q_then, reward), step in zip(rows, steps, strict=True):
         values = out.setdefault(context, {})
         q = values.get(item, q_then if first is None else first)
@@ -300,12 +303,14 @@ class ContextQCache:
         self.generation = -1
         self.newest = -math.inf  # when the newest reward folded into the context values held was applied
         self._values: OrderedDict[tuple[Any, ...], dict[str, float]] = OrderedDict()
+        self._carried: dict[tuple[str, str], set[tuple[Any, ...]]] = {}  # (namespace, context) → its constant keys
         self.overlays: OrderedDict[tuple[Any, ...], OverlayFold] = OrderedDict()  # kept across generations
 
     def at(self, generation: int) -> ContextQCache:
         """This cache for ``generation``: emptied when it held another's values."""
         if generation != self.generation:
             self._values.clear()
+            self._carried.clear()
             self.generation, self.newest = generation, -math.inf
         return self
 
@@ -333,14 +338,15 @@ class ContextQCache:
         by_context: dict[tuple[str, str], list[tuple[str, str, float, float]]] = {}
         for namespace, context, item, q, reward in rewards:
             by_context.setdefault((namespace, context), []).append((context, item, q, reward))
-        for key in list(self._values):
-            kind, namespace, context, alpha, first, schedule, _ = key
-            if kind != "context" or schedule != "constant":
+        if sum(map(len, self._carried.values())) < len(self._values):  # overlays' and "visits" folds: read again
+            carried = {key for keys in self._carried.values() for key in keys}
+            for key in [k for k in self._values if k not in carried]:
                 del self._values[key]
-            elif (namespace, context) in by_context:
-                out = {context: dict(self._values[key])}  # values given out before stay as they were
-                fold_onto(out, {}, by_context[namespace, context], alpha=alpha, first=first)
-                self._values[key] = out[context]
+        for where, rows in by_context.items():
+            for key in self._carried.get(where, ()):
+                out = {where[1]: dict(self._values[key])}  # values given out before stay as they were
+                fold_onto(out, {}, rows, alpha=key[3], first=key[4])
+                self._values[key] = out[where[1]]
         self.generation = generation
 
     def get(self, key: tuple[Any, ...]) -> dict[str, float] | None:
@@ -350,10 +356,19 @@ class ContextQCache:
         return found
 
     def put(self, key: tuple[Any, ...], values: dict[str, float]) -> None:
+        """Keep ``values`` under ``key`` (``QInContext._key``), the least recently used going past ``size``."""
         self._values[key] = values
         self._values.move_to_end(key)
+        kind, namespace, context, _, _, schedule, _ = key
+        if kind == "context" and schedule == "constant":  # what ``advance`` carries
+            self._carried.setdefault((namespace, context), set()).add(key)
         while len(self._values) > self.size:
-            self._values.popitem(last=False)
+            gone, _ = self._values.popitem(last=False)
+            keys = self._carried.get((gone[1], gone[2]))
+            if keys is not None:
+                keys.discard(gone)
+                if not keys:
+                    del self._carried[gone[1], gone[2]]
 
     def overlay(self, conn: Connection, key: tuple[Any, ...], namespace: str, shared: str, **steps: Any) -> OverlayFold:
         """The tenant's overlay fold at what ``conn`` sees: the kept one carried on, or read whole."""
