@@ -5,7 +5,7 @@ overlay Q on the shared memories it rated and by its task's Q in context, on a s
 Three recalls are timed in one run, interleaved, per history: *after a write* (an unrelated memory written
 first, untimed: the generation moved, so the tenant's rewards are read from the log and folded again),
 *kept* (the same tenant and task again, no write since: the values folded at this generation come from the
-store's ``memory.recall.context_q.ContextQCache``, no SQL for them), and *plain* (the same question in the shared
+store's ``memory.recall.context_cache.ContextQCache``, no SQL for them), and *plain* (the same question in the shared
 namespace, no overlay and no context: the floor). The store: ``--items`` memories, HashEmbedder vectors
 (the embedding is not what is measured), SQLite in a temporary folder.
 

@@ -44,7 +44,7 @@ from memory.learn import rewards
 from memory.learn.rewards import Reinforcement
 from memory.recall import log as recall_log
 from memory.recall import retrieving
-from memory.recall.context_q import ContextQCache
+from memory.recall.context_cache import ContextQCache
 from memory.storage import items as stored
 from memory.storage import jsonl
 from memory.storage.database import OpenStore, mirror_set, open_database

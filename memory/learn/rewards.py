@@ -52,7 +52,7 @@ from memory.write.checks import (
 
 if TYPE_CHECKING:
     from memory.config import MemoryConfig
-    from memory.recall.context_q import ContextQCache
+    from memory.recall.context_cache import ContextQCache
     from memory.storage.database import OpenStore
 
 LOG_POLL_S = 0.02

@@ -201,7 +201,7 @@ class Remembered(NamedTuple):
     """What one recall selected, as its log holds it: ids and selection scores best first (``reinforce``
     credits them), the ids from its own namespace (provenance links a memory written from it to them), and
     the recall's context with the Q that ranked each selected memory (a reward folds them into the store's
-    Q in context without reading them back: ``memory.recall.context_q.ContextQCache.advance``)."""
+    Q in context without reading them back: ``memory.recall.context_cache.ContextQCache.advance``)."""
 
     ids: tuple[str, ...]
     scores: np.ndarray

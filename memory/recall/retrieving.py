@@ -18,7 +18,8 @@ from sqlalchemy import Connection
 
 from connectors.errors import StoreError
 from memory.config import MemoryConfig, RetrievalConfig
-from memory.recall.context_q import ContextQCache, QInContext, check_contexts
+from memory.recall.context_cache import ContextQCache, QInContext
+from memory.recall.context_q import check_contexts
 from memory.recall.log import RECALL_INSERT, log_recalls, recall_rows
 from memory.recall.planning import Plan, Planner, QOver, to_recall
 from memory.storage.items import fetch_items

@@ -32,7 +32,7 @@ from memory.write.writer import WriteEntry, Written, check_write_entries, compos
 
 if TYPE_CHECKING:
     from memory.mirror.arrays import Inserted, NamespaceMirror
-    from memory.recall.context_q import ContextQCache
+    from memory.recall.context_cache import ContextQCache
     from memory.storage.database import OpenStore
 
 Embed = Callable[[list[str]], np.ndarray]

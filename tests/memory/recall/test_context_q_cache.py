@@ -1,4 +1,4 @@
-"""Q in context kept between writes (``memory.recall.context_q.ContextQCache``): recalls between two writes
+"""Q in context kept between writes (``memory.recall.context_cache.ContextQCache``): recalls between two writes
 fold nothing again and read no reward from SQL, and every write that changes what the fold reads — a
 reward from another store, a tenant's rating that moves no stored Q, an expiry of the recall log — reaches
 the next recall all the same. A tenant's overlay carried on from where it stood equals the fold of every
