@@ -21,7 +21,8 @@ spec gives them, greedy). Conditions, chosen before any run:
 Each seed shuffles the tasks' order every round and seeds the draws; ``ROUNDS`` rounds of batches of 8.
 ``last`` is the last round's success (the learned team still draws orders there); ``served`` is one more
 pass over every task in the greedy order (as ``evolve serve`` acts). Agreement: the share of the learned
-policy's groups whose greedy order is the right order of the kind of task most of its tasks are.
+policy's groups whose greedy order is the family's designed order for the kind of task its example is: what a
+reader that does exactly what its instructions say needs (a model may do better in another order).
 
 Run: python -m bench.team_order [--family price|registers] [--reader rules|local/smollm2] [--seeds 5]
 [--rounds 8] [--resume]. Each (family, reader) writes bench/results/team_order[_registers][_smollm2].json after
@@ -301,8 +302,9 @@ def section(results: dict[str, Any]) -> list[str]:
     for order in runs[0]["fixed"]:
         values = [r["fixed"][order]["last"] for r in runs]
         lines.append(f"- {order}: {sum(values) / len(values):.3f}")
-    lines += ["", f"Learned order's agreement with the right order per group: {flat[f'{prefix}_learned_agreement_mean']:.2f} "
-              "(mean over seeds). Seed 0's groups:", "", "| group | episodes | greedy order | example task |", "|--:|--:|---|---|"]  # fmt: skip
+    lines += ["", f"Learned order's agreement with the family's designed order per group (the order a reader needs "
+              f"that does exactly what its instructions say): {flat[f'{prefix}_learned_agreement_mean']:.2f} (mean over seeds). "
+              "Seed 0's groups:", "", "| group | episodes | greedy order | example task |", "|--:|--:|---|---|"]  # fmt: skip
     for g in runs[0]["learned"]["groups"]:
         lines.append(f"| {g['group']} | {g['episodes']} | {' > '.join(g['order'])} | {g['example'][:70]}… |")
     first = runs[0]
