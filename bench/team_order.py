@@ -26,7 +26,7 @@ reader that does exactly what its instructions say needs (a model may do better 
 
 Run: python -m bench.team_order [--family price|registers] [--reader rules|local/smollm2] [--seeds 5]
 [--rounds 8] [--resume]. Each (family, reader) writes bench/results/team_order[_registers][_smollm2].json after
-every seed (``--resume`` goes on from the seeds there), its keys into summary.json (``team_order_<condition>_...``
+every seed (``--resume`` runs only the seeds missing there), its keys into summary.json (``team_order_<condition>_...``
 for the price desk with rules, ``team_order_registers[_smollm2]_<condition>_...`` for the others), and
 bench/results/team_order.md is drawn again from every such file present.
 """
@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reader", choices=READERS, default="rules")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--rounds", type=int, default=ROUNDS)
-    p.add_argument("--resume", action="store_true", help="go on from the seeds already in this run's results file")
+    p.add_argument("--resume", action="store_true", help="run only the seeds missing from this run's results file")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     if args.seeds < 1 or args.rounds < 1:
@@ -223,9 +223,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="team-order-"))
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    for seed in range(len(seeds), args.seeds):
+    done = {r["seed"] for r in seeds}
+    for seed in [s for s in range(args.seeds) if s not in done]:  # a seed run elsewhere may fill a gap
         started = time.time()
         seeds.append(one_seed(family, args.reader, chat, embedder, seed, args.rounds, folder))
+        seeds.sort(key=lambda r: r["seed"])
         seconds += time.time() - started
         results = {"machine": machine(), "regime": name, "settings": settings, "tasks": len(family.tasks),
                    "agents": list(family.names), "seconds": round(seconds, 1), "runs": seeds}  # fmt: skip

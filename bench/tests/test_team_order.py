@@ -26,8 +26,13 @@ def test_the_benchmark_learns_the_order_and_writes_its_keys(tmp_path: Path) -> N
 def test_the_registers_family_has_its_own_keys_and_section_and_resumes(tmp_path: Path) -> None:
     team_order.main(["--family", "registers", "--seeds", "1", "--rounds", "4", "--out", str(tmp_path)])
     team_order.main(["--family", "registers", "--seeds", "2", "--rounds", "4", "--resume", "--out", str(tmp_path)])
-    runs = json.loads((tmp_path / "team_order_registers.json").read_text("utf-8"))["runs"]
-    assert [r["seed"] for r in runs] == [0, 1]  # the second call ran only the seed that was missing
+    path = tmp_path / "team_order_registers.json"
+    kept = json.loads(path.read_text("utf-8"))
+    assert [r["seed"] for r in kept["runs"]] == [0, 1]  # the second call ran only the seed that was missing
+    kept["runs"] = kept["runs"][1:]  # a gap: seed 1 run elsewhere, seed 0 not yet
+    path.write_text(json.dumps(kept), "utf-8")
+    team_order.main(["--family", "registers", "--seeds", "2", "--rounds", "4", "--resume", "--out", str(tmp_path)])
+    assert [r["seed"] for r in json.loads(path.read_text("utf-8"))["runs"]] == [0, 1]
     summary = json.loads((tmp_path / "summary.json").read_text("utf-8"))
     assert summary["team_order_registers_spec_last_mean"] == 0.5  # the clerk acting last answers one kind only
     assert summary["team_order_registers_learned_served_mean"] == 1.0
