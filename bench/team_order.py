@@ -288,7 +288,8 @@ def section(results: dict[str, Any]) -> list[str]:
         f"## {s['family']} family, {s['reader']} reader",
         "",
         f"`python -m bench.team_order --family {s['family']} --reader {s['reader']}`: {results['tasks']} tasks, agents "
-        f"{' > '.join(results['agents'])} (the spec's order), {s['rounds']} rounds, {len(runs)} seeds, "
+        f"{' > '.join(results['agents'])} (the spec's order), {s['rounds']} rounds, {len(runs)} seeds "
+        f"({', '.join(str(r['seed']) for r in runs)}), "
         f"{results['seconds']:.0f} s. Keys `{prefix}_*`.",
         "",
         "| condition | last round | served (greedy pass) |",
