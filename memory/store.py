@@ -93,8 +93,7 @@ class MemoryStore:
         self._rng = np.random.default_rng(seed)
         self._mirrors = mirror_set(self._db, dim=self.dim, kind=self.config.index, index_path=index_path)
         self._open = OpenStore(self._db, self._mirrors, log_delay=self.config.log_delay)
-        self._texts = ItemCache(self.config.item_cache)
-        self._folded = ContextQCache()
+        self._texts, self._folded = ItemCache(self.config.item_cache), ContextQCache()
 
     # -- writing (memory.write) ----------------------------------------------------------------
     def add(
@@ -172,7 +171,8 @@ class MemoryStore:
         all get that memory. Every entry is checked before anything is written; an id taken in another namespace
         is a ``StoreError``. With ``MemoryConfig.supersede`` the batch supersedes what it contradicts as the
         same writes one after another would, in the same transaction."""
-        return adding.write_many(self._open, self.config, self._embed, entries, llm=llm, folded=self._folded)
+        return adding.write_many(self._open, self.config, self._embed, entries, llm=llm, folded=self._folded,
+                                 texts=self._texts)  # fmt: skip
 
     def remove(self, memory_ids: Sequence[str], *, namespace: str = "default") -> int:
         """Delete memories of ``namespace`` by id (ids unknown there are skipped); returns how many were

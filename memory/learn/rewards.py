@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import Connection, Float, bindparam, case, cast, insert, update
-from sqlalchemy.exc import DBAPIError
 
 from connectors.errors import ConfigError
 from memory.learn.credit import traced_credit
@@ -36,8 +35,8 @@ from memory.learn.targets import LOG_WAIT, NotLoggedYet, feedback_applied, logge
 from memory.recall.planning import RECENT
 from memory.storage.items import read_values
 from memory.storage.records import Recall
-from memory.storage.schema import bump, feedback, memory_items, state
-from memory.storage.statements import compile_for, execute_many
+from memory.storage.schema import bump, feedback, memory_items
+from memory.storage.statements import execute_many
 from memory.write.checks import (
     MAX_FEEDBACK_ID,
     MAX_VALUE,
@@ -141,9 +140,6 @@ _WEIGHTED = _FLOORED * bindparam("b_weight", type_=Float)
 Q_UPDATE_VISITS = q_update(case((_WEIGHTED > 1.0, 1.0), else_=_WEIGHTED))
 FEEDBACK_INSERT = insert(feedback)
 # On SQLite the generation is bumped and read in one statement (``apply_updates``).
-BUMP_RETURNING = (
-    update(state).where(state.c.id == 1).values(generation=state.c.generation + 1).returning(state.c.generation)
-)
 
 
 def check_entries(items: Sequence[Reinforcement]) -> list[Reinforcement]:
@@ -282,8 +278,7 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
     generation = None
     after: list[Any] = []
     if plan.params:
-        fast = conn.dialect.name == "sqlite" and conn.dialect.positional
-        generation = returning(conn, BUMP_RETURNING, [{}])[0][0] if fast else bump(conn)[0]
+        generation = bump(conn)[0]
         now = time.time()
         rows = [{**p, "b_gen": generation, "b_at": now} for p in plan.params]
         # One executemany and one read of the final values: on SQLite about a quarter cheaper than a RETURNING
@@ -296,23 +291,6 @@ def apply_updates(conn: Connection, plan: Updates) -> tuple[int | None, list[Any
         fb["items"] = applied[fb["id"]]
     execute_many(conn, FEEDBACK_INSERT, plan.feedback_rows)
     return generation, after, sum(fb["items"] for fb in plan.feedback_rows)
-
-
-def returning(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Run a constant ``… RETURNING`` statement once per row (same keys) straight on SQLite's DB-API
-    cursor, in order; every returned row, in order (``memory.storage.statements`` has why)."""
-    c = compile_for(stmt, conn.dialect, tuple(rows[0]))
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    out: list[tuple[Any, ...]] = []
-    try:
-        for row in rows:
-            params = tuple(row[n] if n in row else c.literals[n] for n in c.names)
-            out.extend(cursor.execute(c.sql, params))
-    except conn.dialect.loaded_dbapi.Error as e:  # the same exception types as through Core
-        raise DBAPIError.instance(c.sql, params, e, conn.dialect.loaded_dbapi.Error) from e
-    finally:
-        cursor.close()
-    return out
 
 
 def reinforce(

@@ -44,15 +44,8 @@ def selected_items(
     is bounded, so reading them back from it would lose those it evicted at once (any batch larger than
     the cache). A selected memory SQL no longer holds is left out (the caller re-plans).
     """
-    values: dict[str, tuple[float, int, bool]] = {}
-    for p in plans:
-        for i in p.selected:
-            values[str(p.ids[i])] = (float(p.stored_q[i]), int(p.visits[i]), bool(p.shared[i]))
-    base: dict[str, MemoryItem] = {}
-    for item_id in values:
-        cached = texts.get(item_id)
-        if cached is not None:
-            base[item_id] = cached
+    values = selection(plans)
+    base = {item_id: cached for item_id in values if (cached := texts.get(item_id)) is not None}
     for shared, namespace in ((False, namespaces[0]), (True, namespaces[1])):
         missing = [i for i, v in values.items() if i not in base and v[2] == shared]
         if missing and namespace is not None:
@@ -62,6 +55,24 @@ def selected_items(
     return {
         item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items() if item_id in base
     }
+
+
+def cached_items(plans: list[Plan], texts: ItemCache) -> dict[str, MemoryItem] | None:
+    """``selected_items`` without SQL: the selected memories when ``texts`` holds every one of them, else None."""
+    values = selection(plans)
+    base = {item_id: cached for item_id in values if (cached := texts.get(item_id)) is not None}
+    if len(base) < len(values):
+        return None
+    return {item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items()}
+
+
+def selection(plans: list[Plan]) -> dict[str, tuple[float, int, bool]]:
+    """Each selected memory's id → the Q and visits that scored it, and whether it came from the shared namespace."""
+    values: dict[str, tuple[float, int, bool]] = {}
+    for p in plans:
+        for i in p.selected:
+            values[str(p.ids[i])] = (float(p.stored_q[i]), int(p.visits[i]), bool(p.shared[i]))
+    return values
 
 
 def revalued(item: MemoryItem, q: float, visits: int) -> MemoryItem:
@@ -130,8 +141,11 @@ def retrieve(
 
     Optimistic: the queries are planned on the mirrors as this process last saw them, with the Q-values in
     context kept for that generation, and checked in the transaction that logs the recalls (read-only if none);
-    planned again, with the Q-values read in it, only if another process wrote (or they were not kept). An
-    audit (``as_of``) plans on a copy read from SQL of the memories valid then, never from the item cache.
+    planned again, with the Q-values read in it, only if another process wrote (or they were not kept). A recall
+    whose selected memories are all in the item cache, planned on mirrors no process has written past (one
+    autocommit read of the generation, ``Database.generation_now``), runs no transaction at all: its log row waits
+    for the group commit like any other. An audit (``as_of``) plans on a copy read from SQL of the memories valid
+    then, never from the item cache.
     """
     cfg = check_retrieval(recall_config if recall_config is not None else config.retrieval)
     queries = check_texts(queries, "queries", single="use retrieve")
@@ -153,14 +167,32 @@ def retrieve(
         elif own is not None:
             plans = planner(*[opened.mirror(n) for n in names if n is not None])
         deferred = record and opened.log_delay > 0 and opened.db.separate_writes and not opened.db.read_only
-        with opened.db.transaction(write=record and not deferred, deferred=not deferred) as conn:
-            plans, found = select_memories(conn, mirrors, names, planner, plans, texts, view=view, q_over=wanted.read)
-            out = [
-                to_recall(new_id(), namespace, q, p, found, c, shared)
-                for q, p, c in zip(queries, plans, contexts, strict=True)
-            ]
-            if record and not deferred:
-                log_recalls(conn, out, plans, cfg, mirrors.generation, as_of=as_of)
+        found = None
+        if plans is not None and view is None and (deferred or not record):
+            found = cached_items(plans, texts)
+        if plans is None or found is None or opened.db.generation_now() != mirrors.generation:
+            with opened.db.transaction(write=record and not deferred, deferred=not deferred) as conn:
+                plans, found = select_memories(
+                    conn, mirrors, names, planner, plans, texts, view=view, q_over=wanted.read
+                )
+                out = recalls(queries, plans, found, contexts, namespace, shared)
+                if record and not deferred:
+                    log_recalls(conn, out, plans, cfg, mirrors.generation, as_of=as_of)
+        else:  # planned on current mirrors, every memory cached: no transaction at all
+            out = recalls(queries, plans, found, contexts, namespace, shared)
         if deferred:
             opened.defer(RECALL_INSERT, recall_rows(out, plans, cfg, mirrors.generation, as_of=as_of))
         return out
+
+
+def recalls(
+    queries: Sequence[str],
+    plans: list[Plan],
+    found: dict[str, MemoryItem],
+    contexts: Sequence[str | None],
+    namespace: str,
+    shared: str | None,
+) -> list[Recall]:
+    return [
+        to_recall(new_id(), namespace, q, p, found, c, shared) for q, p, c in zip(queries, plans, contexts, strict=True)
+    ]

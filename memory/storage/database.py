@@ -38,7 +38,7 @@ from memory.config import SERVER_INDEX_KINDS, IndexKind, MemoryConfig
 from memory.mirror.adaptive import AdaptiveIndex
 from memory.mirror.sync import MirrorSet
 from memory.storage.schema import create_schema
-from memory.storage.statements import execute_many
+from memory.storage.statements import GENERATION_SQL, execute_many
 from memory.write.checks import check_embedder
 
 if TYPE_CHECKING:
@@ -178,6 +178,19 @@ class Database:
             with self._put_back_on_failure(taken, count), storage_faults(self.url), self._begin(write) as conn:
                 _write_rows(conn, taken)
                 yield conn
+
+    def generation_now(self) -> int | None:
+        """The generation committed now, read on the kept connection outside any transaction (one autocommit
+        statement through the driver: no lock, no transaction of SQLAlchemy's). None where no connection is kept
+        (server databases, in-memory SQLite) or the read failed: the caller takes a transaction instead."""
+        conn = self._conn
+        if conn is None or conn.in_transaction():
+            return None
+        try:
+            row = conn.connection.dbapi_connection.execute(GENERATION_SQL).fetchone()  # type: ignore[union-attr]
+        except self.engine.dialect.loaded_dbapi.Error:
+            return None
+        return None if row is None else int(row[0])
 
     @contextmanager
     def _begin(self, write: bool) -> Iterator[Connection]:

@@ -5,8 +5,9 @@ They are frozen; ``memory.store`` re-exports them, which is where users import t
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +176,12 @@ class ItemCache:
             self._items.move_to_end(item.id)
         while len(self._items) > self.size:
             self._items.popitem(last=False)
+
+    def put_written(self, items: Iterable[MemoryItem]) -> None:
+        """Memories just written, as reading them back would give them: each meta through JSON, so a copy of its own
+        (nothing the writer's caller changes reaches the cache) with lists where the caller gave tuples."""
+        if self.size:
+            self.put([MemoryItem(**{**item.__dict__, "meta": json.loads(json.dumps(item.meta))}) for item in items])
 
 
 def item_from_row(row: Mapping[Any, Any]) -> MemoryItem:

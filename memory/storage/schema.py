@@ -49,6 +49,7 @@ from sqlalchemy.types import TypeEngine
 from connectors.db import opened_read_only, storage_error, storage_fault
 from connectors.errors import StoreError
 from connectors.redact import redact, redact_url
+from memory.storage.statements import returning
 
 log = logging.getLogger(__name__)
 metadata = MetaData()
@@ -409,7 +410,7 @@ def bump(conn: Connection, *, seqs: int = 0) -> tuple[int, int]:
 
     Returns the new generation and the first reserved sequence number.
     """
-    row = conn.execute(_BUMP, {"seqs": seqs}).first()
+    row = next(iter(returning(conn, _BUMP, [{"seqs": seqs}])), None)
     if row is None:
         raise StoreError("the memory_state row is missing; the database was not created by MemoryStore")
     return int(row[0]), int(row[1]) - seqs

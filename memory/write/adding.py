@@ -23,7 +23,7 @@ from memory.config import MemoryConfig
 from memory.defences import quarantine
 from memory.storage import jsonl
 from memory.storage.items import fetch_items
-from memory.storage.records import MemoryItem
+from memory.storage.records import ItemCache, MemoryItem
 from memory.upkeep.supersession import FACT_KEY, stated_fact
 from memory.write import checks
 from memory.write.batch import NewItems
@@ -157,9 +157,11 @@ def write_many(
     *,
     llm: ChatModel | None,
     folded: ContextQCache | None = None,
+    texts: ItemCache | None = None,
 ) -> list[MemoryItem]:
     """``MemoryStore.write_many``: one memory per entry, in order; an id already stored (in its namespace)
-    comes back as stored and costs no model call, an id repeated in the batch is written once."""
+    comes back as stored and costs no model call, an id repeated in the batch is written once. ``texts``: the
+    store's item cache, given what was written (an attempt's memory is often recalled next)."""
     entries = check_write_entries(entries)
     ids, firsts = entry_ids(entries)
     given = [e.id for e in entries if e.id is not None]
@@ -175,7 +177,10 @@ def write_many(
         batches = new_batches(
             chosen, [ids[i] for i in todo], written, vecs, q_init=config.q_init, supersede=config.supersede
         )
-        known.update(insert(opened, config, batches, skip_existing=bool(given), folded=folded))
+        stored = insert(opened, config, batches, skip_existing=bool(given), folded=folded)
+        if texts is not None:
+            texts.put_written(stored.values())
+        known.update(stored)
     return [known[item_id] for item_id in ids]
 
 
