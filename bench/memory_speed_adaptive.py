@@ -7,7 +7,8 @@ reports how long it took), then measures: recall@10 of the whole recall against 
 recall's p50/p95 next to its own index's raw search, one ``reinforce`` call, one normal ``write`` call
 (intent grouping on), a grouped ``add_many``, and reopening it in a fresh process: time to the first
 answer and the process's peak resident memory. ``bench.memory_speed`` calls it for the sizes its
-profile names (``Profile.adaptive_store``).
+profile names (``Profile.adaptive_store``). Run alone, a size measured before and not now stays in the results
+as it was (each size says when it was measured), so 100k and 1M can be run apart.
 """
 
 from __future__ import annotations
@@ -202,23 +203,38 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if min(args.sizes) < 1000:
         raise ConfigError(f"sizes must be >= 1000, got {args.sizes}")
-    results: dict[str, Any] = {"machine": machine(), "sizes": {}}
+    results: dict[str, Any] = {"machine": machine(), "sizes": earlier_sizes(args.out / "memory_adaptive.json")}
     for n in args.sizes:
         _, vecs, _, queries = workload(n, PROFILES["quick"].queries_for(n), args.seed)
+        measured_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         with tempfile.TemporaryDirectory(prefix=f"evolve-adaptive-{n}-") as work:
             results["sizes"][str(n)] = {
-                "adaptive_store": adaptive_store(vecs, queries, Path(work) / "adaptive.db", seed=args.seed)
+                "adaptive_store": adaptive_store(vecs, queries, Path(work) / "adaptive.db", seed=args.seed),
+                "measured_at": measured_at,
             }
+    results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda kv: int(kv[0])))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "memory_adaptive.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     page = ["# The default index (adaptive) alone", "", f"Machine: {results['machine']}"] + adaptive_table(results)
     (args.out / "memory_adaptive.md").write_text("\n".join(page) + "\n", encoding="utf-8")
     keys: dict[str, Any] = {}
-    for n, r in results["sizes"].items():
-        keys.update(adaptive_keys(r["adaptive_store"], size_tag(int(n))))
+    for n in args.sizes:  # the sizes measured now: those kept from before keep their keys as they are
+        keys.update(adaptive_keys(results["sizes"][str(n)]["adaptive_store"], size_tag(n)))
     merge_summary(args.out / "summary.json", keys)
     print(json.dumps(keys, indent=1))
     return results
+
+
+def earlier_sizes(path: Path) -> dict[str, Any]:
+    """The sizes an earlier run wrote to ``path``, so that 100k and 1M can be measured apart (each says when, in
+    ``measured_at``; one from before that field was kept has none); a size measured now replaces its entry."""
+    if not path.exists():
+        return {}
+    try:
+        sizes: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["sizes"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return {}
+    return sizes
 
 
 if __name__ == "__main__":

@@ -131,6 +131,7 @@ def markdown(results: dict[str, Any]) -> str:
 def adaptive_table(results: dict[str, Any]) -> list[str]:
     """The adaptive index's rows (``bench.memory_speed_adaptive``), or nothing when no size measured it."""
     adaptive = {n: r["adaptive_store"] for n, r in results["sizes"].items() if "adaptive_store" in r}
+    when = {n: f" ({r['measured_at'][:10]})" if r.get("measured_at") else "" for n, r in results["sizes"].items()}
     if not adaptive:
         return []
     lines = [
@@ -147,7 +148,7 @@ def adaptive_table(results: dict[str, Any]) -> list[str]:
         measured = ix.get("measured_recall_at_10")
         holds = f"{ix['holds']} ({ix.get('ef_search')}, {measured:.3f})" if measured is not None else ix["holds"]
         lines.append(
-            f"| {int(n):,} | {holds} | {a['settle_s']:.0f} | {a['recall_at_10']:.3f} "
+            f"| {int(n):,}{when[n]} | {holds} | {a['settle_s']:.0f} | {a['recall_at_10']:.3f} "
             f"| {a['retrieve']['p50_ms']:.2f} / {a['retrieve']['p95_ms']:.2f} | {a['index_search']['p50_ms']:.3f} "
             f"| {a['ratio_vs_index']:.2f} | {a['reinforce']['p50_ms']:.2f} | {w['p50_ms']:.2f} / {w['p95_ms']:.2f} "
             f"| {a['grouped_add']['items_per_s']:,.0f} | {ro['reopen_s']:.2f} ({ro['index']}, mirror {ro['mirror']}) "

@@ -171,7 +171,9 @@ def check(url: str, ack_path: Path, scratch: Path, *, samples: int = 40, index: 
             out["visit_mismatches"] = visit_mismatches(conn)
         out["writes_lost"] = len(acked_ids - stored_ids)
         out["feedback_lost"] = len(acked_fids - stored_fids)
-        out["index_states"], out["index_disagreements"] = index_agreement(store, samples)
+        out["index_states"], kinds = index_agreement(store, samples)
+    out["index_disagreements"] = sum(kinds.values())
+    out.update({f"index_disagreements: {kind}": n for kind, n in kinds.items()})  # which check, in which state
     return out
 
 
@@ -217,10 +219,11 @@ class _reopen:
         self.store.close()
 
 
-def index_agreement(store: MemoryStore, samples: int) -> tuple[dict[str, str], int]:
-    """Each namespace's index state, and how many checks found the index disagreeing with SQL."""
+def index_agreement(store: MemoryStore, samples: int) -> tuple[dict[str, str], Counter[str]]:
+    """Each namespace's index state, and the checks that found the index disagreeing with SQL, counted by what
+    disagreed and the state the index was obtained in."""
     states = {ns: store.index_status(ns) for ns in NAMESPACES}
-    bad = sum(1 for s in states.values() if s not in USABLE_STATES)
+    bad: Counter[str] = Counter(f"unusable state {s}" for s in states.values() if s not in USABLE_STATES)
     with store.engine.connect() as conn:
         rows = conn.execute(
             select(memory_items.c.namespace, memory_items.c.seq, intents.c.text).join(
@@ -232,12 +235,14 @@ def index_agreement(store: MemoryStore, samples: int) -> tuple[dict[str, str], i
         mirror = store._mirrors.loaded(ns)  # noqa: SLF001 - the in-process index is what is checked
         if mirror is not None and states[ns] != "database":
             held = sorted(int(i) for i in mirror.index.ids())  # type: ignore[attr-defined]
-            bad += held != sorted(int(r[1]) for r in mine)
+            bad[f"ids differ ({states[ns]})"] += held != sorted(int(r[1]) for r in mine)
         picked = random.Random(len(mine)).sample(mine, min(samples, len(mine)))
         # The intent key's own text embeds to the stored vector exactly: the nearest item is at cosine 1.
         found = store.retrieve_many([r[2] for r in picked], namespace=ns, config=EXACT, record=False)
-        bad += sum(1 for f in found if not f.details or f.details[0].sim < 0.999)
-    return states, bad
+        bad[f"a key's own text missed ({states[ns]})"] += sum(
+            1 for f in found if not f.details or f.details[0].sim < 0.999
+        )
+    return states, +bad  # the kinds that happened
 
 
 # -- the trials ----------------------------------------------------------------------------------
