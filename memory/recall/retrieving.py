@@ -45,25 +45,32 @@ def selected_items(
     the cache). A selected memory SQL no longer holds is left out (the caller re-plans).
     """
     values = selection(plans)
-    base = {item_id: cached for item_id in values if (cached := texts.get(item_id)) is not None}
+    base = in_cache(values, texts)
     for shared, namespace in ((False, namespaces[0]), (True, namespaces[1])):
         missing = [i for i, v in values.items() if i not in base and v[2] == shared]
         if missing and namespace is not None:
             fetched = fetch_items(conn, missing, namespace)
             base.update((item.id, item) for item in fetched)
             texts.put(fetched)
-    return {
-        item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items() if item_id in base
-    }
+    return revalued_all(values, base)
 
 
 def cached_items(plans: list[Plan], texts: ItemCache) -> dict[str, MemoryItem] | None:
     """``selected_items`` without SQL: the selected memories when ``texts`` holds every one of them, else None."""
     values = selection(plans)
-    base = {item_id: cached for item_id in values if (cached := texts.get(item_id)) is not None}
-    if len(base) < len(values):
-        return None
-    return {item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items()}
+    base = in_cache(values, texts)
+    return revalued_all(values, base) if len(base) == len(values) else None
+
+
+def in_cache(values: dict[str, tuple[float, int, bool]], texts: ItemCache) -> dict[str, MemoryItem]:
+    return {item_id: cached for item_id in values if (cached := texts.get(item_id)) is not None}
+
+
+def revalued_all(values: dict[str, tuple[float, int, bool]], base: dict[str, MemoryItem]) -> dict[str, MemoryItem]:
+    """The memories of ``base`` with the Q and visits ``values`` gives them (those missing from ``base`` left out)."""
+    return {
+        item_id: revalued(base[item_id], q, visits) for item_id, (q, visits, _) in values.items() if item_id in base
+    }
 
 
 def selection(plans: list[Plan]) -> dict[str, tuple[float, int, bool]]:
@@ -193,6 +200,7 @@ def recalls(
     namespace: str,
     shared: str | None,
 ) -> list[Recall]:
+    """One ``Recall`` per query, from its plan and the selected memories found."""
     return [
         to_recall(new_id(), namespace, q, p, found, c, shared) for q, p, c in zip(queries, plans, contexts, strict=True)
     ]
