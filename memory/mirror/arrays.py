@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memory.mirror.keyrows import FileRows, pair_sims
+from memory.mirror.keyrows import FileRows
 from memory.recall.scoring import phase_a
 from memory.storage.records import MemoryItem
 
@@ -315,116 +315,22 @@ class NamespaceMirror:
             rows = np.flatnonzero(self.kinds == STRATEGY)
             exact = [self.exact_sims(rows, query) for query in queries]
             return [(rows, e, phase_a(e, k1, -np.inf)) for e in exact]
-        out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for lo in range(0, len(queries), 64):  # a bounded product: 64 queries' candidate vectors at a time
-            out.extend(self._nearest(queries[lo : lo + 64], ids[lo : lo + 64], sims[lo : lo + 64], k1, draw_from))
-        return out
+        if not len(self):
+            return [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.intp))] * len(queries)
+        from memory.mirror.nearest import nearest  # numba: imported (and its code loaded) on the first recall
 
-    def _nearest(
-        self, queries: np.ndarray, ids: np.ndarray, sims: np.ndarray, k1: int, draw_from: str
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """``candidates`` for a few queries, vectorised across them: every number is the one the query
-        alone would get (``_scored``)."""
-        n = len(queries)
-        if not n or not len(self):
-            return [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.intp))] * n
-        rows = self.rows_of_seqs(np.asarray(ids).ravel()).reshape(n, -1)
-        keep = rows >= 0
-        if draw_from == "episodes":
-            keep &= self.kinds[np.maximum(rows, 0)] != STRATEGY
-        wide = keep.sum(axis=1) > k1
-        if not getattr(self.index, "exact_scores", True):  # approximate similarities: every candidate is scored
-            wide[:] = False
-        if wide.any():  # the k1-th kept similarity of each query, less the margin, is its floor
-            kth = np.argmax(np.cumsum(keep, axis=1) >= k1, axis=1)
-            floor = sims[np.arange(n), kth] - SIM_MARGIN
-            keep &= ~wide[:, None] | (sims >= floor[:, None])
-        every = np.arange(n)
-        rows, exact, order, counts, known = self._scored(queries, every, rows, keep)
-        out = [(rows[i, :c], exact[i, :c], order[i, : min(k1, c)]) for i, c in enumerate(counts.tolist())]
-        short, pairs = self._tied_groups(rows, exact, order, counts, k1)
-        if len(short):  # the k1-th nearest ties with group members not all here: the whole groups join
-            joined = self._with_groups(short, rows[short], counts[short], pairs, draw_from)
-            rows, exact, order, counts, _ = self._scored(queries, short, *joined, known=known)
-            for j, (i, c) in enumerate(zip(short.tolist(), counts.tolist(), strict=True)):
-                out[i] = (rows[j, :c], exact[j, :c], order[j, : min(k1, c)])
-        return out
-
-    def _scored(
-        self,
-        queries: np.ndarray,
-        which: np.ndarray,
-        rows: np.ndarray,
-        keep: np.ndarray,
-        known: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        """For the queries ``which`` (one per row of ``rows``): their kept rows in tie order (``_tie_order``),
-        exact similarities and the order ``phase_a`` ranks them in (best first, ties by position), padded
-        to one width (-inf past each one's count); the counts; and the similarities by ``query * groups +
-        intent code`` (an item's vector is its key's, so each is computed once; ``known``: taken from there).
-        """
-        n, size, groups = len(which), len(self), len(self.group_sizes)
-        counts = keep.sum(axis=1)
-        width = int(counts.max())
-        episode = self.kinds[np.maximum(rows, 0)] != STRATEGY
-        key = np.sort(np.where(keep, rows + size * episode, 2 * size), axis=1)[:, :width]  # left out: last
-        rows = np.where(key >= size, key - size, key)
-        valid = np.arange(width) < counts[:, None]
-        pair = which[np.nonzero(valid)[0]] * groups + self.intent_codes[rows[valid]]
-        if known is None:
-            uniq, inverse = np.unique(pair, return_inverse=True)
-            known = (uniq, pair_sims(self.key_rows, uniq % groups, queries, uniq // groups))
-        else:
-            inverse = np.searchsorted(known[0], pair)
-        exact = np.full((n, width), -np.inf)
-        exact[valid] = known[1][inverse]
-        return rows, exact, np.argsort(-exact, axis=1, kind="stable"), counts, known
-
-    def _tied_groups(
-        self, rows: np.ndarray, exact: np.ndarray, order: np.ndarray, counts: np.ndarray, k1: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The queries whose k1-th nearest ties with members of a group not all among their candidates, and
-        every group tied there, as ``query * groups + intent code`` (sorted)."""
-        n, width = rows.shape
-        if not width:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        kth = exact[np.arange(n), order[:, min(k1, width) - 1]]
-        checked = (counts < len(self)) & (counts >= k1)
-        tq, tp = np.nonzero((exact == kth[:, None]) & checked[:, None])
-        sizes = self.group_sizes
-        if (sizes[self.intent_codes[rows[tq, tp]]] == 1).all():  # each tied item alone in its group: none short
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        pairs, present = np.unique(tq * len(sizes) + self.intent_codes[rows[tq, tp]], return_counts=True)
-        short = np.unique(pairs[sizes[pairs % len(sizes)] > present] // len(sizes))
-        return short, pairs[np.isin(pairs // len(sizes), short)]
-
-    def _with_groups(
-        self, short: np.ndarray, rows: np.ndarray, counts: np.ndarray, pairs: np.ndarray, draw_from: str
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The ``short`` queries' candidates (``rows``, ``counts``) joined by every member of their tied
-        groups (``pairs``), as ``_scored`` takes them: one O(n) pass over the mirror for the batch."""
-        groups, size = len(self.group_sizes), len(self)
-        which, codes = np.searchsorted(short, pairs // groups), pairs % groups
-        members = np.flatnonzero(np.isin(self.intent_codes, codes))
-        if draw_from == "episodes":
-            members = members[self.kinds[members] != STRATEGY]
-        members = members[np.argsort(self.intent_codes[members], kind="stable")]
-        lo, hi = (np.searchsorted(self.intent_codes[members], codes, side) for side in ("left", "right"))
-        per = hi - lo  # each (query, group) pair gets its group's members lo..hi
-        at = np.arange(per.sum()) - np.repeat(np.cumsum(per) - per, per) + np.repeat(lo, per)
-        had = np.arange(rows.shape[1]) < counts[:, None]
-        old, new = np.nonzero(had)[0] * size + rows[had], np.repeat(which, per) * size + members[at]
-        joined = np.unique(np.concatenate([old, new]))
-        count = np.bincount(joined // size, minlength=len(short))
-        pos = np.arange(len(joined)) - np.repeat(np.cumsum(count) - count, count)
-        out = np.zeros((len(short), int(count.max())), dtype=np.int64)
-        out[joined // size, pos] = joined % size
-        return out, np.arange(out.shape[1]) < count[:, None]
-
-    def _tie_order(self, rows: np.ndarray) -> np.ndarray:
-        """Rows in the order ``phase_a`` breaks ties by: strategies first, then ascending (older first)."""
-        rows = np.sort(rows)
-        return rows[np.argsort(self.kinds[rows] != STRATEGY, kind="stable")]
+        saved = self._saved_keys
+        fd, offset, count = (saved.fd, saved.offset, saved.count) if saved is not None else (-1, 0, 0)
+        exact_scores = bool(getattr(self.index, "exact_scores", True))
+        parts = (self.seqs, self.kinds, self.intent_codes, self.group_sizes, self.keys)
+        seqs, kinds, codes, sizes, keys = (np.ascontiguousarray(a) for a in parts)
+        ids, sims = np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(sims, np.float32)
+        queries = np.ascontiguousarray(queries)
+        return [
+            nearest(seqs, ids[i], sims[i], kinds, codes, sizes, keys, fd, offset, count, queries[i], k1,
+                    exact_scores, draw_from == "episodes", SIM_MARGIN)
+            for i in range(len(queries))
+        ]  # fmt: skip
 
     @property
     def group_sizes(self) -> np.ndarray:

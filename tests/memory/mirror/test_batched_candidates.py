@@ -7,6 +7,8 @@ with strategies among the episodes and rows the index holds but the mirror dropp
 from __future__ import annotations
 
 import doctest
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ import memory.mirror.arrays
 import memory.mirror.keyrows
 from memory.mirror.arrays import EPISODE, SIM_MARGIN, STRATEGY, NamespaceMirror, Rows
 from memory.mirror.index import VectorIndex
-from memory.mirror.keyrows import pair_sims
+from memory.mirror.keyrows import FileRows, pair_sims
 from memory.recall.planning import search
 from memory.recall.scoring import phase_a
 
@@ -38,7 +40,7 @@ def reference(
     rows, sims = rows[keep], sims[keep]
     if len(rows) > k1:
         rows = rows[sims >= sims[k1 - 1] - SIM_MARGIN]
-    rows = mirror._tie_order(rows)
+    rows = tie_order(mirror, rows)
     exact = mirror.exact_sims(rows, query)
     nearest = phase_a(exact, k1, -np.inf)
     if len(rows) < len(mirror) and len(nearest) == k1:
@@ -48,19 +50,25 @@ def reference(
             members = np.isin(mirror.intent_codes, groups)
             if draw_from == "episodes":
                 members &= mirror.kinds != STRATEGY
-            rows = mirror._tie_order(np.union1d(rows, np.flatnonzero(members)))
+            rows = tie_order(mirror, np.union1d(rows, np.flatnonzero(members)))
             exact = mirror.exact_sims(rows, query)
             nearest = phase_a(exact, k1, -np.inf)
     return rows, exact, nearest
 
 
-def tied_mirror(seed: int, items: int, keys: int) -> NamespaceMirror:
+def tie_order(mirror: NamespaceMirror, rows: np.ndarray) -> np.ndarray:
+    """Rows in the order ``phase_a`` breaks ties by: strategies first, then ascending (older first)."""
+    rows = np.sort(rows)
+    return rows[np.argsort(mirror.kinds[rows] != STRATEGY, kind="stable")]
+
+
+def tied_mirror(seed: int, items: int, keys: int, dim: int = DIM) -> NamespaceMirror:
     """A mirror whose keys take few distinct directions (many exact ties) and whose items share keys."""
     rng = np.random.default_rng(seed)
-    base = rng.integers(-1, 2, size=(max(2, keys // 3), DIM)).astype(np.float32) + 0.01
+    base = rng.integers(-1, 2, size=(max(2, keys // 3), dim)).astype(np.float32) + 0.01
     vecs = base[rng.integers(0, len(base), size=keys)]
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    mirror = NamespaceMirror(NAMESPACE, DIM, VectorIndex(DIM, kind="flat", backend="numpy"))
+    mirror = NamespaceMirror(NAMESPACE, dim, VectorIndex(dim, kind="flat", backend="numpy"))
     mirror.add_keys(np.array([f"Schlüssel-{i}" for i in range(keys)], dtype=object), np.arange(keys), vecs)
     codes = np.sort(rng.integers(0, keys, size=items))
     seqs = np.arange(1, items + 1, dtype=np.int64) * 3
@@ -75,13 +83,16 @@ def tied_mirror(seed: int, items: int, keys: int) -> NamespaceMirror:
 
 @pytest.mark.parametrize("narrow", [False, True], ids=["searched", "narrow"])
 @pytest.mark.parametrize("draw_from", ["both", "episodes", "strategies"])
-@pytest.mark.parametrize(("seed", "items", "keys", "k1"), [(1, 400, 40, 10), (2, 300, 30, 5), (3, 40, 40, 10)])
+@pytest.mark.parametrize(
+    ("seed", "items", "keys", "k1", "dim"),
+    [(1, 400, 40, 10, DIM), (2, 300, 30, 5, DIM), (3, 40, 40, 10, DIM), (4, 300, 60, 10, 384), (5, 50, 50, 5, 7)],
+)  # 384: MiniLM's width, summed in NumPy's pairwise halves; 7: below its first block
 def test_a_batch_gets_exactly_what_each_query_gets_alone(
-    seed: int, items: int, keys: int, k1: int, draw_from: str, narrow: bool
+    seed: int, items: int, keys: int, k1: int, dim: int, draw_from: str, narrow: bool
 ) -> None:
-    mirror = tied_mirror(seed, items, keys)
+    mirror = tied_mirror(seed, items, keys, dim)
     rng = np.random.default_rng(seed + 100)
-    queries = np.concatenate([mirror.keys[rng.integers(0, keys, size=70)], rng.normal(size=(30, DIM))])
+    queries = np.concatenate([mirror.keys[rng.integers(0, keys, size=70)], rng.normal(size=(30, dim))])
     queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
     sims, ids = search(mirror, queries, k1, draw_from)
     if narrow:  # an answer cut right after the k1-th: tied groups are completed in every mode
@@ -99,6 +110,25 @@ def test_a_batch_gets_exactly_what_each_query_gets_alone(
         completed += bool(set(rows.tolist()) - set(mirror.rows_of_seqs(ids[i]).tolist()))
     if draw_from != "strategies" and (narrow or (draw_from == "both" and items >= 5 * keys)):
         assert completed > 0  # the fixture does reach the group completion
+
+
+def test_keys_read_from_a_snapshot_file_give_the_same_candidates_and_a_short_file_is_an_error(tmp_path: Path) -> None:
+    """A reopened store reads its saved keys from the snapshot's file (``FileRows``), the keys added since from
+    memory: the candidates are those of keys held in memory, and a file cut short is an error, never zeros."""
+    mirror = tied_mirror(6, 300, 60, 384)
+    rng = np.random.default_rng(7)
+    queries = mirror.keys[rng.integers(0, 60, size=20)] + rng.normal(scale=0.05, size=(20, 384)).astype(np.float32)
+    sims, ids = search(mirror, queries, 10)
+    in_memory = mirror.candidates(queries, ids, sims, 10)
+    path = tmp_path / "Schlüssel der Kühlcontainer – Zürich.keys"
+    path.write_bytes(b"head" + mirror.keys[:50].tobytes())
+    mirror._saved_keys = FileRows(os.open(path, os.O_RDONLY), offset=4, count=50, dim=384)  # the last 10 in memory
+    from_file = mirror.candidates(queries, ids, sims, 10)
+    for a, b in zip(in_memory, from_file, strict=True):
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+    path.write_bytes(b"head" + mirror.keys[:20].tobytes())  # a snapshot cut short under the open file
+    with pytest.raises(ValueError, match="end early"):
+        mirror.candidates(queries, ids, sims, 10)
 
 
 def test_pair_sims_are_the_rowwise_exact_sims_bit_for_bit() -> None:
