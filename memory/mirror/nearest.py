@@ -217,3 +217,10 @@ def nearest(
                 break
     order = np.argsort(-exact, kind="mergesort")
     return cand, exact, order[:k1]
+
+
+def load() -> None:
+    """Load the compiled code now (from numba's cache, compiling it there the first time) rather than on the
+    first recall: a process that forks workers calls it first, so that each does not pay it again."""
+    zero, none, vector = np.zeros(1, np.int64), np.full(1, -1, np.int64), np.zeros(1, np.float32)
+    nearest(zero, none, vector, np.zeros(1, np.int8), zero, zero, vector[None], -1, 0, 0, vector, 1, True, False, 0.0)
