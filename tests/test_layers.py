@@ -26,8 +26,8 @@ MAX_ROOT_MODULES = 12  # evolve/ root: the loop and its vocabulary; concepts get
 MAX_MEMORY_DEPTH = 8  # memory/: the longest chain of imports between its modules, in modules
 # ARCHITECTURE.md: heavy packages imported inside functions, except at the top of these two modules
 HEAVY = ("torch", "transformers", "sentence_transformers", "peft", "vllm", "faiss", "streamlit", "langchain")
-HEAVY += ("langchain_core", "langgraph", "ray", "psycopg", "onnxruntime", "onnx", "onnxscript", "numba")
-HEAVY_AT_TOP = {"optimizers.marft.maths": {"torch"}, "apps.playground": {"streamlit"}, "memory.mirror.nearest": {"numba"}}
+HEAVY += ("langchain_core", "langgraph", "ray", "psycopg", "onnxruntime", "onnx", "onnxscript")
+HEAVY_AT_TOP = {"optimizers.marft.maths": {"torch"}, "apps.playground": {"streamlit"}}
 NOT_CODE = {"build", "dist", "site", "node_modules", "__pycache__"}  # folders the tree never lists
 
 
@@ -401,7 +401,7 @@ def test_importing_the_library_loads_no_heavy_package() -> None:
     code = (
         "import sys, connectors, memory, optimizers, evolve; "
         "from evolve import Evolver, Deployment, PromptGraph, AdapterRegistry, TextWorldEnv; "
-        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'faiss', 'peft', 'numba') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'faiss', 'peft') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memory.mirror import nearest
 from memory.mirror.keyrows import FileRows
 from memory.recall.scoring import phase_a
 from memory.storage.records import MemoryItem
@@ -315,22 +316,14 @@ class NamespaceMirror:
             rows = np.flatnonzero(self.kinds == STRATEGY)
             exact = [self.exact_sims(rows, query) for query in queries]
             return [(rows, e, phase_a(e, k1, -np.inf)) for e in exact]
-        if not len(self):
-            return [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.intp))] * len(queries)
-        from memory.mirror.nearest import nearest  # numba: imported (and its code loaded) on the first recall
-
-        saved = self._saved_keys
-        fd, offset, count = (saved.fd, saved.offset, saved.count) if saved is not None else (-1, 0, 0)
-        exact_scores = bool(getattr(self.index, "exact_scores", True))
-        parts = (self.seqs, self.kinds, self.intent_codes, self.group_sizes, self.keys)
-        seqs, kinds, codes, sizes, keys = (np.ascontiguousarray(a) for a in parts)
-        ids, sims = np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(sims, np.float32)
-        queries = np.ascontiguousarray(queries)
-        return [
-            nearest(seqs, ids[i], sims[i], kinds, codes, sizes, keys, fd, offset, count, queries[i], k1,
-                    exact_scores, draw_from == "episodes", SIM_MARGIN)
-            for i in range(len(queries))
-        ]  # fmt: skip
+        episodes = draw_from == "episodes"
+        if len(queries) == 1:  # a recall: one query, on flat arrays
+            return [nearest.one(self, queries[0], ids[0], sims[0], k1, SIM_MARGIN, episodes)]
+        out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for lo in range(0, len(queries), 64):  # a bounded product: 64 queries' candidate vectors at a time
+            out.extend(nearest.batch(self, queries[lo : lo + 64], ids[lo : lo + 64], sims[lo : lo + 64], k1,
+                                     SIM_MARGIN, episodes))  # fmt: skip
+        return out
 
     @property
     def group_sizes(self) -> np.ndarray:

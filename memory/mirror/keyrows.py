@@ -36,13 +36,13 @@ class FileRows:
 
     def __init__(self, fd: int, *, offset: int, count: int, dim: int) -> None:
         self.offset, self.count, self.dim = offset, count, dim
-        self.fd = fd  # read by the compiled recall (``memory.mirror.nearest``) too
+        self._fd = fd
         weakref.finalize(self, os.close, fd)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The given rows (each below ``count``), in the order given."""
         size, at = self.dim * 4, self.offset
-        data = b"".join([os.pread(self.fd, size, at + r * size) for r in np.asarray(rows, np.int64).tolist()])
+        data = b"".join([os.pread(self._fd, size, at + r * size) for r in np.asarray(rows, np.int64).tolist()])
         if len(data) != size * len(rows):
             raise ValueError(f"the snapshot's vectors end early: {len(data):,} of {size * len(rows):,} bytes read")
         return np.frombuffer(data, dtype=np.float32).reshape(len(rows), self.dim)

@@ -1,226 +1,210 @@
-"""Phase A's candidates for one query, compiled: what ``NamespaceMirror.candidates`` computes from the index's answer.
+"""Phase A's candidates from an index's answer (``NamespaceMirror.candidates``): the rows it names, their exact
+similarities, the order that breaks ties, and whole intent groups where the k1-th nearest ties with members the
+index left out.
 
-A recall asks its index for a few dozen ids and then does exact bookkeeping on them: the rows they are in the
-mirror, the exact similarity of each intent key (read from the snapshot's file, ``memory.mirror.keyrows``),
-the order that breaks ties, and whole intent groups where the k1-th nearest ties with members the index left
-out. In NumPy that took about forty array calls per query, each a few microseconds of Python: 0.22 ms of a
-0.57 ms recall at 100k items, four times the index's own search. Here it is one call to a function compiled by
-numba, on the same numbers: the similarities are float64 products of the float32 vectors summed in NumPy's
-own pairwise order (``pairwise_sum``), so they are bit for bit those of ``NamespaceMirror.exact_sims``, and the
-selections, their order and their ties are unchanged.
+A recall asks for one query (``one``); a batch of them (``batch``) is vectorised across its queries, the two
+giving the same numbers bit for bit. ``one`` is the recall's path: the same steps on flat arrays, without the
+padding, pair codes and blocks that let a batch share its array calls: about 100 µs a query against 167 µs
+through ``batch`` (one run, 100k store), of which 78 µs read the 36 candidates' key rows from the snapshot's file.
 
-numba compiles on first use and keeps the machine code in its cache (``__pycache__`` beside this file, or
-``NUMBA_CACHE_DIR``): the first recall of a process loads it (about 0.3 s; compiling, once per install, takes
-a few seconds).
+Tried and not kept: these steps compiled with numba, bit for bit the same (72 µs, the reads in C). A recall
+took 0.58 ms instead of 0.72 (same run, 100k), but importing numba and loading its compiled code made a fresh
+process's first recall 0.45 s slower (reopen 0.54 s at 100k, against a 0.2 s target) and every process 118 MB
+larger, for 28 µs a recall more than ``one``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from numba import njit, types
+
+from memory.mirror.keyrows import pair_sims
 
 STRATEGY = 1  # ``memory.mirror.arrays.STRATEGY``
-PW_BLOCK = 128  # NumPy's pairwise summation block
-
-_pread: Any = types.ExternalFunction(  # libc's pread(2), called from compiled code
-    "pread", types.int64(types.int32, types.voidptr, types.uint64, types.int64)
-)
+Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Rows in tie order, their exact similarities, the positions of the k1 nearest (best first)."""
 
 
-@njit(cache=True)
-def _block(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
-    """``a[lo:lo + n].sum()`` for at most ``PW_BLOCK`` values, as NumPy sums them: plainly below 8, else in eight
-    running sums."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[lo + i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i, m = 8, n - n % 8
-    while i < m:
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
+class Mirror(Protocol):
+    """What these functions read of ``memory.mirror.arrays.NamespaceMirror``."""
+
+    index: Any
+
+    @property
+    def seqs(self) -> np.ndarray: ...
+    @property
+    def kinds(self) -> np.ndarray: ...
+    @property
+    def intent_codes(self) -> np.ndarray: ...
+    @property
+    def group_sizes(self) -> np.ndarray: ...
+    def __len__(self) -> int: ...
+    def key_rows(self, codes: np.ndarray) -> np.ndarray: ...
+    def rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray: ...
 
 
-@njit(cache=True)
-def pairwise_sum(a: np.ndarray, stack: np.ndarray, sums: np.ndarray) -> float:  # pragma: no cover - compiled
-    """``a.sum()`` for float64 ``a`` in NumPy's pairwise order: blocks of at most ``PW_BLOCK`` (``_block``),
-    halves cut at a multiple of 8 above, added as NumPy's recursion adds them (kept on a stack here: numba's
-    cache cannot hold a recursive function). ``stack`` (int64, (3, 64)) and ``sums`` (64) are room to work in."""
-    if len(a) <= PW_BLOCK:
-        return _block(a, 0, len(a))
-    los, ns, steps = stack[0], stack[1], stack[2]
-    depth, held = 1, 0
-    los[0], ns[0], steps[0] = 0, len(a), 0
-    while depth:
-        top = depth - 1
-        lo, n = los[top], ns[top]
-        half = n // 2 - (n // 2) % 8
-        if n <= PW_BLOCK:
-            sums[held], held, depth = _block(a, lo, n), held + 1, top
-        elif steps[top] == 0:  # the left half first
-            steps[top], los[depth], ns[depth], steps[depth], depth = 1, lo, half, 0, depth + 1
-        elif steps[top] == 1:  # then the right half
-            steps[top], los[depth], ns[depth], steps[depth], depth = 2, lo + half, n - half, 0, depth + 1
-        else:  # both done: left + right
-            sums[held - 2], held, depth = sums[held - 2] + sums[held - 1], held - 1, top
-    return sums[0]
-
-
-@njit(cache=True)
-def _similarity(
-    code: int, keys: np.ndarray, fd: int, offset: int, count: int, query: np.ndarray, work: tuple
-) -> float:  # pragma: no cover - compiled
-    """The exact cosine of ``query`` (float64) with key ``code``: read from the file ``fd`` when below
-    ``count`` (its first key at byte ``offset``), else from ``keys``; NaN when the file ends early. ``work``:
-    room for one row (float32), its products (float64) and ``pairwise_sum``'s stack and sums."""
-    row, prod, stack, sums = work
-    dim = query.shape[0]
-    if code < count:
-        if _pread(fd, row.ctypes.data, dim * 4, offset + code * dim * 4) != dim * 4:
-            return np.nan
-        for t in range(dim):
-            prod[t] = np.float64(row[t]) * query[t]
-    else:
-        for t in range(dim):
-            prod[t] = np.float64(keys[code, t]) * query[t]
-    return pairwise_sum(prod, stack, sums)
-
-
-@njit(cache=True)
-def _ordered(rows: np.ndarray, size: int, kinds: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """``rows`` (distinct) in the order ties are broken by: strategies first, then ascending (older first)."""
-    key = np.empty(len(rows), np.int64)
-    for j in range(len(rows)):
-        key[j] = rows[j] + (0 if kinds[rows[j]] == STRATEGY else size)
-    key.sort()
-    for j in range(len(key)):
-        if key[j] >= size:
-            key[j] -= size
-    return key
-
-
-@njit(cache=True)
-def nearest(
-    seqs: np.ndarray,
+def one(
+    mirror: Mirror,
+    query: np.ndarray,
     ids: np.ndarray,
     sims: np.ndarray,
-    kinds: np.ndarray,
-    codes_of: np.ndarray,
-    group_sizes: np.ndarray,
-    keys: np.ndarray,
-    fd: int,
-    offset: int,
-    count: int,
-    query: np.ndarray,
     k1: int,
-    exact_scores: bool,
-    episodes: bool,
     margin: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """One query's candidates (``NamespaceMirror.candidates`` says what they are): its kept rows in tie order,
-    their exact similarities and the positions of the k1 nearest, best first.
-
-    ``seqs``, ``kinds``, ``codes_of`` (intent codes) and ``group_sizes`` are the mirror's; ``ids`` and ``sims``
-    the index's answer (seqs, -1 padding; float32); keys below ``count`` are read from the file ``fd`` (the
-    snapshot's, from byte ``offset``), the others from ``keys``. ``exact_scores``: the index's similarities are
-    float32 inner products (only those within ``margin`` of the k1-th kept one are scored); ``episodes``: leave
-    strategies out. Raises ``ValueError`` when the snapshot's file ends early.
-    """
-    size, width, dim = seqs.shape[0], ids.shape[0], query.shape[0]
+    episodes: bool,
+) -> Candidates:
+    """One query's candidates from the index's answer (``ids``: seqs, -1 pads; ``sims``: float32), as ``batch``
+    gives them. ``margin``: how far below the k1-th kept similarity an exactly scoring index's answers are
+    re-scored; ``episodes``: strategies left out."""
+    size, kinds = len(mirror), mirror.kinds
     if not size:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
-    rows = np.empty(width, np.int64)
-    kept = 0
-    for j in range(width):
-        pos = min(np.searchsorted(seqs, ids[j]), size - 1)
-        r = pos if seqs[pos] == ids[j] else -1
-        if r >= 0 and episodes and kinds[r] == STRATEGY:
-            r = -1
-        rows[j] = r
-        kept += r >= 0
-    if exact_scores and kept > k1:  # the k1-th kept similarity, less the margin, is the floor
-        seen, floor = 0, np.float32(0.0)
-        for j in range(width):
-            seen += rows[j] >= 0
-            if seen == k1:
-                floor = sims[j] - np.float32(margin)
-                break
-        for j in range(width):
-            if rows[j] >= 0 and not sims[j] >= floor:
-                rows[j] = -1
-    cand = _ordered(rows[rows >= 0], size, kinds)
-    q = query.astype(np.float64)
-    work = (np.empty(dim, np.float32), np.empty(dim), np.empty((3, 64), np.int64), np.empty(64))
-    codes, values = np.empty(len(cand), np.int64), np.empty(len(cand), np.float64)
-    known = 0  # an item's vector is its key's: each key is scored once
-    exact = np.empty(len(cand), np.float64)
-    for j in range(len(cand)):
-        code, at = codes_of[cand[j]], -1
-        for t in range(known):
-            if codes[t] == code:
-                at = t
-                break
-        if at < 0:
-            at, codes[known] = known, code
-            values[known] = _similarity(code, keys, fd, offset, count, q, work)
-            if np.isnan(values[known]):
-                raise ValueError("the snapshot's vectors end early")
-            known += 1
-        exact[j] = values[at]
-    order = np.argsort(-exact, kind="mergesort")
-    n = len(cand)
-    if n < k1 or n >= size:
-        return cand, exact, order[: min(k1, n)]
-    # The k1-th nearest ties with members of an intent group the index did not return: every member joins.
-    kth, short = exact[order[k1 - 1]], np.zeros(0, np.int64)
-    for j in range(n):
-        code = codes_of[cand[j]]
-        if exact[j] == kth and group_sizes[code] > 1:
-            here = 0
-            for t in range(n):
-                here += codes_of[cand[t]] == code
-            if group_sizes[code] > here:
-                short = np.append(short, code)
-    if not len(short):
-        return cand, exact, order[:k1]
-    joins = np.zeros(size, np.bool_)
-    joins[cand] = True
-    for r in range(size):  # one pass over the mirror, only when a group is cut
-        if not joins[r] and (not episodes or kinds[r] != STRATEGY):
-            for code in short:
-                if codes_of[r] == code:
-                    joins[r] = True
-                    break
-    cand = _ordered(np.flatnonzero(joins), size, kinds)
-    exact = np.empty(len(cand), np.float64)
-    for j in range(len(cand)):
-        for t in range(known):
-            if codes[t] == codes_of[cand[j]]:
-                exact[j] = values[t]
-                break
-    order = np.argsort(-exact, kind="mergesort")
-    return cand, exact, order[:k1]
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.intp)
+    rows = mirror.rows_of_seqs(ids)
+    keep = rows >= 0
+    if episodes:
+        keep &= kinds[np.maximum(rows, 0)] != STRATEGY
+    rows, sims = rows[keep], sims[keep]
+    if len(rows) > k1 and getattr(mirror.index, "exact_scores", True):  # float32 products: those near the k1-th
+        rows = rows[sims >= sims[k1 - 1] - np.float32(margin)]
+    rows = tie_order(rows, size, kinds)
+    codes = mirror.intent_codes[rows]
+    exact = sims_of(mirror, codes, query)
+    order = np.argsort(-exact, kind="stable")
+    if len(rows) < k1 or len(rows) >= size:
+        return rows, exact, order[:k1]
+    tied = codes[exact == exact[order[k1 - 1]]]
+    sizes = mirror.group_sizes
+    if (sizes[tied] == 1).all():  # each tied item alone in its group: nothing to join
+        return rows, exact, order[:k1]
+    groups, present = np.unique(tied, return_counts=True)
+    if not (sizes[groups] > present).any():
+        return rows, exact, order[:k1]
+    members = np.isin(mirror.intent_codes, groups)  # the k1-th ties with a group not all here: every member joins
+    if episodes:
+        members &= kinds != STRATEGY
+    rows = tie_order(np.union1d(rows, np.flatnonzero(members)), size, kinds)
+    exact = sims_of(mirror, mirror.intent_codes[rows], query)
+    return rows, exact, np.argsort(-exact, kind="stable")[:k1]
 
 
-def load() -> None:
-    """Load the compiled code now (from numba's cache, compiling it there the first time) rather than on the
-    first recall: a process that forks workers calls it first, so that each does not pay it again."""
-    zero, none, vector = np.zeros(1, np.int64), np.full(1, -1, np.int64), np.zeros(1, np.float32)
-    nearest(zero, none, vector, np.zeros(1, np.int8), zero, zero, vector[None], -1, 0, 0, vector, 1, True, False, 0.0)
+def sims_of(mirror: Mirror, codes: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """The exact cosine of ``query`` with each of the keys ``codes`` (repeats read again: cheaper than finding
+    them), as ``NamespaceMirror.exact_sims`` computes it."""
+    return (mirror.key_rows(codes).astype(np.float64) * np.asarray(query, dtype=np.float64)).sum(axis=1)
+
+
+def tie_order(rows: np.ndarray, size: int, kinds: np.ndarray) -> np.ndarray:
+    """Distinct ``rows`` in the order ties are broken by: strategies first, then ascending (older first)."""
+    key = np.sort(rows + size * (kinds[rows] != STRATEGY))
+    return np.where(key >= size, key - size, key)
+
+
+def batch(
+    mirror: Mirror,
+    queries: np.ndarray,
+    ids: np.ndarray,
+    sims: np.ndarray,
+    k1: int,
+    margin: float,
+    episodes: bool,
+) -> list[Candidates]:
+    """``one`` for a few queries, vectorised across them: every number is the one the query alone would get
+    (``scored``)."""
+    n = len(queries)
+    if not n or not len(mirror):
+        return [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.intp))] * n
+    rows = mirror.rows_of_seqs(np.asarray(ids).ravel()).reshape(n, -1)
+    keep = rows >= 0
+    if episodes:
+        keep &= mirror.kinds[np.maximum(rows, 0)] != STRATEGY
+    wide = keep.sum(axis=1) > k1
+    if not getattr(mirror.index, "exact_scores", True):  # approximate similarities: every candidate is scored
+        wide[:] = False
+    if wide.any():  # the k1-th kept similarity of each query, less the margin, is its floor
+        kth = np.argmax(np.cumsum(keep, axis=1) >= k1, axis=1)
+        floor = sims[np.arange(n), kth] - margin
+        keep &= ~wide[:, None] | (sims >= floor[:, None])
+    every = np.arange(n)
+    rows, exact, order, counts, known = scored(mirror, queries, every, rows, keep)
+    out = [(rows[i, :c], exact[i, :c], order[i, : min(k1, c)]) for i, c in enumerate(counts.tolist())]
+    short, pairs = tied_groups(mirror, rows, exact, order, counts, k1)
+    if len(short):  # the k1-th nearest ties with group members not all here: the whole groups join
+        joined = with_groups(mirror, short, rows[short], counts[short], pairs, episodes)
+        rows, exact, order, counts, _ = scored(mirror, queries, short, *joined, known=known)
+        for j, (i, c) in enumerate(zip(short.tolist(), counts.tolist(), strict=True)):
+            out[i] = (rows[j, :c], exact[j, :c], order[j, : min(k1, c)])
+    return out
+
+
+def scored(
+    mirror: Mirror,
+    queries: np.ndarray,
+    which: np.ndarray,
+    rows: np.ndarray,
+    keep: np.ndarray,
+    known: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """For the queries ``which`` (one per row of ``rows``): their kept rows in tie order (``tie_order``),
+    exact similarities and the order ``phase_a`` ranks them in (best first, ties by position), padded
+    to one width (-inf past each one's count); the counts; and the similarities by ``query * groups +
+    intent code`` (an item's vector is its key's, so each is computed once; ``known``: taken from there).
+    """
+    n, size, groups = len(which), len(mirror), len(mirror.group_sizes)
+    counts = keep.sum(axis=1)
+    width = int(counts.max())
+    episode = mirror.kinds[np.maximum(rows, 0)] != STRATEGY
+    key = np.sort(np.where(keep, rows + size * episode, 2 * size), axis=1)[:, :width]  # left out: last
+    rows = np.where(key >= size, key - size, key)
+    valid = np.arange(width) < counts[:, None]
+    pair = which[np.nonzero(valid)[0]] * groups + mirror.intent_codes[rows[valid]]
+    if known is None:
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        known = (uniq, pair_sims(mirror.key_rows, uniq % groups, queries, uniq // groups))
+    else:
+        inverse = np.searchsorted(known[0], pair)
+    exact = np.full((n, width), -np.inf)
+    exact[valid] = known[1][inverse]
+    return rows, exact, np.argsort(-exact, axis=1, kind="stable"), counts, known
+
+
+def tied_groups(
+    mirror: Mirror, rows: np.ndarray, exact: np.ndarray, order: np.ndarray, counts: np.ndarray, k1: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The queries whose k1-th nearest ties with members of a group not all among their candidates, and
+    every group tied there, as ``query * groups + intent code`` (sorted)."""
+    n, width = rows.shape
+    if not width:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    kth = exact[np.arange(n), order[:, min(k1, width) - 1]]
+    checked = (counts < len(mirror)) & (counts >= k1)
+    tq, tp = np.nonzero((exact == kth[:, None]) & checked[:, None])
+    sizes, codes = mirror.group_sizes, mirror.intent_codes
+    if (sizes[codes[rows[tq, tp]]] == 1).all():  # each tied item alone in its group: none short
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pairs, present = np.unique(tq * len(sizes) + codes[rows[tq, tp]], return_counts=True)
+    short = np.unique(pairs[sizes[pairs % len(sizes)] > present] // len(sizes))
+    return short, pairs[np.isin(pairs // len(sizes), short)]
+
+
+def with_groups(
+    mirror: Mirror, short: np.ndarray, rows: np.ndarray, counts: np.ndarray, pairs: np.ndarray, episodes: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``short`` queries' candidates (``rows``, ``counts``) joined by every member of their tied
+    groups (``pairs``), as ``scored`` takes them: one O(n) pass over the mirror for the batch."""
+    groups, size = len(mirror.group_sizes), len(mirror)
+    which, codes = np.searchsorted(short, pairs // groups), pairs % groups
+    members = np.flatnonzero(np.isin(mirror.intent_codes, codes))
+    if episodes:
+        members = members[mirror.kinds[members] != STRATEGY]
+    members = members[np.argsort(mirror.intent_codes[members], kind="stable")]
+    lo, hi = (np.searchsorted(mirror.intent_codes[members], codes, side) for side in ("left", "right"))
+    per = hi - lo  # each (query, group) pair gets its group's members lo..hi
+    at = np.arange(per.sum()) - np.repeat(np.cumsum(per) - per, per) + np.repeat(lo, per)
+    had = np.arange(rows.shape[1]) < counts[:, None]
+    old, new = np.nonzero(had)[0] * size + rows[had], np.repeat(which, per) * size + members[at]
+    joined = np.unique(np.concatenate([old, new]))
+    count = np.bincount(joined // size, minlength=len(short))
+    pos = np.arange(len(joined)) - np.repeat(np.cumsum(count) - count, count)
+    out = np.zeros((len(short), int(count.max())), dtype=np.int64)
+    out[joined // size, pos] = joined % size
+    return out, np.arange(out.shape[1]) < count[:, None]

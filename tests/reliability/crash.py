@@ -39,7 +39,6 @@ from sqlalchemy import select
 from connectors import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.learn.rewards import Reinforcement
-from memory.mirror.nearest import load as load_compiled_recall
 from memory.recall.log import candidates_of
 from memory.storage.schema import feedback, intents, memory_items, recalls
 from memory.store import MemoryStore
@@ -52,8 +51,6 @@ WRITE_OPS = ("add", "add_many", "write_many", "reinforce")
 INSERT_OPS = WRITE_OPS[:3]
 USABLE_STATES = {"loaded", "caught_up", "rebuilt", "built", "database"}
 EXACT = RetrievalConfig(k1=1, k2=1, delta=-1.0, lam=0.0)
-
-load_compiled_recall()  # forkservers preload this module: their workers recall at once, numba loaded (~0.45 s) before
 
 
 # -- the worker: runs in the process that gets killed ---------------------------------------------

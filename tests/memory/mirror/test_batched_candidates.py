@@ -1,8 +1,8 @@
-"""Phase A's candidates for a batch of queries (``NamespaceMirror.candidates``, vectorised across the batch)
-are exactly what each query gets alone: the same rows in the same tie order, bit-identical similarities,
-the same k1 nearest, the same groups completed — checked against a query-by-query reference loop on
-mirrors full of exact ties (intent groups sharing one key vector, different keys at equal similarity),
-with strategies among the episodes and rows the index holds but the mirror dropped."""
+"""Phase A's candidates for a batch of queries (``NamespaceMirror.candidates``, vectorised across the batch) and
+for one query alone (a recall's path, ``memory.mirror.nearest.one``) are exactly what a reference loop gives: the
+same rows in the same tie order, bit-identical similarities, the same k1 nearest, the same groups completed, on
+mirrors full of exact ties (intent groups sharing one key vector, different keys at equal similarity), with
+strategies among the episodes and rows the index holds but the mirror dropped."""
 
 from __future__ import annotations
 
@@ -102,12 +102,16 @@ def test_a_batch_gets_exactly_what_each_query_gets_alone(
         ids[::7, -1] = 10**9  # a row the index still holds but the mirror dropped: left out like a pad
     batched = mirror.candidates(queries, ids, sims, k1, draw_from)
     completed = 0
-    for i, (rows, exact, nearest) in enumerate(batched):
+    for i, got in enumerate(batched):
         want = reference(mirror, queries[i], ids[i], sims[i], k1, draw_from)
-        assert rows.tolist() == want[0].tolist(), i
-        assert exact.tobytes() == want[1].tobytes(), i  # bit for bit
-        assert nearest.tolist() == want[2].tolist(), i
-        completed += bool(set(rows.tolist()) - set(mirror.rows_of_seqs(ids[i]).tolist()))
+        alone = mirror.candidates(queries[i : i + 1], ids[i : i + 1], sims[i : i + 1], k1, draw_from)[
+            0
+        ]  # a recall's path
+        for rows, exact, nearest in (got, alone):
+            assert rows.tolist() == want[0].tolist(), i
+            assert exact.tobytes() == want[1].tobytes(), i  # bit for bit
+            assert nearest.tolist() == want[2].tolist(), i
+        completed += bool(set(got[0].tolist()) - set(mirror.rows_of_seqs(ids[i]).tolist()))
     if draw_from != "strategies" and (narrow or (draw_from == "both" and items >= 5 * keys)):
         assert completed > 0  # the fixture does reach the group completion
 
