@@ -1,13 +1,17 @@
 """The memory store on PostgreSQL + pgvector: the default index's figures with phase A in the database.
 
 Run ``python -m bench.memory_pgvector --sizes 100000 1000000 [--queries 1000] [--url URL] [--sqlite]
-[--durable] [--out DIR]``. Without ``--url`` it starts the PostgreSQL + pgvector test server of
+[--durable] [--index-after-load] [--out DIR]``. Without ``--url`` it starts the PostgreSQL + pgvector test server of
 ``tests/support/postgres.py`` in a temporary folder (durability off unless ``--durable``); with it, it
 uses that server (the URL of any database there; the user must be allowed to create databases). Each
 size gets a fresh database and a ``MemoryStore`` with the default config, so ``index="pgvector"``: the
 HNSW index lives in the database and is created with the schema, before the first row, so the bulk
 load inserts every row into the graph as it goes (pgvector's per-row insert, in the load's
-transactions). The measurements are ``bench.memory_speed_adaptive``'s, on the same clustered vectors and
+transactions: 283 rows/s at 100k, more than an hour for a million). ``--index-after-load`` loads the rows as a
+store with an in-process index does (``index="flat"``: no HNSW index in the database), then opens the default
+store, which builds the HNSW index over them in one ``CREATE INDEX`` (timed, with ``maintenance_work_mem``
+``BUILD_MEMORY`` and two parallel workers for that database): what an operator importing a large store
+would do. The measurements are ``bench.memory_speed_adaptive``'s, on the same clustered vectors and
 noisy-copy queries: bulk add, recall@10 of the whole recall against an exact search, recall p50/p95
 next to the index's own search in the database, one ``reinforce``, one ``write`` (grouping on), a
 grouped ``add_many``, reopen + first answer in a fresh process (imports excluded) with that process's
@@ -32,12 +36,13 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import psutil
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from bench.common import machine, merge_summary
 from bench.memory_speed_adaptive import REOPEN, ROOT, recall_at_10, serving
@@ -51,6 +56,7 @@ from tests.support.postgres import admin_engine, create_database, drop_database,
 
 RESULTS = Path(__file__).parent / "results"
 SAMPLE_EVERY_S = 1.0
+BUILD_MEMORY = "4GB"  # maintenance_work_mem while --index-after-load builds the graph: a million 384-d rows fit
 
 
 class BatchClock:
@@ -122,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--url", help="a PostgreSQL + pgvector server to use (default: start the test server)")
     parser.add_argument("--durable", action="store_true", help="the started server keeps fsync etc. on")
     parser.add_argument("--sqlite", action="store_true", help="also measure the same vectors in a SQLite store")
+    parser.add_argument(
+        "--index-after-load", action="store_true", help="load without the HNSW index, then build it in one statement"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     args = parser.parse_args(argv)
@@ -134,8 +143,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             workdir = Path(tempfile.mkdtemp(prefix=f"evolve-pgbench-{n}-"))
             try:
                 results["sizes"][str(n)] = r = bench_size(
-                    n, url, queries=args.queries, workdir=workdir, seed=args.seed, sqlite=args.sqlite
-                )
+                    n, url, queries=args.queries, workdir=workdir, seed=args.seed, sqlite=args.sqlite,
+                    index_after_load=args.index_after_load,
+                )  # fmt: skip
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             print(
@@ -191,7 +201,9 @@ def postmaster_pid(data_directory: str) -> int | None:
     return pid if psutil.pid_exists(pid) else None
 
 
-def bench_size(n: int, admin_url: str, *, queries: int, workdir: Path, seed: int, sqlite: bool) -> dict[str, Any]:
+def bench_size(
+    n: int, admin_url: str, *, queries: int, workdir: Path, seed: int, sqlite: bool, index_after_load: bool = False
+) -> dict[str, Any]:
     """Every measurement at one size, in a fresh database ``evolve_bench_<n>`` (dropped after)."""
     rng = np.random.default_rng(seed)
     vecs = clustered(n, rng)
@@ -203,7 +215,7 @@ def bench_size(n: int, admin_url: str, *, queries: int, workdir: Path, seed: int
     load = os.getloadavg()
     try:
         with ServerMemory(pid) as mem:
-            out = pg_store(vecs, query_vecs, url, workdir, seed=seed)
+            out = pg_store(vecs, query_vecs, url, workdir, seed=seed, index_after_load=index_after_load)
             out["server_memory"] = {"end": mem.sample(), "peak": dict(mem.peak) if pid else None}
     finally:
         drop_database(admin_url, name)
@@ -215,24 +227,37 @@ def bench_size(n: int, admin_url: str, *, queries: int, workdir: Path, seed: int
     return out
 
 
-def pg_store(vecs: np.ndarray, queries: np.ndarray, url: str, workdir: Path, *, seed: int) -> dict[str, Any]:
-    """``adaptive_store``'s measurements on PostgreSQL (default config, so ``index="pgvector"``)."""
+def pg_store(
+    vecs: np.ndarray, queries: np.ndarray, url: str, workdir: Path, *, seed: int, index_after_load: bool = False
+) -> dict[str, Any]:
+    """``adaptive_store``'s measurements on PostgreSQL (default config, so ``index="pgvector"``); with
+    ``index_after_load`` the rows are loaded before the HNSW index exists and the index is built after."""
     n = len(vecs)
     embedder = LookupEmbedder(DIM)
     texts = [f"query {i}" for i in range(len(queries))]
     embedder.vectors.update(zip(texts, queries, strict=True))
     cfg = MemoryConfig(retrieval=RetrievalConfig(k1=10, k2=5))
-    out: dict[str, Any] = {"items": n, "queries": len(queries)}
-    store = MemoryStore(url, embedder=embedder, config=cfg, seed=seed)
-    try:
-        out["index"] = store.index_details()
-        out["hnsw_before_add"] = database_bytes(url)["hnsw_definition"]
-        clock = BatchClock(store)
-        out["add"] = add_throughput(cast(MemoryStore, clock), vecs, n)
-        out["add"]["batch_items_per_s"] = [
-            round(min(out["add"]["batch"], n - i * out["add"]["batch"]) / s) for i, s in enumerate(clock.seconds)
-        ]
+    out: dict[str, Any] = {"items": n, "queries": len(queries), "index_after_load": index_after_load}
+    if index_after_load:
+        loader = MemoryStore(url, embedder=embedder, config=replace(cfg, index="flat"), seed=seed)
+        try:
+            out["hnsw_before_add"] = database_bytes(url)["hnsw_definition"]
+            out["add"] = timed_load(loader, vecs)
+        finally:
+            loader.close()
         out["bytes_after_add"] = database_bytes(url)
+        build_settings(url)
+        start = time.perf_counter()
+    store = MemoryStore(url, embedder=embedder, config=cfg, seed=seed)  # after a load: builds the HNSW index
+    try:
+        if index_after_load:
+            out["index_build_s"] = time.perf_counter() - start
+            out["bytes_after_index"] = database_bytes(url)
+        out["index"] = store.index_details()
+        if not index_after_load:
+            out["hnsw_before_add"] = database_bytes(url)["hnsw_definition"]
+            out["add"] = timed_load(store, vecs)
+            out["bytes_after_add"] = database_bytes(url)
         out["recall_at_10"] = recall_at_10(store, texts, vecs, queries)
         out.update(serving(store, embedder, queries, items=n, seed=seed, label="pgvector"))
     finally:
@@ -242,6 +267,29 @@ def pg_store(vecs: np.ndarray, queries: np.ndarray, url: str, workdir: Path, *, 
     out["bytes_at_end"] = database_bytes(url)
     out["reopen"] = reopen_in_fresh_process(url, queries, workdir, len(texts))
     return out
+
+
+def timed_load(store: MemoryStore, vecs: np.ndarray) -> dict[str, Any]:
+    """``add_throughput`` with each batch's rate (how it falls as an HNSW graph grows)."""
+    clock = BatchClock(store)
+    out = add_throughput(cast(MemoryStore, clock), vecs, len(vecs))
+    out["batch_items_per_s"] = [
+        round(min(out["batch"], len(vecs) - i * out["batch"]) / s) for i, s in enumerate(clock.seconds)
+    ]
+    return out
+
+
+def build_settings(url: str) -> None:
+    """The database's settings for building the HNSW index in one statement: ``BUILD_MEMORY`` of
+    ``maintenance_work_mem`` (pgvector builds in memory while the graph fits) and two parallel workers."""
+    name = make_url(url).database
+    engine = admin_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"ALTER DATABASE \"{name}\" SET maintenance_work_mem = '{BUILD_MEMORY}'")
+            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET max_parallel_maintenance_workers = 2')
+    finally:
+        engine.dispose()
 
 
 def database_bytes(url: str) -> dict[str, Any]:
@@ -352,7 +400,8 @@ def _peak(r: dict[str, Any], key: str) -> str:
 
 
 ROWS: list[tuple[str, Any]] = [
-    ("bulk add (`add_many`, batches of 10,000, HNSW kept up row by row)", lambda r: f"{r['add']['items_per_s']:,.0f} items/s"),
+    ("bulk add (`add_many`, batches of 10,000; HNSW kept up row by row unless built after)", lambda r: f"{r['add']['items_per_s']:,.0f} items/s"),
+    ("HNSW index built after the load (`--index-after-load`)", lambda r: f"{r['index_build_s']:,.0f} s" if r.get("index_after_load") else "—"),
     ("recall@10 of the whole recall vs exact search", lambda r: f"{r['recall_at_10']:.4f}"),
     ("recall (`retrieve`, logged) p50 / p95", lambda r: f"{r['retrieve']['p50_ms']:.2f} / {r['retrieve']['p95_ms']:.2f} ms"),
     ("its index search in the database p50 / p95", lambda r: f"{r['index_search']['p50_ms']:.2f} / {r['index_search']['p95_ms']:.2f} ms"),
@@ -405,11 +454,22 @@ def notes(sizes: dict[str, Any]) -> list[str]:
     lines = ["", "## Notes", ""]
     for n, r in sizes.items():
         rates = r["add"]["batch_items_per_s"]
+        reopen = (
+            f"Reopen: index `{r['reopen']['index']}`, mirror `{r['reopen']['mirror']}` (the process still reads "
+            "every key vector, Q and visit count from SQL into its mirror on open)."
+        )
+        if r.get("index_after_load"):
+            lines.append(
+                f"- {int(n):,} items: loaded with no HNSW index in the database (`--index-after-load`): "
+                f"{rates[0]:,} items/s for the first batch, {rates[-1]:,} for the last; then the default store's open "
+                f"built the index over them in {r['index_build_s']:,.0f} s ({r['bytes_after_index']['hnsw_index'] / r['items']:,.0f} "
+                f"bytes an item). {reopen}"
+            )
+            continue
         lines.append(
             f"- {int(n):,} items: the HNSW index existed before the first row (`{r['hnsw_before_add']}`), so "
             f"each insert went into the graph: {rates[0]:,} items/s for the first batch, {rates[-1]:,} for the last. "
-            f"Reopen: index `{r['reopen']['index']}`, mirror `{r['reopen']['mirror']}` (the process still reads "
-            "every key vector, Q and visit count from SQL into its mirror on open)."
+            + reopen
         )
         est = add_estimate_s(rates, r["add"]["batch"], 1_000_000) if int(n) < 1_000_000 else None
         if est is not None:
