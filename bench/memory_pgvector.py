@@ -20,7 +20,8 @@ second; readable when the server runs on this machine). ``--sqlite`` runs ``adap
 vectors in a SQLite file beside it (the in-process index), for a same-run comparison.
 
 Results: ``bench/results/memory_pgvector.{json,md}``; ``pgvector_*_{100k,1m}`` keys are merged into
-``bench/results/summary.json``.
+``bench/results/summary.json``. A size measured before and not now stays as it was (each says when), so sizes can
+be run apart.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import psutil
 from sqlalchemy import make_url, text
 
 from bench.common import machine, merge_summary
-from bench.memory_speed_adaptive import REOPEN, ROOT, recall_at_10, serving
+from bench.memory_speed_adaptive import REOPEN, ROOT, earlier_sizes, recall_at_10, serving
 from bench.memory_speed_measure import DIM, LookupEmbedder, add_throughput, clustered, unit
 from bench.memory_speed_report import size_tag
 from connectors.errors import ConfigError
@@ -136,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if min(args.sizes) < 1000 or args.queries < 1:
         raise ConfigError(f"sizes must be >= 1000 and queries >= 1, got {args.sizes} and {args.queries}")
-    results: dict[str, Any] = {"machine": machine(), "sizes": {}}
+    results: dict[str, Any] = {"machine": machine(), "sizes": earlier_sizes(args.out / "memory_pgvector.json")}
     with server(args.url, durable=args.durable) as url:
         results["server"] = server_settings(url)
         for n in args.sizes:
@@ -146,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     n, url, queries=args.queries, workdir=workdir, seed=args.seed, sqlite=args.sqlite,
                     index_after_load=args.index_after_load,
                 )  # fmt: skip
+                r["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             print(
@@ -154,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 f"reopen {r['reopen']['reopen_s']:.2f} s",
                 flush=True,
             )
+    results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda kv: int(kv[0])))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "memory_pgvector.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (args.out / "memory_pgvector.md").write_text(markdown(results), encoding="utf-8")
@@ -462,7 +465,8 @@ def notes(sizes: dict[str, Any]) -> list[str]:
             lines.append(
                 f"- {int(n):,} items: loaded with no HNSW index in the database (`--index-after-load`): "
                 f"{rates[0]:,} items/s for the first batch, {rates[-1]:,} for the last; then the default store's open "
-                f"built the index over them in {r['index_build_s']:,.0f} s ({r['bytes_after_index']['hnsw_index'] / r['items']:,.0f} "
+                f"built the index over them in {r['index_build_s']:,.0f} s (maintenance_work_mem {BUILD_MEMORY} and two "
+                f"parallel workers for that database; {r['bytes_after_index']['hnsw_index'] / r['items']:,.0f} "
                 f"bytes an item). {reopen}"
             )
             continue
