@@ -53,7 +53,14 @@ from connectors.errors import ConfigError
 from memory.config import MemoryConfig, RetrievalConfig
 from memory.mirror.pgvector import HNSW_INDEX
 from memory.store import MemoryStore
-from tests.support.postgres import admin_engine, create_database, drop_database, start_postgres, stop_postgres
+from tests.support.postgres import (
+    admin_engine,
+    create_database,
+    drop_database,
+    run_outside_transactions,
+    start_postgres,
+    stop_postgres,
+)
 
 RESULTS = Path(__file__).parent / "results"
 SAMPLE_EVERY_S = 1.0
@@ -286,13 +293,11 @@ def build_settings(url: str) -> None:
     """The database's settings for building the HNSW index in one statement: ``BUILD_MEMORY`` of
     ``maintenance_work_mem`` (pgvector builds in memory while the graph fits) and two parallel workers."""
     name = make_url(url).database
-    engine = admin_engine(url)
-    try:
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f"ALTER DATABASE \"{name}\" SET maintenance_work_mem = '{BUILD_MEMORY}'")
-            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET max_parallel_maintenance_workers = 2')
-    finally:
-        engine.dispose()
+    run_outside_transactions(
+        url,
+        f"ALTER DATABASE \"{name}\" SET maintenance_work_mem = '{BUILD_MEMORY}'",
+        f'ALTER DATABASE "{name}" SET max_parallel_maintenance_workers = 2',
+    )
 
 
 def database_bytes(url: str) -> dict[str, Any]:

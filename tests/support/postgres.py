@@ -86,6 +86,17 @@ def admin_engine(url: str) -> Engine:
     return create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
 
 
+def run_outside_transactions(url: str, *statements: str) -> None:
+    """Run ``statements`` in order on ``url``'s server, each committed as it runs (``admin_engine``)."""
+    engine = admin_engine(url)
+    try:
+        with engine.connect() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
 def database_url(url: str, database: str) -> str:
     """``url`` pointing at another database on the same server."""
     return make_url(url).set(database=database).render_as_string(hide_password=False)
@@ -94,25 +105,14 @@ def database_url(url: str, database: str) -> str:
 def create_database(url: str, name: str) -> str:
     """Create an empty database ``name`` (dropped first if it exists); its URL."""
     _check_name(name)
-    engine = admin_engine(url)
-    try:
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    finally:
-        engine.dispose()
+    run_outside_transactions(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
     return database_url(url, name)
 
 
 def drop_database(url: str, name: str) -> None:
     """Drop database ``name``, closing whatever connections a test left open to it."""
     _check_name(name)
-    engine = admin_engine(url)
-    try:
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        engine.dispose()
+    run_outside_transactions(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _check_name(name: str) -> None:
