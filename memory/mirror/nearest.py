@@ -65,7 +65,7 @@ def one(
         keep &= kinds[np.maximum(rows, 0)] != STRATEGY
     rows, sims = rows[keep], sims[keep]
     if len(rows) > k1 and getattr(mirror.index, "exact_scores", True):  # float32 products: those near the k1-th
-        rows = rows[sims >= sims[k1 - 1] - np.float32(margin)]
+        rows = rows[sims >= sims[k1 - 1 : k1] - margin]  # array arithmetic, as ``batch`` does it
     rows = tie_order(rows, size, kinds)
     codes = mirror.intent_codes[rows]
     exact = sims_of(mirror, codes, query)
