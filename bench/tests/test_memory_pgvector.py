@@ -11,6 +11,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from bench import memory_pgvector as mp
+from bench.memory_pgvector_report import add_estimate_s
 from connectors.errors import ConfigError
 from tests.support.postgres import throwaway_server
 
@@ -52,11 +53,32 @@ def test_a_small_run_measures_the_database_index_and_writes_every_report(pg_serv
     engine.dispose()
 
 
+@pytest.mark.postgres
+def test_an_index_built_after_the_load_serves_and_an_earlier_size_stays_in_the_results(
+    pg_server: str, tmp_path: Path
+) -> None:
+    mp.main(["--sizes", "1000", "--queries", "10", "--url", pg_server, "--out", str(tmp_path)])
+    results = mp.main(
+        ["--sizes", "2000", "--queries", "20", "--url", pg_server, "--index-after-load", "--out", str(tmp_path)]
+    )
+    r = results["sizes"]["2000"]
+    assert r["index_after_load"] and r["hnsw_before_add"] is None  # loaded with no HNSW index in the database
+    assert r["bytes_after_add"]["hnsw_index"] == 0 and r["bytes_after_index"]["hnsw_index"] > 0
+    assert r["index_build_s"] > 0 and r["index"]["kind"] == "pgvector"  # the default store's open built it
+    assert r["recall_at_10"] >= 0.95 and r["reopen"]["index"] == "database"
+    assert set(results["sizes"]) == {"1000", "2000"}  # the size measured before is kept, each says when
+    assert all(v["measured_at"] for v in results["sizes"].values())
+    md = (tmp_path / "memory_pgvector.md").read_text()
+    assert "| 1,000 items | 2,000 items |" in md and "2,000 items: loaded with no HNSW index" in md
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pgvector_bytes_per_item_2k"] == round(r["bytes_after_index"]["database"] / 2000)  # index counted
+
+
 def test_an_extrapolated_load_grows_with_the_graph() -> None:
     rates = [2000.0, 1500.0, 1300.0, 1200.0]  # items/s per 10,000-item batch, slowing as the graph grows
-    est = mp.add_estimate_s(rates, 10_000, 1_000_000)
+    est = add_estimate_s(rates, 10_000, 1_000_000)
     assert est is not None and est > 1_000_000 / 1200  # slower than the last batch's rate all the way
-    assert mp.add_estimate_s(rates[:2], 10_000, 1_000_000) is None  # too few batches to fit
+    assert add_estimate_s(rates[:2], 10_000, 1_000_000) is None  # too few batches to fit
 
 
 def test_bad_sizes_are_refused() -> None:
