@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # float32 inner products of unit vectors are within ~1e-6 of the exact cosine; a wide safety factor.
 SIM_MARGIN = 1e-4
 FILE_ROWS_AT_MOST = 4096  # more key rows than this at once (a rebuild, a bulk add) are read through the map
-EPISODE, STRATEGY = 0, 1
+EPISODE, STRATEGY = 0, nearest.STRATEGY
 """The mirror's kind codes (``MemoryItem.kind``)."""
 ROW_COLUMNS = ("seqs", "ids", "q", "visits", "created", "intent_codes", "kinds")
 KEY_COLUMNS = ("key_ids", "key_seqs", "keys")

@@ -21,7 +21,7 @@ import numpy as np
 
 from memory.mirror.keyrows import pair_sims
 
-STRATEGY = 1  # ``memory.mirror.arrays.STRATEGY``
+STRATEGY = 1  # the mirror's kind code of a strategy (``memory.mirror.arrays`` takes it from here)
 Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Rows in tie order, their exact similarities, the positions of the k1 nearest (best first)."""
 
