@@ -61,9 +61,11 @@ def pair_sims(
         >>> pair_sims(keys.__getitem__, np.array([0, 2]), q, np.array([0, 0]))
         array([0.60000002, 0.80000001])
     """
-    out = np.empty(len(codes))
     dim = queries.shape[1]
     block = max(4, 8192 // max(1, dim))  # 64 KiB of float64 per buffer
+    if len(codes) <= block:  # a write's few candidates: no buffers (the same products and sums)
+        return (rows_of(codes).astype(np.float64) * queries[at]).sum(axis=1)  # type: ignore[no-any-return]
+    out = np.empty(len(codes))
     a, b = np.empty((block, dim)), np.empty((block, dim))
     for lo in range(0, len(codes), block):
         k = min(block, len(codes) - lo)

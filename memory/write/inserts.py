@@ -142,16 +142,16 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     sims, seqs = (
         index.search(vecs, few, ef=GROUPING_EF) if isinstance(index, AdaptiveIndex) else index.search(vecs, few)
     )
-    rows = mirror.rows_of_seqs(seqs.ravel()).reshape(seqs.shape)
+    width = seqs.shape[1]  # wider than asked where the graph holds copies of one vector
+    rows = mirror.rows_of_seqs(seqs.ravel())  # flat: row i's candidates at i * width ...
     found = rows >= 0
     codes = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
-    if few > 1:
-        at = np.repeat(np.arange(len(vecs)), codes.shape[1])  # rows may come wider than asked (copies)
-        exact = pair_sims(mirror.key_rows, np.maximum(codes.ravel(), 0), vecs, at).reshape(codes.shape)
-        sims = np.where(found, exact, -np.inf)
-        pick = np.argmax(sims, axis=1)[:, None]
-        sims, codes, found = (np.take_along_axis(a, pick, axis=1) for a in (sims, codes, found))
-    return codes[:, 0], np.where(found[:, 0], sims[:, 0], -np.inf).astype(np.float32)
+    if few == 1:  # exact similarities, best first
+        return codes[::width], np.where(found, sims.ravel(), -np.inf)[::width].astype(np.float32)
+    at = np.arange(len(vecs)).repeat(width)
+    exact = np.where(found, pair_sims(mirror.key_rows, np.maximum(codes, 0), vecs, at), -np.inf)
+    best = exact.reshape(-1, width).argmax(axis=1) + width * np.arange(len(vecs))  # the first of equals
+    return codes[best], exact[best].astype(np.float32)
 
 
 def insert_items(
