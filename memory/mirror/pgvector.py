@@ -20,6 +20,13 @@ namespace filter drops other namespaces' keys (older pgvector ignores the settin
 return fewer candidates in a namespace crowded out by another). No index is built, loaded or saved
 in the process; the mirror still reads the key vectors once when it loads a namespace.
 
+Depth: pgvector's default ``ef_search`` (40) found 0.984 of the ten nearest at 100k items and 0.653 at a
+million (``bench.memory_pgvector``). So a namespace of ``TUNE_FROM`` items or more has its depth measured
+as the in-process graph's is (``memory.mirror.graph.tuned_ef``): sampled queries near stored keys, their
+exact ten nearest from the mirror's key vectors, searched at rising ``ef_search`` until the candidates
+hold ``TUNE_RECALL`` of them. It runs in a background thread (recalls use the depth known so far), is kept
+in ``memory_pgvector_tuning`` for every process, and runs again when the namespace has doubled.
+
 psycopg is imported by SQLAlchemy when a ``postgresql+psycopg://`` engine is made
 (``connectors.db`` names the ``pg`` extra when it is missing); this module needs no other package.
 """
@@ -27,10 +34,12 @@ psycopg is imported by SQLAlchemy when a ``postgresql+psycopg://`` engine is mad
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import Connection, text
@@ -42,6 +51,10 @@ from sqlalchemy.types import LargeBinary, TypeDecorator, UserDefinedType
 
 from connectors.errors import StoreError
 from connectors.pglock import advisory_key
+from memory.mirror.graph import CANDIDATES, TUNE_K, Tuning, near, recall_at, tuned_ef
+
+if TYPE_CHECKING:
+    from memory.mirror.nearest import Mirror
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +64,23 @@ EF_SEARCH_MAX = 1000  # pgvector's maximum
 SCHEMA_LOCK = advisory_key("memory.storage.schema")
 HNSW_INDEX = "ix_memory_intents_embedding_hnsw"
 INTENT_ID_INDEX = "ix_memory_items_intent_seq"
+TUNE_FROM = 20_000  # live items from which a namespace's depth is measured (below it the default finds ~all)
+TUNE_QUERIES = 200  # sampled queries: one statement of them per depth tried (seconds each at a million keys)
+TUNE_SEED = 20_260_101
+EXACT_CHUNK = 65_536  # key vectors compared with the queries at a time when finding the exact answers
+
+# Each namespace's measured depth, for every process (``PgVectorIndex.follow``); created with the HNSW index.
+TUNING_TABLE = "memory_pgvector_tuning"
+TUNING_DDL = f"""CREATE TABLE IF NOT EXISTS {TUNING_TABLE} (
+    namespace varchar(200) PRIMARY KEY, ef_search integer NOT NULL, recall double precision NOT NULL,
+    items bigint NOT NULL, queries integer NOT NULL, tuned_at double precision NOT NULL)"""
+TUNING_SQL = text(f"SELECT ef_search, recall, items, queries FROM {TUNING_TABLE} WHERE namespace = :ns")
+KEEP_TUNING_SQL = text(f"""
+INSERT INTO {TUNING_TABLE} (namespace, ef_search, recall, items, queries, tuned_at)
+VALUES (:ns, :ef, :recall, :items, :queries, :at)
+ON CONFLICT (namespace) DO UPDATE SET ef_search = EXCLUDED.ef_search, recall = EXCLUDED.recall,
+    items = EXCLUDED.items, queries = EXCLUDED.queries, tuned_at = EXCLUDED.tuned_at
+""")
 
 # For each query (one row of the unnested array) the nearest keys that still have valid items, then at
 # most k of each key's valid items (superseded ones are never recalled: ``memory.upkeep.supersession``), oldest
@@ -178,6 +208,7 @@ def after_tables(conn: Connection, dim: int | None, *, hnsw: bool = True) -> Non
     conn.exec_driver_sql(
         f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON memory_intents USING hnsw (embedding vector_ip_ops)"
     )
+    conn.exec_driver_sql(TUNING_DDL)
 
 
 def upgrade_bytea(conn: Connection, dim: int | None) -> None:
@@ -202,13 +233,16 @@ class PgVectorIndex:
     """One namespace's phase A, answered by PostgreSQL through the HNSW index (``SEARCH_SQL``).
 
     It holds nothing: the rows are already in SQL when the mirror calls ``add`` and ``remove``, so
-    ``add`` only counts them (to refresh the planner's statistics after a bulk load), ``remove``
-    does nothing and ``save`` writes no file.
+    ``add`` only counts them (to refresh the planner's statistics after a bulk load, and to tune the
+    depth again once the namespace has doubled), ``remove`` does nothing and ``save`` writes no file.
+    ``tuning`` is the depth searched (``follow``); ``wait`` and ``close`` are for its background work.
 
     Args:
         connect: opens a transaction on the store's database (``Database.transaction``).
         namespace: the namespace searched.
         dim: the vectors' dimension.
+        read: opens a read transaction that takes no part in the store's writes, for the tuning's searches
+            (default ``connect``).
 
     Example:
         >>> index = PgVectorIndex(store_db.transaction, "default", dim=384)  # doctest: +SKIP
@@ -218,12 +252,25 @@ class PgVectorIndex:
     kind = "pgvector"
     approximate = True
 
-    def __init__(self, connect: Callable[[], AbstractContextManager[Connection]], namespace: str, *, dim: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], AbstractContextManager[Connection]],
+        namespace: str,
+        *,
+        dim: int,
+        read: Callable[[], AbstractContextManager[Connection]] | None = None,
+    ) -> None:
         self.connect = connect
+        self.read = read or connect
         self.namespace = namespace
         self.dim = dim
         self._unanalysed = 0
         self._settings: str | None = None
+        self.tuning = Tuning(EF_SEARCH_MIN)
+        self.error: str | None = None  # why the last tuning failed (the depth known before stays)
+        self._mirror: Mirror | None = None
+        self._worker: threading.Thread | None = None
+        self._closed = False
 
     def __len__(self) -> int:
         with self.connect() as conn:
@@ -240,6 +287,7 @@ class PgVectorIndex:
             with self.connect() as conn:
                 conn.exec_driver_sql("ANALYZE memory_intents, memory_items")
             self._unanalysed = 0
+        self._kick()
 
     def remove(self, ids: np.ndarray) -> None:
         """Nothing to do: deleted items leave the search with their rows."""
@@ -247,16 +295,22 @@ class PgVectorIndex:
     def save(self, path: Path, generation: int) -> bool:
         return False
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k nearest items (``seq``s) of the namespace per query row, best first (-1 pads)."""
+    def search(self, queries: np.ndarray, k: int, *, ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest items (``seq``s) of the namespace per query row, best first (-1 pads), searched at
+        the tuned depth (``ef``: this depth instead), at least k."""
+        return self._search(queries, k, ef, self.connect)
+
+    def _search(
+        self, queries: np.ndarray, k: int, ef: int | None, connect: Callable[[], AbstractContextManager[Connection]]
+    ) -> tuple[np.ndarray, np.ndarray]:
         queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
         m = queries.shape[0]
         sims = np.full((m, k), -np.inf, dtype=np.float32)
         ids = np.full((m, k), -1, dtype=np.int64)
         if m == 0 or k == 0:
             return sims, ids
-        ef = min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, k))
-        with self.connect() as conn:
+        ef = min(EF_SEARCH_MAX, max(ef or self.tuning.ef, k))
+        with connect() as conn:
             conn.exec_driver_sql(self._search_settings(conn).format(ef=ef))
             rows = conn.execute(
                 SEARCH_SQL, {"queries": [vector_text(q) for q in queries], "ns": self.namespace, "k": k}
@@ -268,6 +322,80 @@ class PgVectorIndex:
             ids[row, filled[row]] = seq
             filled[row] += 1
         return sims, ids
+
+    # -- depth ---------------------------------------------------------------------------------
+    def follow(self, mirror: Mirror, conn: Connection) -> None:
+        """Take the namespace's depth kept in the database (read on ``conn``, the loading transaction) and tune
+        it in the background when it is missing or the namespace has doubled since (``mirror``: the
+        namespace's mirror, whose key vectors give the exact answers; called under the store's lock)."""
+        self._mirror = mirror
+        if conn.exec_driver_sql(f"SELECT to_regclass('{TUNING_TABLE}')").scalar() is not None:
+            row = conn.execute(TUNING_SQL, {"ns": self.namespace}).first()
+            if row is not None:
+                self.tuning = Tuning(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
+        self._kick()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a tuning that runs is done; false when ``timeout`` seconds passed first."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True
+
+    def close(self) -> None:
+        """Stop a tuning at its next depth (nothing is kept of it)."""
+        self._closed = True
+
+    def _kick(self) -> None:
+        """Start a tuning when one is due (under the store's lock: the live keys are taken now)."""
+        mirror, items = self._mirror, len(self._mirror) if self._mirror is not None else 0
+        if mirror is None or self._closed or self.error is not None or self._worker is not None:
+            return
+        if self.dim > HNSW_MAX_DIM or items < TUNE_FROM or items < 2 * self.tuning.at:
+            return
+        codes = np.unique(mirror.intent_codes)
+        self._worker = threading.Thread(
+            target=self._tune, args=(mirror, codes, items), name="evolve-pgvector-tuning", daemon=True
+        )
+        self._worker.start()
+
+    def _tune(self, mirror: Mirror, codes: np.ndarray, items: int) -> None:
+        """Measure recall@10 at rising depths (``tuned_ef``) and keep the depth chosen, here and in the database."""
+        try:
+            rng = np.random.default_rng(TUNE_SEED)
+            queries = near(mirror.key_rows(rng.choice(codes, size=min(TUNE_QUERIES, len(codes)), replace=False)), rng)
+            truth = exact_nearest(mirror.key_rows, codes, queries, TUNE_K)
+
+            def recall_of(ef: int) -> float:
+                if self._closed:
+                    raise InterruptedError("the store closed")
+                seqs = self._search(queries, CANDIDATES, ef, self.read)[1].ravel()
+                rows = mirror.rows_of_seqs(seqs)
+                found = np.where(rows >= 0, mirror.intent_codes[np.maximum(rows, 0)], -1)
+                return recall_at(found.reshape(len(queries), -1), truth)
+
+            ef, recall = tuned_ef(recall_of)
+            tuning = Tuning(min(max(ef, CANDIDATES), EF_SEARCH_MAX), recall, items, len(queries))  # as searched
+            with self.connect() as conn:
+                conn.execute(KEEP_TUNING_SQL, {"ns": self.namespace, "ef": tuning.ef, "recall": recall, "items": items,
+                                               "queries": tuning.queries, "at": time.time()})  # fmt: skip
+            self.tuning = tuning
+            log.info("memory index (pgvector) of namespace %r: ef_search %d, recall@10 %.3f on %d queries at %d items",
+                     self.namespace, tuning.ef, recall, tuning.queries, items)  # fmt: skip
+        except Exception as e:  # the depth known before stays
+            if not self._closed:
+                self.error = f"{type(e).__name__}: {e}"
+                log.warning("memory index (pgvector) of namespace %r: tuning failed (%s); ef_search stays %d",
+                            self.namespace, self.error, self.tuning.ef)  # fmt: skip
+        finally:
+            self._worker = None
+
+    def status(self) -> dict[str, Any]:
+        """The depth searched and what it was measured to find (``MemoryStore.index_details``)."""
+        t = self.tuning
+        return {"ef_search": t.ef, "measured_recall_at_10": t.recall, "tuned_at": t.at, "tune_queries": t.queries,
+                "working": self._worker is not None, "error": self.error}  # fmt: skip
 
     def _search_settings(self, conn: Connection) -> str:
         """``SEARCH_SETTINGS``, without the iterative scan where pgvector is older than 0.8 (asked once)."""
@@ -285,3 +413,25 @@ class PgVectorIndex:
 
     def __repr__(self) -> str:
         return f"PgVectorIndex(namespace={self.namespace!r}, dim={self.dim})"
+
+
+def exact_nearest(
+    rows_of: Callable[[np.ndarray], np.ndarray], codes: np.ndarray, queries: np.ndarray, k: int
+) -> np.ndarray:
+    """The ``k`` keys among ``codes`` nearest each query (their codes, in no order): ``rows_of`` reads key vectors,
+    ``EXACT_CHUNK`` at a time.
+
+    Example:
+        >>> keys = np.eye(4, dtype=np.float32)
+        >>> sorted(exact_nearest(keys.__getitem__, np.arange(4), keys[[2]] + keys[[3]] * 0.5, 2)[0].tolist())
+        [2, 3]
+    """
+    m = len(queries)
+    best_sims, best = np.full((m, 0), -np.inf, np.float32), np.zeros((m, 0), np.int64)
+    for lo in range(0, len(codes), EXACT_CHUNK):
+        part = codes[lo : lo + EXACT_CHUNK]
+        sims = np.concatenate([best_sims, queries @ rows_of(part).T], axis=1)
+        ids = np.concatenate([best, np.broadcast_to(part, (m, len(part)))], axis=1)
+        keep = np.argpartition(-sims, min(k, sims.shape[1]) - 1, axis=1)[:, :k]
+        best_sims, best = np.take_along_axis(sims, keep, axis=1), np.take_along_axis(ids, keep, axis=1)
+    return best

@@ -28,6 +28,7 @@ from memory.mirror import snapshot
 from memory.mirror.adaptive import load_index, new_index
 from memory.mirror.arrays import NamespaceMirror, Rows, kind_codes
 from memory.mirror.index import SearchIndex, VectorIndex
+from memory.mirror.pgvector import PgVectorIndex
 from memory.storage.schema import from_blobs, intents, memory_items, tombstones, valid_at
 from memory.storage.statements import chunks, read_generation
 
@@ -219,7 +220,7 @@ class MirrorSet:
         if mirror is None:
             mirror = NamespaceMirror(namespace, self.dim, self._new_index(namespace))
             self._fill(conn, mirror, memory_items.c.valid_to.is_(None))  # superseded memories are never recalled
-        self._attach_index(mirror)
+        self._attach_index(mirror, conn)
         return mirror
 
     def _mapped(self, conn: Connection, namespace: str) -> NamespaceMirror | None:
@@ -305,10 +306,12 @@ class MirrorSet:
             return self._served_index(namespace)
         return new_index(self.dim, self.kind)
 
-    def _attach_index(self, mirror: NamespaceMirror) -> None:
+    def _attach_index(self, mirror: NamespaceMirror, conn: Connection) -> None:
         ns = mirror.namespace
         if self._served_index is not None:  # the database holds the index: nothing to build here
             self.index_state[ns] = "database"
+            if isinstance(mirror.index, PgVectorIndex):  # its depth, kept in the database (or measured)
+                mirror.index.follow(mirror, conn)
             return
         path = index_file(self.index_dir, ns) if self.index_dir is not None else None
         loaded = load_index(path, dim=self.dim, kind=self.kind) if path is not None else None

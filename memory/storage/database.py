@@ -36,6 +36,7 @@ from connectors.errors import ConfigError, StoreError
 from connectors.redact import redact, redact_url
 from memory.config import SERVER_INDEX_KINDS, IndexKind, MemoryConfig
 from memory.mirror.adaptive import AdaptiveIndex
+from memory.mirror.pgvector import PgVectorIndex
 from memory.mirror.sync import MirrorSet
 from memory.storage.schema import create_schema
 from memory.storage.statements import GENERATION_SQL, execute_many
@@ -51,6 +52,7 @@ SQLITE_CACHE_KIB = 65536
 MAX_DEFERRED = 512  # deferred rows that make the background writer commit at once
 RETRY_S = 0.5  # seconds before the background writer tries again after a failure
 BULK_PAUSE = 0.05  # seconds the write lock stays free between two chunks on SQLite (waiters poll every few ms)
+WORKING = (AdaptiveIndex, PgVectorIndex)  # indexes with background work (the graph's, a tuning): ``wait``, ``close``
 
 
 _OPEN: dict[str, weakref.WeakSet[Database]] = {}
@@ -259,9 +261,9 @@ def mirror_set(db: Database, *, dim: int, kind: str, index_path: str | Path | No
     read-only), or with one the database serves (``"pgvector"``)."""
     served = None
     if kind == "pgvector":
-        from memory.mirror.pgvector import PgVectorIndex
-
-        served = partial(PgVectorIndex, db.transaction, dim=dim)
+        served = partial(
+            PgVectorIndex, db.transaction, dim=dim, read=partial(db.transaction, write=False, deferred=False)
+        )
     folder = index_dir(db.url, index_path)
     return MirrorSet(dim=dim, kind=kind, index_dir=folder, served_index=served, read_only=db.read_only)
 
@@ -379,14 +381,15 @@ class OpenStore:
             state = self.mirrors.index_state.get(namespace)
             if isinstance(index, AdaptiveIndex):
                 return {**index.status(), "obtained": state}
-            return {"kind": index.kind, "holds": "graph" if index.approximate else "exact", "items": len(mirror),
-                    "working": False, "obtained": state}  # fmt: skip
+            details = {"kind": index.kind, "holds": "graph" if index.approximate else "exact", "items": len(mirror),
+                       "working": False, "obtained": state}  # fmt: skip
+            return {**details, **index.status()} if isinstance(index, PgVectorIndex) else details
 
     def wait_for_index(self, timeout: float | None) -> bool:
         """Wait for every loaded namespace's background index work; false when ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for mirror in self.mirrors.all():
-            if isinstance(mirror.index, AdaptiveIndex):
+            if isinstance(mirror.index, WORKING):
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not mirror.index.wait(left):
                     return False
@@ -419,7 +422,7 @@ class OpenStore:
             self.closed = True
             self._wake.notify_all()
             for mirror in self.mirrors.all():  # background index work stops at its next step
-                if isinstance(mirror.index, AdaptiveIndex):
+                if isinstance(mirror.index, WORKING):
                     mirror.index.close()
             try:
                 self.mirrors.save(restamp=True)

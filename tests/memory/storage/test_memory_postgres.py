@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, event, select, text
 
 from connectors.embedders import HashEmbedder
 from memory.config import MemoryConfig, RetrievalConfig
@@ -205,3 +205,48 @@ def test_a_store_written_with_bytea_vectors_is_upgraded_on_open(open_pg: Open) -
     assert column_type(again.engine) == f"vector({DIM})"
     assert [again.retrieve(q).ids for q in ("sort a list", "parse a date")] == before
     assert before[0][0] == ids[0]
+
+
+def test_a_large_namespace_has_its_depth_measured_once_and_kept_for_every_process(
+    open_pg: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pgvector, "TUNE_FROM", 1000)
+    store = open_pg()
+    n = 1500
+    store.add_many([(f"task {i}", f"exp {i}") for i in range(n)], embeddings=unit_rows(n, 3), group=False)
+    assert store.wait_for_index(120)
+    tuned = store.index_details()
+    assert tuned["error"] is None and not tuned["working"]
+    assert tuned["tuned_at"] == n and tuned["tune_queries"] == pgvector.TUNE_QUERIES
+    assert tuned["measured_recall_at_10"] >= 0.97 and tuned["ef_search"] >= 36
+    kept = "SELECT ef_search, items, tuned_at FROM memory_pgvector_tuning WHERE namespace = 'default'"
+    with store.engine.connect() as conn:
+        ef, items, at = conn.execute(text(kept)).one()
+        assert (ef, items) == (tuned["ef_search"], n)
+        conn.execute(text("UPDATE memory_pgvector_tuning SET ef_search = 123"))
+        conn.commit()
+    other = open_pg()  # another process: the depth kept is read, not measured again (the namespace has not doubled)
+    said: list[str] = []
+    event.listen(other.engine, "before_cursor_execute", lambda *a: said.append(a[2]))
+    other.retrieve("task 7", record=False)
+    assert any("hnsw.ef_search = 123" in s for s in said)
+    assert other.index_details()["ef_search"] == 123 and not other.index_details()["working"]
+    with other.engine.connect() as conn:
+        assert conn.execute(text(kept)).one()[2] == at
+
+
+def test_a_tuning_that_fails_leaves_the_depth_as_it_was_and_says_why(
+    open_pg: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> np.ndarray:
+        raise MemoryError("no room for the exact answers")
+
+    monkeypatch.setattr(pgvector, "TUNE_FROM", 1000)
+    monkeypatch.setattr(pgvector, "exact_nearest", broken)
+    store = open_pg()
+    store.add_many([(f"task {i}", f"exp {i}") for i in range(1200)], embeddings=unit_rows(1200, 4), group=False)
+    assert store.wait_for_index(60)
+    details = store.index_details()
+    assert details["ef_search"] == pgvector.EF_SEARCH_MIN and details["measured_recall_at_10"] is None
+    assert details["error"] == "MemoryError: no room for the exact answers"
+    assert len(store.retrieve("task 3", record=False).items) > 0
