@@ -409,9 +409,9 @@ class MemoryStore:
         return self._open.index_status(checks.check_namespace(namespace), of="mirror")
 
     def index_details(self, namespace: str = "default") -> dict[str, Any]:
-        """What the namespace's index holds now: for ``index="auto"``, ``holds`` (``"exact"`` or ``"graph"``), items
-        in the graph (``distinct_vectors``: the vectors it holds) and in the exact part, ``ef_search`` and its measured
-        recall@10 (``measured_recall_at_10``), whether background work runs (``working``) and its last ``error``."""
+        """What the namespace's index holds now: ``holds`` (``"exact"`` or ``"graph"``), items in the graph
+        (``distinct_vectors``: the vectors it holds) and in the exact part, ``ef_search`` (pgvector's too) and its
+        measured recall@10 (``measured_recall_at_10``), whether background work runs (``working``), its ``error``."""
         return self._open.index_details(checks.check_namespace(namespace))
 
     def wait_for_index(self, timeout: float | None = None) -> bool:
