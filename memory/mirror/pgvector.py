@@ -297,7 +297,7 @@ class PgVectorIndex:
 
     def search(self, queries: np.ndarray, k: int, *, ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest items (``seq``s) of the namespace per query row, best first (-1 pads), searched at
-        the tuned depth (``ef``: this depth instead), at least k."""
+        the tuned depth (``ef``: this depth instead), at least k and pgvector's default."""
         return self._search(queries, k, ef, self.connect)
 
     def _search(
@@ -309,7 +309,7 @@ class PgVectorIndex:
         ids = np.full((m, k), -1, dtype=np.int64)
         if m == 0 or k == 0:
             return sims, ids
-        ef = min(EF_SEARCH_MAX, max(ef or self.tuning.ef, k))
+        ef = min(EF_SEARCH_MAX, max(ef or self.tuning.ef, k, EF_SEARCH_MIN))
         with connect() as conn:
             conn.exec_driver_sql(self._search_settings(conn).format(ef=ef))
             rows = conn.execute(
@@ -376,7 +376,7 @@ class PgVectorIndex:
                 return recall_at(found.reshape(len(queries), -1), truth)
 
             ef, recall = tuned_ef(recall_of)
-            tuning = Tuning(min(max(ef, CANDIDATES), EF_SEARCH_MAX), recall, items, len(queries))  # as searched
+            tuning = Tuning(min(max(ef, CANDIDATES, EF_SEARCH_MIN), EF_SEARCH_MAX), recall, items, len(queries))
             with self.connect() as conn:
                 conn.execute(KEEP_TUNING_SQL, {"ns": self.namespace, "ef": tuning.ef, "recall": recall, "items": items,
                                                "queries": tuning.queries, "at": time.time()})  # fmt: skip

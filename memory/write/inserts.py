@@ -21,6 +21,7 @@ from memory.learn.provenance import record_context
 from memory.mirror.adaptive import GROUPING_EF, AdaptiveIndex
 from memory.mirror.arrays import Inserted, NamespaceMirror, Rows, kind_codes
 from memory.mirror.keyrows import pair_sims
+from memory.mirror.pgvector import PgVectorIndex
 from memory.storage.items import fetch_items
 from memory.storage.records import MemoryItem
 from memory.storage.schema import bump, intents, memory_items
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from memory.mirror.sync import MirrorSet
 
 GROUPING_CANDIDATES = 4  # keys an approximate index proposes for each new intent, scored exactly
+SHALLOW = (AdaptiveIndex, PgVectorIndex)  # tuned graphs searched at GROUPING_EF for grouping, not at their depth
 BULK_CHUNK = 10_000  # rows of a bulk load's first transaction; later ones are sized to take BULK_SECONDS
 BULK_SECONDS = 0.8  # how long one chunk of a bulk load may hold the write lock
 INTENT_INSERT = insert(intents)
@@ -139,9 +141,7 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     similarities are approximate (the adaptive graph's 8-bit codes) is asked for a few, scored exactly."""
     index = mirror.index
     few = 1 if getattr(index, "exact_scores", True) else GROUPING_CANDIDATES
-    sims, seqs = (
-        index.search(vecs, few, ef=GROUPING_EF) if isinstance(index, AdaptiveIndex) else index.search(vecs, few)
-    )
+    sims, seqs = index.search(vecs, few, ef=GROUPING_EF) if isinstance(index, SHALLOW) else index.search(vecs, few)
     width = seqs.shape[1]  # wider than asked where the graph holds copies of one vector
     rows = mirror.rows_of_seqs(seqs.ravel())  # flat: row i's candidates at i * width ...
     found = rows >= 0

@@ -230,6 +230,10 @@ def test_a_large_namespace_has_its_depth_measured_once_and_kept_for_every_proces
     event.listen(other.engine, "before_cursor_execute", lambda *a: said.append(a[2]))
     other.retrieve("task 7", record=False)
     assert any("hnsw.ef_search = 123" in s for s in said)
+    said.clear()  # a write's grouping asks for the one nearest key: a short walk, not the recall's depth
+    other.write("task 7 once more", trajectory="tried", feedback="ok", success=True)
+    assert any(f"hnsw.ef_search = {pgvector.EF_SEARCH_MIN};" in s for s in said)
+    assert not any("hnsw.ef_search = 123" in s for s in said)
     assert other.index_details()["ef_search"] == 123 and not other.index_details()["working"]
     with other.engine.connect() as conn:
         assert conn.execute(text(kept)).one()[2] == at
