@@ -377,16 +377,16 @@ class PgVectorIndex:
 
             ef, recall = tuned_ef(recall_of)
             tuning = Tuning(min(max(ef, CANDIDATES, EF_SEARCH_MIN), EF_SEARCH_MAX), recall, items, len(queries))
+            self.tuning = tuning  # used here at once; kept for the other processes below (not on a read-only database)
             with self.connect() as conn:
                 conn.execute(KEEP_TUNING_SQL, {"ns": self.namespace, "ef": tuning.ef, "recall": recall, "items": items,
                                                "queries": tuning.queries, "at": time.time()})  # fmt: skip
-            self.tuning = tuning
             log.info("memory index (pgvector) of namespace %r: ef_search %d, recall@10 %.3f on %d queries at %d items",
                      self.namespace, tuning.ef, recall, tuning.queries, items)  # fmt: skip
-        except Exception as e:  # the depth known before stays
+        except Exception as e:  # the depth known before stays, or the one measured when only keeping it failed
             if not self._closed:
                 self.error = f"{type(e).__name__}: {e}"
-                log.warning("memory index (pgvector) of namespace %r: tuning failed (%s); ef_search stays %d",
+                log.warning("memory index (pgvector) of namespace %r: tuning failed (%s); ef_search is %d",
                             self.namespace, self.error, self.tuning.ef)  # fmt: skip
         finally:
             self._worker = None
