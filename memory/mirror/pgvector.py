@@ -71,12 +71,12 @@ EXACT_CHUNK = 65_536  # key vectors compared with the queries at a time when fin
 
 # Each namespace's measured depth, for every process (``PgVectorIndex.follow``); created with the HNSW index.
 TUNING_TABLE = "memory_pgvector_tuning"
-TUNING_DDL = f"""CREATE TABLE IF NOT EXISTS {TUNING_TABLE} (
+TUNING_DDL = """CREATE TABLE IF NOT EXISTS memory_pgvector_tuning (
     namespace varchar(200) PRIMARY KEY, ef_search integer NOT NULL, recall double precision NOT NULL,
     items bigint NOT NULL, queries integer NOT NULL, tuned_at double precision NOT NULL)"""
-TUNING_SQL = text(f"SELECT ef_search, recall, items, queries FROM {TUNING_TABLE} WHERE namespace = :ns")
-KEEP_TUNING_SQL = text(f"""
-INSERT INTO {TUNING_TABLE} (namespace, ef_search, recall, items, queries, tuned_at)
+TUNING_SQL = text("SELECT ef_search, recall, items, queries FROM memory_pgvector_tuning WHERE namespace = :ns")
+KEEP_TUNING_SQL = text("""
+INSERT INTO memory_pgvector_tuning (namespace, ef_search, recall, items, queries, tuned_at)
 VALUES (:ns, :ef, :recall, :items, :queries, :at)
 ON CONFLICT (namespace) DO UPDATE SET ef_search = EXCLUDED.ef_search, recall = EXCLUDED.recall,
     items = EXCLUDED.items, queries = EXCLUDED.queries, tuned_at = EXCLUDED.tuned_at
@@ -329,7 +329,7 @@ class PgVectorIndex:
         it in the background when it is missing or the namespace has doubled since (``mirror``: the
         namespace's mirror, whose key vectors give the exact answers; called under the store's lock)."""
         self._mirror = mirror
-        if conn.exec_driver_sql(f"SELECT to_regclass('{TUNING_TABLE}')").scalar() is not None:
+        if conn.execute(text("SELECT to_regclass(:t)"), {"t": TUNING_TABLE}).scalar() is not None:
             row = conn.execute(TUNING_SQL, {"ns": self.namespace}).first()
             if row is not None:
                 self.tuning = Tuning(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
