@@ -143,7 +143,7 @@ def nearest_by_index(mirror: NamespaceMirror, vecs: np.ndarray) -> tuple[np.ndar
     few = 1 if getattr(index, "exact_scores", True) else GROUPING_CANDIDATES
     sims, seqs = index.search(vecs, few, ef=GROUPING_EF) if isinstance(index, SHALLOW) else index.search(vecs, few)
     width = seqs.shape[1]  # wider than asked where the graph holds copies of one vector
-    rows = mirror.rows_of_seqs(seqs.ravel())  # flat: row i's candidates at i * width ...
+    rows = mirror.rows_of_seqs(seqs.ravel())  # flat: vector i's candidates at i * width to (i + 1) * width
     found = rows >= 0
     codes = np.where(found, mirror.intent_codes[np.maximum(rows, 0)], -1).astype(np.int64)
     if few == 1:  # exact similarities, best first
