@@ -17,7 +17,7 @@ import pytest
 
 from bench import peers
 from bench.peers_report import advantages
-from bench.peers_run import npy_len, npy_rows, recall_at_k
+from bench.peers_run import log_cost, npy_len, npy_rows, recall_at_k
 from connectors.errors import ConfigError
 
 
@@ -41,6 +41,14 @@ def test_rows_are_read_from_the_file_in_chunks_and_only_float32_matrices_are_acc
         npy_rows(tmp_path / "y.npy", 0, 2)
 
 
+def test_the_logs_cost_is_measured_on_each_query_both_ways_in_alternating_order() -> None:
+    calls: list[tuple[str, int]] = []
+    out = log_cost(lambda i: calls.append(("logged", i)), lambda i: calls.append(("bare", i)), 4)
+    assert calls == [("bare", 0), ("logged", 0), ("logged", 1), ("bare", 1),
+                     ("bare", 2), ("logged", 2), ("logged", 3), ("bare", 3)]  # fmt: skip
+    assert set(out) == {"p50_warm_ms", "p95_warm_ms", "p50_no_log_ms", "p95_no_log_ms"}
+
+
 def test_advantage_is_above_one_where_evolve_is_ahead_whatever_the_metric_direction() -> None:
     systems: dict[str, dict[str, Any]] = {
         "evolve-hnsw": {"p50_ms": 1.0, "insert_items_per_s": 1000.0, "recall_at_10": 0.99},
@@ -62,7 +70,7 @@ def test_a_small_run_measures_each_system_and_reports_what_it_could_not(
     assert flat["recall_at_10"] == 1.0 and systems["evolve-flat"]["recall_at_10"] == 1.0
     assert evolve["recall_at_10"] >= 0.95 and evolve["queries"] == 40
     assert evolve["update_items_per_s"] == pytest.approx(5 * evolve["update_calls_per_s"])  # reinforce: k2 = 5
-    assert evolve["p50_no_log_ms"] > 0 and evolve["version"] is None
+    assert evolve["p50_no_log_ms"] > 0 and evolve["p50_warm_ms"] > 0 and evolve["version"] is None
     assert flat["update_calls_per_s"] is None and "payload" in flat["update_note"]
     assert 384 * 4 <= flat["bytes_per_item"] < 384 * 4 + 100  # the vectors and FAISS's header, nothing else
     assert flat["reopen_s"] > 0 and flat["rss_mb"] > 0 and flat["insert_items_per_s"] > 0
@@ -78,7 +86,7 @@ def test_a_small_run_measures_each_system_and_reports_what_it_could_not(
     assert summary["peers_evolve_adaptive_recall_at_10_2k"] == round(evolve["recall_at_10"], 4)
     md = (tmp_path / "out" / "peers.md").read_text()
     assert "## 2,000 items" in md and "| faiss-hnsw |" in md and "Not measured" in md
-    assert "- **qdrant**: not run above 1,000 items" in md and "without the recall log" in md
+    assert "- **qdrant**: not run above 1,000 items" in md and "each logged and not (`record=False`), alternating" in md
 
     peers.main([*where, "--sizes", "1000", "--queries", "20", "--peers", "faiss-flat"])  # another size, later
     kept = json.loads((tmp_path / "out" / "peers.json").read_text())["sizes"]
