@@ -83,7 +83,8 @@ def size_tables(n: str, size: dict[str, Any]) -> list[str]:
     for name, r in size["systems"].items():
         if "error" in r:
             errors.append(f"- **{name}**: {r['error']}")
-            continue
+            if "insert_items_per_s" not in r:  # built: its build's figures are a row, the rest a dash
+                continue
         lines.append(
             f"| {name} | {fmt(r.get('insert_items_per_s'), ',.0f')} | {fmt(r.get('p50_ms'), '.2f')} "
             f"| {fmt(r.get('p95_ms'), '.2f')} | {fmt(r.get('recall_at_10'), '.3f')} | {fmt(r.get('reopen_s'), '.3f')} "

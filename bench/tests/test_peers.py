@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bench import peers
-from bench.peers_report import advantages
+from bench.peers_report import advantages, size_tables
 from bench.peers_run import log_cost, npy_len, npy_rows, recall_at_k
 from connectors.errors import ConfigError
 
@@ -47,6 +47,21 @@ def test_the_logs_cost_is_measured_on_each_query_both_ways_in_alternating_order(
     assert calls == [("bare", 0), ("logged", 0), ("logged", 1), ("bare", 1),
                      ("bare", 2), ("logged", 2), ("logged", 3), ("bare", 3)]  # fmt: skip
     assert set(out) == {"p50_warm_ms", "p95_warm_ms", "p50_no_log_ms", "p95_no_log_ms"}
+
+
+def test_a_system_that_was_built_but_failed_to_serve_keeps_its_build_figures_and_says_why() -> None:
+    systems = {
+        "evolve-adaptive": {"insert_items_per_s": 2400.0, "p50_ms": 4.6, "bytes_per_item": 4662.0},
+        "qdrant": {"insert_items_per_s": 533.0, "bytes_per_item": 4142.0, "build_rss_mb": 4041.6,
+                   "error": "serve exited 1: Unable to allocate 2.86 GiB"},
+        "lancedb": {"error": "build exited 1: no module"},
+    }  # fmt: skip
+    size = {"reference": "evolve-adaptive", "queries": 10, "updates": 2, "systems": systems}
+    size["advantage"] = advantages(systems, "evolve-adaptive")
+    md = "\n".join(size_tables("1000000", size))
+    assert "| qdrant | 533 | — | — | — | — | — | 4,142 | — | 4,042 |" in md
+    assert "- **qdrant**: serve exited 1: Unable to allocate" in md and "- **lancedb**: build exited 1" in md
+    assert "| lancedb |" not in md.split("Evolve's advantage")[0]
 
 
 def test_advantage_is_above_one_where_evolve_is_ahead_whatever_the_metric_direction() -> None:
