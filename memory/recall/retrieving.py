@@ -3,7 +3,9 @@
 ``retrieve`` is ``MemoryStore.retrieve_many``'s work: it asks ``memory.recall.context_q`` for the Q-values the
 queries rank by, plans them optimistically on the mirrors as this process last saw them
 (``memory.recall.planning``), and in the transaction that logs the recalls (``memory.recall.log``) catches the
-mirrors up, plans again if another process wrote meanwhile, and reads every selected memory.
+mirrors up, plans again if another process wrote meanwhile, and reads every selected memory. Where nobody wrote
+since its mirrors were current, it takes no transaction: the memories come from the item cache, or from one
+autocommit read on SQLite (``read_outside``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from connectors.errors import StoreError
 from memory.config import MemoryConfig, RetrievalConfig
@@ -29,7 +32,7 @@ from memory.write.checks import check_namespace, check_retrieval, check_shared, 
 if TYPE_CHECKING:
     from memory.mirror.arrays import NamespaceMirror
     from memory.mirror.sync import MirrorSet
-    from memory.storage.database import OpenStore
+    from memory.storage.database import Database, OpenStore
 
 SELECT_ATTEMPTS = 3  # catch-ups before a recall whose memories keep disappearing gives up
 
@@ -60,6 +63,27 @@ def cached_items(plans: list[Plan], texts: ItemCache) -> dict[str, MemoryItem] |
     values = selection(plans)
     base = in_cache(values, texts)
     return revalued_all(values, base) if len(base) == len(values) else None
+
+
+def read_outside(
+    db: Database, plans: list[Plan], namespaces: tuple[str, str | None], texts: ItemCache
+) -> dict[str, MemoryItem] | None:
+    """``selected_items`` read in autocommit statements on the kept connection, outside any transaction (what
+    a transaction's begin and commit cost a recall of uncached memories was about half its SQL). Safe where the
+    caller planned on mirrors at the generation committed now: a memory's texts never change, its Q and visits
+    come from the mirror. None where there is no such connection, the read failed, or a selected memory is gone
+    (removed by another process since): the caller reads in a transaction and plans again there."""
+    conn = db.outside_transaction()
+    if conn is None:
+        return None
+    try:
+        found = selected_items(conn, plans, namespaces, texts)
+    except DBAPIError:
+        return None
+    finally:
+        if conn.in_transaction():  # only the driver's cursor was meant to run: leave no transaction open
+            conn.rollback()
+    return found if all(i in found for p in plans for i in p.selected_ids) else None
 
 
 def in_cache(values: dict[str, tuple[float, int, bool]], texts: ItemCache) -> dict[str, MemoryItem]:
@@ -175,9 +199,15 @@ def retrieve(
             plans = planner(*[opened.mirror(n) for n in names if n is not None])
         deferred = record and opened.log_delay > 0 and opened.db.separate_writes and not opened.db.read_only
         found = None
-        if plans is not None and view is None and (deferred or not record):
+        if (
+            plans is not None
+            and view is None
+            and (deferred or not record)
+            and opened.db.generation_now() == mirrors.generation
+        ):
             found = cached_items(plans, texts)
-        if plans is None or found is None or opened.db.generation_now() != mirrors.generation:
+            found = read_outside(opened.db, plans, names, texts) if found is None else found
+        if plans is None or found is None:
             with opened.db.transaction(write=record and not deferred, deferred=not deferred) as conn:
                 plans, found = select_memories(
                     conn, mirrors, names, planner, plans, texts, view=view, q_over=wanted.read
@@ -185,7 +215,7 @@ def retrieve(
                 out = recalls(queries, plans, found, contexts, namespace, shared)
                 if record and not deferred:
                     log_recalls(conn, out, plans, cfg, mirrors.generation, as_of=as_of)
-        else:  # planned on current mirrors, every memory cached: no transaction at all
+        else:  # planned on current mirrors, every memory cached or read in one statement: no transaction at all
             out = recalls(queries, plans, found, contexts, namespace, shared)
         if deferred:
             opened.defer(RECALL_INSERT, recall_rows(out, plans, cfg, mirrors.generation, as_of=as_of))

@@ -181,12 +181,18 @@ class Database:
                 _write_rows(conn, taken)
                 yield conn
 
-    def generation_now(self) -> int | None:
-        """The generation committed now, read on the kept connection outside any transaction (one autocommit
-        statement through the driver: no lock, no transaction of SQLAlchemy's). None where no connection is kept
-        (server databases, in-memory SQLite) or the read failed: the caller takes a transaction instead."""
+    def outside_transaction(self) -> Connection | None:
+        """The kept connection for reads of one autocommit statement each through the driver (no lock, no
+        transaction of SQLAlchemy's: ``generation_now``, ``memory.storage.items.by_key``); None where no connection
+        is kept (server databases, in-memory SQLite) or it is inside a transaction."""
         conn = self._conn
-        if conn is None or conn.in_transaction():
+        return None if conn is None or conn.in_transaction() else conn
+
+    def generation_now(self) -> int | None:
+        """The generation committed now, read ``outside_transaction``. None where that has no connection or the
+        read failed: the caller takes a transaction instead."""
+        conn = self.outside_transaction()
+        if conn is None:
             return None
         try:
             row = conn.connection.dbapi_connection.execute(GENERATION_SQL).fetchone()  # type: ignore[union-attr]
