@@ -32,7 +32,7 @@ def assert_nothing_lost(result: dict, *, trials: int) -> None:
     totals = result["totals"]
     failures = {key: totals.get(key, 0) for key in FAILURES.values()}
     assert failures == dict.fromkeys(FAILURES.values(), 0), result
-    assert result["trials"] == trials
+    assert result["trials"] >= trials
     assert totals["acknowledged_writes"] > 10 * trials and totals["acknowledged_feedback"] > trials, result
     assert totals["resent_feedback"] > 0, "no feedback id was sent twice: idempotency went unchecked"
 
@@ -54,7 +54,10 @@ def trials_in_a_fresh_process(url: str, folder: Path, **options: object) -> dict
 
 
 def test_sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_no_feedback_twice(tmp_path: Path) -> None:
-    result = trials_in_a_fresh_process(f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=50, seed=8)
+    floors = {"inside reinforce": 5, "inside save": 2}  # more trials (at most 100) until kills landed there
+    result = trials_in_a_fresh_process(
+        f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=50, seed=8, until=floors, most=100
+    )
     assert_nothing_lost(result, trials=50)
     landed = result["landed"]
     inside_calls = sum(v for k, v in landed.items() if k in ("inside add", "inside add_many", "inside write_many"))
@@ -69,8 +72,9 @@ def test_sigkill_while_the_default_index_switches_and_merges_in_the_background_l
     """The same trials with ``index="adaptive"`` switching to its graph at 150 items and merging every 32
     new ones (``memory.mirror.adaptive``): kills land while it builds, merges and saves in the background."""
     result = trials_in_a_fresh_process(
-        f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=30, seed=21, switch_at=150
-    )
+        f"sqlite:///{tmp_path / 'memory.db'}", tmp_path, trials=30, seed=21, switch_at=150,
+        until={"index busy": 1}, most=60,
+    )  # fmt: skip
     assert_nothing_lost(result, trials=30)
     assert result["landed"].get("index busy", 0) >= 1, result["landed"]
     assert set(result["index_states"]) <= {"loaded", "caught_up", "rebuilt", "built"}

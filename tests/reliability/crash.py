@@ -254,6 +254,8 @@ def run_trials(
     seed: int = 0,
     delays: tuple[float, float] = (0.02, 0.6),
     switch_at: int | None = None,
+    until: dict[str, int] | None = None,
+    most: int | None = None,
 ) -> dict[str, Any]:
     """``trials`` workers on one database, each killed after a seeded random delay and then checked.
 
@@ -268,7 +270,11 @@ def run_trials(
     when every delay ran from the start).
     ``switch_at``: the workers' default index switches to a graph at that many items and merges often
     (``worker``); ``landed["index busy"]`` counts the kills that came while it worked in the background.
-    Returns totals: failures of each kind (all must be 0), where the kills landed, index states seen.
+    ``until``: after ``trials``, more trials (up to ``most`` in all) while fewer kills than it asks landed
+    where it names (``{"inside reinforce": 5}``): where a kill lands is chance, and a call whose share of
+    the worker's time shrinks would otherwise go unchecked in some runs (4 of 50 once, against a floor of 5).
+    Returns totals: failures of each kind (all must be 0), where the kills landed, index states seen, and
+    how many trials ran.
     """
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -278,7 +284,9 @@ def run_trials(
     totals: Counter[str] = Counter()
     landed: Counter[str] = Counter()
     states: Counter[str] = Counter()
-    for trial in range(trials):
+    floors, cap = dict(until or {}), max(trials, most or trials)
+    trial, acknowledged = 0, {}
+    while trial < trials or (trial < cap and any(landed[k] < n for k, n in floors.items())):
         theirs, ours = ctx.Pipe(duplex=False)
         args = (url, str(ack_path), trial, rng.randrange(2**31), trial % 2 == 1, ours, trial % 4 != 0, switch_at)
         proc = ctx.Process(target=worker, args=args)
@@ -297,10 +305,12 @@ def run_trials(
         found = check(url, ack_path, folder / "scratch-index", index="adaptive" if switch_at is not None else "auto")
         states.update(found.pop("index_states").values())
         totals.update({k: v for k, v in found.items() if not k.startswith("acknowledged")})
-        totals.update({k: v for k, v in found.items() if k.startswith("acknowledged")} if trial == trials - 1 else {})
+        acknowledged = {k: v for k, v in found.items() if k.startswith("acknowledged")}  # all trials' so far
+        trial += 1
+    totals.update(acknowledged)
     index_dir = folder / "memory.db.faiss"
     totals["leftover_temp_files"] = len(list(index_dir.glob("*.tmp"))) if index_dir.exists() else 0
-    return {"trials": trials, "totals": dict(totals), "landed": dict(landed), "index_states": dict(states)}
+    return {"trials": trial, "totals": dict(totals), "landed": dict(landed), "index_states": dict(states)}
 
 
 def _landed(acks: list[dict[str, Any]], trial: int) -> str:
