@@ -58,20 +58,13 @@ def selected_items(
     return revalued_all(values, base)
 
 
-def cached_items(plans: list[Plan], texts: ItemCache) -> dict[str, MemoryItem] | None:
-    """``selected_items`` without SQL: the selected memories when ``texts`` holds every one of them, else None."""
-    values = selection(plans)
-    base = in_cache(values, texts)
-    return revalued_all(values, base) if len(base) == len(values) else None
-
-
 def read_outside(
     db: Database, plans: list[Plan], namespaces: tuple[str, str | None], texts: ItemCache
 ) -> dict[str, MemoryItem] | None:
-    """``selected_items`` read in autocommit statements on the kept connection, outside any transaction (what
-    a transaction's begin and commit cost a recall of uncached memories was about half its SQL). Safe where the
-    caller planned on mirrors at the generation committed now: a memory's texts never change, its Q and visits
-    come from the mirror. None where there is no such connection, the read failed, or a selected memory is gone
+    """``selected_items`` outside any transaction: from the item cache, and those it lacks in one autocommit
+    statement on the kept connection (a transaction's begin and commit were about half of what a recall of
+    uncached memories spent on SQL; all cached, no statement at all). Safe where the caller planned on mirrors
+    at the generation committed now: a memory's texts never change, its Q and visits come from the mirror. None where there is no such connection, the read failed, or a selected memory is gone
     (removed by another process since): the caller reads in a transaction and plans again there."""
     conn = db.outside_transaction()
     if conn is None:
@@ -173,9 +166,9 @@ def retrieve(
     Optimistic: the queries are planned on the mirrors as this process last saw them, with the Q-values in
     context kept for that generation, and checked in the transaction that logs the recalls (read-only if none);
     planned again, with the Q-values read in it, only if another process wrote (or they were not kept). A recall
-    whose selected memories are all in the item cache, planned on mirrors no process has written past (one
-    autocommit read of the generation, ``Database.generation_now``), runs no transaction at all: its log row waits
-    for the group commit like any other. An audit (``as_of``) plans on a copy read from SQL of the memories valid
+    planned on mirrors no process has written past (one autocommit read of the generation,
+    ``Database.generation_now``) runs no transaction at all: its memories come from the item cache and one
+    autocommit read (``read_outside``), and its log row waits for the group commit like any other. An audit (``as_of``) plans on a copy read from SQL of the memories valid
     then, never from the item cache.
     """
     cfg = check_retrieval(recall_config if recall_config is not None else config.retrieval)
@@ -205,8 +198,7 @@ def retrieve(
             and (deferred or not record)
             and opened.db.generation_now() == mirrors.generation
         ):
-            found = cached_items(plans, texts)
-            found = read_outside(opened.db, plans, names, texts) if found is None else found
+            found = read_outside(opened.db, plans, names, texts)
         if plans is None or found is None:
             with opened.db.transaction(write=record and not deferred, deferred=not deferred) as conn:
                 plans, found = select_memories(
