@@ -80,6 +80,40 @@ def test_onnx_vectors_agree_with_torch_on_realistic_texts(
 
 
 @pytest.mark.slow
+def test_minilm_is_exported_with_each_layers_attention_fused(onnx_cache: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    [cached] = onnx_cache.glob("*.onnx")
+    ops = [node.op_type for node in onnx.load(str(cached)).graph.node]
+    assert ops.count("Attention") == 6 and ops.count("SkipLayerNormalization") == 12 and len(ops) < 80
+
+
+@pytest.mark.slow
+def test_a_fusion_that_fails_leaves_the_plain_graph_which_agrees_with_torch(
+    tmp_path: Path, torch_minilm: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    onnx = pytest.importorskip("onnx")
+    from onnxruntime.transformers import optimizer
+
+    fuse = optimizer.optimize_model
+
+    def attention_not_fused(*args: Any, **kwargs: Any) -> Any:  # as on a BERT whose graph the fusions miss
+        model = fuse(*args, **kwargs)
+        model.get_fused_operator_statistics = lambda: {"Attention": 0}
+        return model
+
+    monkeypatch.setattr(optimizer, "optimize_model", attention_not_fused)
+    with caplog.at_level(logging.INFO, logger="connectors.onnx_embedder"):
+        e = OnnxEmbedder(cache_dir=tmp_path)
+    assert (
+        e.exported and "exporting the plain graph" in caplog.text and "0 attention operators fused of 6" in caplog.text
+    )
+    assert "Attention" not in {node.op_type for node in onnx.load(str(e.path)).graph.node}
+    assert np.sum(e.embed(TEXTS) * torch_minilm.embed(TEXTS), axis=1).min() >= 0.999
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".lock", ".onnx"]  # nothing of the attempt left
+
+
+@pytest.mark.slow
 def test_a_second_load_reads_the_cached_file_and_exports_nothing(
     onnx_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
