@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, inspect, select
 from apps.options import Deprecated, add_database, count, located
 from connectors import EvolveError, make_engine
 from connectors.chat import ChatModel
-from connectors.db import default_url, sqlite_path
+from connectors.db import default_url, for_reads, sqlite_path
 from connectors.redact import redact_url
 from memory import MemoryConfig, MemoryStore
 from memory.config import DAY, ForgetConfig
@@ -88,7 +88,7 @@ def cmd_read(args: argparse.Namespace) -> None:
     15-23 s) and no vector index is opened."""
     engine = store_engine(args.db)
     try:
-        with engine.connect() as conn:
+        with for_reads(engine).connect() as conn:
             check_namespace(conn, args.namespace, args.db)
             if args.action == "stats":
                 print(json.dumps(reads.stats(conn, args.namespace), indent=2, default=str))
@@ -105,7 +105,7 @@ def open_store(url: str | None, config: MemoryConfig | None = None) -> MemorySto
     url = url or default_url()
     engine = store_engine(url)
     try:
-        with engine.connect() as conn:
+        with for_reads(engine).connect() as conn:
             state = read_state(conn)
     finally:
         engine.dispose()
@@ -118,7 +118,7 @@ def namespaces(store: MemoryStore, only: str | None) -> list[str]:
     """``only``, or every namespace that holds memories."""
     if only is not None:
         return [only]
-    with store.engine.connect() as conn:
+    with for_reads(store.engine).connect() as conn:
         return sorted(str(r[0]) for r in conn.execute(select(memory_items.c.namespace).distinct()))
 
 

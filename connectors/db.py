@@ -128,6 +128,13 @@ def _synchronous_commit_on(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.autocommit = autocommit
 
 
+def for_reads(engine: Engine) -> Engine:
+    """``engine`` for reads only: on SQLite its transactions begin DEFERRED, so a read takes no lock and never
+    queues behind a writer (under WAL it sees the last commit); a plain ``engine.connect()`` begins IMMEDIATE,
+    and each read would wait for every write. Other databases: the same engine's behaviour."""
+    return engine.execution_options(sqlite_begin="DEFERRED")
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL (``sqlite:///PATH`` or ``sqlite:///file:PATH?…&uri=true``), or None
     for an in-memory database."""

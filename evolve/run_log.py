@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 
 from connectors import ConfigError, ToolCall
-from connectors.db import check_chars, sqlite_path
+from connectors.db import check_chars, for_reads, sqlite_path
 from evolve.envs.tasks import MAX_TASK_ID
 from evolve.episode import Episode, Step
 from evolve.tools.runs import ToolRun
@@ -141,14 +141,14 @@ class RunLog:
             yield conn
 
     def done_task_ids(self, round_: int) -> set[str]:
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = conn.execute(
                 select(episodes.c.task_id).where(episodes.c.run == self.run, episodes.c.round == round_)
             )
             return {r[0] for r in rows}
 
     def unlearned(self, round_: int) -> list[str]:
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = conn.execute(
                 select(episodes.c.id).where(
                     episodes.c.run == self.run, episodes.c.round == round_, episodes.c.learned == 0
@@ -193,13 +193,13 @@ class RunLog:
                 _set_learned(conn, ids)
 
     def round_rows(self, round_: int) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = conn.execute(select(episodes).where(episodes.c.run == self.run, episodes.c.round == round_))
             return [dict(r._mapping) for r in rows]
 
     def learned_episodes(self) -> list[Episode]:
         """Every episode of the run the loop has learned from, in the order they were recorded."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = conn.execute(
                 select(episodes)
                 .where(episodes.c.run == self.run, episodes.c.learned == 1)
@@ -211,7 +211,7 @@ class RunLog:
         """``(reward, error, tokens, cost)`` of each episode of ``round_``: what the round's metrics need,
         without reading the episodes' prompts, answers and steps."""
         c = episodes.c
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = conn.execute(select(c.reward, c.error, c.tokens, c.cost).where(c.run == self.run, c.round == round_))
             return [(r[0], r[1], r[2], r[3]) for r in rows]
 
@@ -220,12 +220,12 @@ class RunLog:
         c = episodes.c
         solved = func.count(distinct(case((c.reward >= 1.0, c.task_id))))
         query = select(func.count(distinct(c.task_id)), solved).where(c.run == self.run, c.round <= round_)
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             tried, won = conn.execute(query).one()
         return won / tried if tried else 0.0
 
     def completed(self) -> dict[int, RoundMetrics]:
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = conn.execute(select(rounds.c.round, rounds.c.metrics).where(rounds.c.run == self.run))
             return {r[0]: RoundMetrics(**json.loads(r[1])) for r in rows}
 
@@ -326,7 +326,7 @@ def learned_mark(engine: Engine, run: str) -> tuple[int, float | None]:
     """How many of ``run``'s episodes the loop has learned from, and when the last of them was recorded: what
     a served team's learned order was replayed from changes exactly when this does (no rows: ``(0, None)``)."""
     metadata.create_all(engine, tables=[episodes])
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         count, last = conn.execute(
             select(func.count(), func.max(episodes.c.created_at)).where(episodes.c.run == run, episodes.c.learned == 1)
         ).one()
@@ -337,7 +337,7 @@ def list_runs(engine: Engine) -> dict[str, list[RoundMetrics]]:
     """Every run in the database with its completed rounds, in order."""
     metadata.create_all(engine)
     out: dict[str, list[RoundMetrics]] = {}
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         for name, _round, m in conn.execute(
             select(rounds.c.run, rounds.c.round, rounds.c.metrics).order_by(rounds.c.run, rounds.c.round)
         ):

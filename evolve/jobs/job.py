@@ -56,6 +56,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors import ConfigError
+from connectors.db import for_reads
 from evolve.evolver import Evolver
 from evolve.jobs.leases import DEFAULT_TTL, Heartbeat, Lease, LeaseState, create_tables, default_holder, when
 from evolve.run_log import RoundMetrics, RunLog
@@ -285,7 +286,7 @@ def job_history(engine: Engine, run: str | None = None, limit: int | None = None
         query = query.where(jobs.c.run == run)
     if limit is not None:
         query = query.limit(limit)
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         return [_record(dict(r._mapping)) for r in conn.execute(query)]
 
 
@@ -295,7 +296,7 @@ def job_counts(engine: Engine) -> dict[str, int]:
     first job: reading creates no table."""
     if not inspect(engine).has_table(jobs.name):
         return {}
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         rows = conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
     return {str(status): int(n) for status, n in rows}
 

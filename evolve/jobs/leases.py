@@ -42,6 +42,7 @@ from sqlalchemy import Column, Engine, Float, MetaData, String, Table, delete, i
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from connectors import ConfigError, StoreError
+from connectors.db import for_reads
 from connectors.pglock import AdvisoryLock, is_postgres
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class Lease:
 
         On PostgreSQL a row whose advisory lock no connection holds is a dead holder's: None.
         """
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             row = conn.execute(select(leases).where(leases.c.name == self.name)).mappings().first()
             if row is not None and self._lock is not None and not self._lock.holders(conn):
                 return None

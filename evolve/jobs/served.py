@@ -36,6 +36,7 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 
 from connectors import ChatModel, ConnectorError, EvolveError, StoreError
+from connectors.db import for_reads
 from evolve.agent import Team
 from evolve.episode import Step, condense, to_trace
 from evolve.evolver import Evolver, centred
@@ -64,7 +65,7 @@ def learn_from_feedback(store: MemoryStore | None, team: Team, run: str, *, writ
     if store is None:
         return 0
     open_tables(store.engine)
-    with store.engine.connect() as conn:
+    with for_reads(store.engine).connect() as conn:
         rows = conn.execute(
             select(feedback_rows, responses.c.query, responses.c.answer, responses.c.steps)
             .join(responses, responses.c.id == feedback_rows.c.response_id)
@@ -104,7 +105,7 @@ def feedback_traces(engine: Engine, run: str, *, since: float = 0.0, limit: int 
     learns from: the score is the rating, the feedback the user's comment (``Evolver.run_round``'s
     ``extra_traces``)."""
     open_tables(engine)
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         rows = conn.execute(
             select(feedback_rows.c.response_id, feedback_rows.c.score, feedback_rows.c.comment, responses)
             .join(responses, responses.c.id == feedback_rows.c.response_id)

@@ -29,6 +29,7 @@ from sqlalchemy import (
     update,
 )
 
+from connectors.db import for_reads
 from connectors.errors import ConfigError, StoreError
 from connectors.types import Usage
 from evolve.ledger import canonical_json, check_limit, check_text, id_prefix, transaction
@@ -80,18 +81,18 @@ class PromptGraph:
 
     def head(self) -> PromptVersion:
         """The version agents render their prompts from."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return self._load(conn, self._head_or_raise(conn))
 
     def head_id(self) -> str:
         """HEAD's version id alone (one indexed read): a caller that keeps the version it loaded reloads only when
         this moved (versions never change their components; their scores may)."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return self._head_or_raise(conn)
 
     def get(self, version_id: str) -> PromptVersion:
         """The version with this id or with this unique id prefix."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return self._load(conn, self._resolve(conn, version_id))
 
     def checkout(self, version_id: str) -> Candidate:
@@ -104,7 +105,7 @@ class PromptGraph:
         query = select(prompt_versions).where(v.graph == self.name).order_by(v.seq.desc())
         if limit is not None:
             query = query.limit(check_limit(limit))
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             rows = [r._mapping for r in conn.execute(query)]
             by_version = self._scores(conn, None)
         return [_version(row, by_version.get(row["id"], {})) for row in rows]
@@ -115,14 +116,14 @@ class PromptGraph:
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """HEAD moves, newest first: ``{"from": id | None, "to": id, "reason": str, "at": unix time}``."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return LEDGER.history(conn, self._key, limit)
 
     def rejected(self, limit: int = 5) -> list[tuple[Candidate, str]]:
         """The most recent rejected proposals, newest first, as ``(nodes, reason)``."""
         r = prompt_rejections.c
         query = select(r.nodes, r.reason).where(r.graph == self.name).order_by(r.seq.desc()).limit(check_limit(limit))
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return [(json.loads(row[0]), row[1]) for row in conn.execute(query)]
 
     def diff(self, a: str, b: str) -> str:
@@ -297,7 +298,7 @@ class PromptGraph:
     def _root_ids(self) -> set[str]:
         v = prompt_versions.c
         query = select(v.id).where(v.graph == self.name, v.parents == "[]")
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return set(conn.execute(query).scalars())
 
     def _insert_version(

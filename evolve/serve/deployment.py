@@ -48,7 +48,7 @@ from sqlalchemy.exc import IntegrityError
 
 from connectors import ChatClient, ConfigError, Embedder, Message, Tool, make_engine
 from connectors.coalesce import Coalescing
-from connectors.db import check_chars
+from connectors.db import check_chars, for_reads
 from connectors.embed_batching import BatchingEmbedder
 from connectors.embed_cache import CachedEmbedder
 from connectors.errors import same_kind
@@ -326,7 +326,7 @@ class Deployment:
         key = _check_text(key if key is not None else "default", "key", 200)
         comment = _check_text(comment, "comment", 20_000, empty=True)
         run = self.run_name(tenant)
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             row = conn.execute(
                 select(responses.c.steps).where(responses.c.id == _response_id(response_id), responses.c.run == run)
             ).first()
@@ -363,7 +363,7 @@ class Deployment:
 
     def response(self, response_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """A recorded response of this tenant (query, answer, steps with recall ids, prompt version)."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             row = conn.execute(
                 select(responses).where(
                     responses.c.id == _response_id(response_id), responses.c.run == self.run_name(tenant)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, func, select
 
 from connectors import ConfigError
+from connectors.db import for_reads
 from evolve.serve.answers import Answer
 from evolve.serve.responses import count_quarantined
 from memory import MemoryStore
@@ -252,7 +253,7 @@ def memory_sizes(engine: Engine, *, tenants: bool, limit: int = MAX_NAMESPACES) 
     beyond the ``limit`` largest labels, the rest summed under ``other``."""
     m = memory_items.c
     query = select(m.namespace, func.count(), func.coalesce(func.sum(m.q), 0.0)).group_by(m.namespace)
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         rows = conn.execute(query).all()
     sizes: dict[str, tuple[int, float]] = {}
     for namespace, n, q_sum in rows:

@@ -44,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from connectors import StoreError
+from connectors.db import for_reads
 from evolve.episode import Step
 from evolve.run_log import MAX_RUN, steps_from_json
 
@@ -124,7 +125,7 @@ def open_tables(engine: Engine) -> None:
 
 
 def _columns(engine: Engine, table: Table) -> set[str]:
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         return {c["name"] for c in inspect(conn).get_columns(table.name)}
 
 
@@ -148,7 +149,7 @@ def keep_state(engine: Engine, response_id: str, state: Mapping[str, Any]) -> No
 def stored_state(engine: Engine, response_id: str, run: str) -> dict[str, Any] | None:
     """The Responses API state ``keep_state`` kept for this run's response; None when there is none (an unknown
     id, another run's, a chat completion's, or one made with ``store: false``)."""
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         raw = conn.execute(
             select(responses.c.api_state).where(responses.c.id == response_id, responses.c.run == run)
         ).scalar_one_or_none()
@@ -181,7 +182,7 @@ def quarantined(engine: Engine, run: str) -> list[QuarantinedRating]:
     open_tables(engine)
     f = feedback_rows.c
     query = select(f.id, f.response_id, f.run, f.score, f.comment, f.quarantined, f.created_at)
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         rows = conn.execute(query.where(f.run == run, f.quarantined.is_not(None)).order_by(f.created_at)).all()
     return [QuarantinedRating(*row) for row in rows]
 
@@ -200,7 +201,7 @@ def release(engine: Engine, run: str, feedback_ids: Sequence[str] | None = None)
 def count_quarantined(engine: Engine) -> int:
     """How many ratings are quarantined now, every run's together (``/metrics``: ``evolve_ratings_quarantined``).
     The caller has opened the tables (``open_tables``)."""
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         return int(conn.execute(select(func.count()).where(feedback_rows.c.quarantined.is_not(None))).scalar_one())
 
 
@@ -208,7 +209,7 @@ def quarantine_note(engine: Engine, run: str) -> str:
     """What a job's line says about the run's quarantined ratings ("" when there are none)."""
     open_tables(engine)
     f = feedback_rows.c
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         n = conn.execute(select(func.count()).where(f.run == run, f.quarantined.is_not(None))).scalar_one()
     if not n:
         return ""

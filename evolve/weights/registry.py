@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, insert, select
 
+from connectors.db import for_reads
 from connectors.errors import ConfigError, StoreError
 from evolve.ledger import Ledger, check_limit, check_text, head_tables, id_prefix, transaction
 from evolve.weights.files import check_adapter_folder, content_id, manifest, store_files
@@ -149,7 +150,7 @@ class AdapterRegistry:
 
     def head(self, agent: str) -> AdapterVersion | None:
         """The adapter ``agent`` runs with, or None when it runs on the bare base model."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             head = LEDGER.head(conn, self._key(agent))
             return None if head is None else self._load(conn, agent, head)
 
@@ -160,7 +161,7 @@ class AdapterRegistry:
 
     def get(self, version_id: str, *, agent: str | None = None) -> AdapterVersion:
         """The version with this id or unique id prefix (``agent`` narrows the search to one agent)."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             found_agent, vid = self._resolve(conn, agent, version_id)
             return self._load(conn, found_agent, vid)
 
@@ -171,25 +172,25 @@ class AdapterRegistry:
         query = query.order_by(v.seq.desc())
         if limit is not None:
             query = query.limit(check_limit(limit))
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return [_version(r) for r in conn.execute(query)]
 
     def agents(self) -> list[str]:
         """The agents of this run that have adapter versions or a HEAD, sorted."""
         v, h = adapter_versions.c, adapter_heads.c
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             names = set(conn.execute(select(v.agent).where(v.run == self.run).distinct()).scalars())
             names |= set(conn.execute(select(h.agent).where(h.run == self.run)).scalars())
         return sorted(names)
 
     def history(self, agent: str, limit: int | None = None) -> list[dict[str, Any]]:
         """HEAD moves of ``agent``, newest first: ``{"from", "to", "reason", "at"}`` (None means base)."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             return LEDGER.history(conn, self._key(agent), limit)
 
     def verify(self, version_id: str, *, agent: str | None = None) -> AdapterVersion:
         """Recompute the stored files' hashes; StoreError when a file was changed, added or removed."""
-        with self.engine.connect() as conn:
+        with for_reads(self.engine).connect() as conn:
             found_agent, vid = self._resolve(conn, agent, version_id)
             row = self._row(conn, found_agent, vid)
         version, expected = _version(row), json.loads(row.files)
@@ -228,7 +229,7 @@ class AdapterRegistry:
         files = check_adapter_folder(folder)
         vid = content_id(files)
         if parent is not None:
-            with self.engine.connect() as conn:
+            with for_reads(self.engine).connect() as conn:
                 parent = self._resolve(conn, agent, parent)[1]
         target = store_files(Path(folder), self.root / folder_name(self.run) / folder_name(agent), vid, files)
 

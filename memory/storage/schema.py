@@ -46,7 +46,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, Program
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
-from connectors.db import opened_read_only, storage_error, storage_fault
+from connectors.db import for_reads, opened_read_only, storage_error, storage_fault
 from connectors.errors import StoreError
 from connectors.redact import redact, redact_url
 from memory.storage.statements import returning
@@ -315,7 +315,7 @@ def _check_readable(engine: Engine, error: DBAPIError) -> None:
     """A database that cannot be written: fine for reads when it already holds a memory store."""
     url = redact_url(engine.url)
     try:
-        with engine.execution_options(sqlite_begin="DEFERRED").begin() as conn:
+        with for_reads(engine).begin() as conn:
             read_state(conn)
     except (DBAPIError, StoreError) as e:
         raise StoreError(

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
 
-from connectors import ConfigError, StoreError, Usage, make_engine
+from connectors import ConfigError, HashEmbedder, StoreError, Usage, make_engine
 from evolve.prompts.graph import PromptGraph, PromptVersion, check_edges, prompt_versions, version_id
+from evolve.serve.metrics import memory_sizes
+from memory import MemoryStore
 from optimizers.types import Version
 
 SEED = {"solver.system": "You solve arithmetic.\nReply with the number only.", "solver.library": ""}
@@ -328,3 +332,29 @@ def test_two_processes_committing_keep_head_and_its_history_consistent(tmp_path:
         assert after["from"] == before["to"]  # every move started where the previous one ended
     assert graph.head().id == moves[-1]["to"]
     assert len(graph.log()) == 1 + 30
+
+
+def test_reads_do_not_queue_behind_another_process_writing(tmp_path: Path) -> None:
+    """A served request reads HEAD, a scrape counts memories, a job reads its run: none of them waits while
+    another process holds SQLite's write lock (before, each read began IMMEDIATE and waited up to 30 s)."""
+    path = tmp_path / "Nachtschicht – Zürich store.db"
+    engine = make_engine(f"sqlite:///{path}")
+    graph = PromptGraph(engine, "night shift codes for the Zürich warehouse")
+    head = graph.init(SEED, EDGES)
+    MemoryStore(f"sqlite:///{path}", embedder=HashEmbedder(16)).close()  # the memory tables, empty
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # as a job or another server mid-write
+    read: dict[str, object] = {}
+    reader = threading.Thread(
+        target=lambda: read.update(
+            head=graph.head_id(), log=len(graph.log()), sizes=memory_sizes(engine, tenants=False)
+        )
+    )
+    try:
+        reader.start()
+        reader.join(timeout=10)
+        assert not reader.is_alive() and read == {"head": head.id, "log": 1, "sizes": {}}
+    finally:
+        writer.execute("ROLLBACK")
+        reader.join()
+        writer.close()
