@@ -45,6 +45,7 @@ import numpy as np
 
 from connectors.embedders import Embedder, SentenceTransformerEmbedder, check_texts, minilm_path, normalise_rows
 from connectors.errors import ConfigError, ConnectorError
+from connectors.huge_pages import on_huge_pages
 from connectors.install import extra_hint
 from connectors.model_thread import ModelThread
 from connectors.smollm2 import model_cache_dir
@@ -117,8 +118,11 @@ class OnnxEmbedder:
         cache = Path(cache_dir) if cache_dir is not None else model_cache_dir() / "onnx"
         self.path = cache / f"{_slug(self.name)}-{cache_key(folder)}.onnx"
         threads = threads if threads is not None else min(2, os.cpu_count() or 1)
-        self._session, self.exported = cached_session(folder, self.path, self._encode(list(PROBES)), threads=threads)
-        self._inputs = [i.name for i in self._session.get_inputs()]
+        probe = self._encode(list(PROBES))
+        with on_huge_pages():  # the weights, and the buffers of a first call (connectors.huge_pages)
+            self._session, self.exported = cached_session(folder, self.path, probe, threads=threads)
+            self._inputs = [i.name for i in self._session.get_inputs()]
+            self._session.run(None, {name: probe[name] for name in self._inputs})
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
