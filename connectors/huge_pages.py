@@ -4,7 +4,9 @@ Why: one query's embedding reads MiniLM's ~90 MB of weights. On 4 KiB pages that
 than the TLB holds, and after the process slept (a server between requests) their translations are gone
 with the caches. One query after 50 ms asleep, MiniLM on ONNX Runtime (2 cores, processes of the code
 before and after alternating, three pairs): 7.98, 8.41, 8.29 ms p50 on 4 KiB pages against 7.27, 6.98, 6.09
-on huge pages; back to back 4.75, 4.69, 5.00 against 4.69, 4.22, 3.41; the same resident memory.
+on huge pages; back to back 4.75, 4.69, 5.00 against 4.69, 4.22, 3.41; the same resident memory. Through
+``evolve serve`` (``bench.serve_overhead``, three alternating pairs) the recall went from 9.3, 9.7, 9.2 to
+9.0, 9.5, 9.2 ms: there the model's part is smaller than the other steps' cost of waking.
 
 How: ``madvise(MADV_HUGEPAGE)`` then ``madvise(MADV_COLLAPSE)`` (Linux 6.1 and later) on the whole 2 MiB
 pages of the anonymous memory and heap that appeared or grew while a model loaded (``on_huge_pages``). The
