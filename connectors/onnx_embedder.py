@@ -119,7 +119,7 @@ class OnnxEmbedder:
         self.path = cache / f"{_slug(self.name)}-{cache_key(folder)}.onnx"
         threads = threads if threads is not None else min(2, os.cpu_count() or 1)
         probe = self._encode(list(PROBES))
-        with on_huge_pages():  # the weights, and the buffers of a first call (connectors.huge_pages)
+        with on_huge_pages(background=True):  # the weights and a first call's buffers (connectors.huge_pages)
             self._session, self.exported = cached_session(folder, self.path, probe, threads=threads)
             self._inputs = [i.name for i in self._session.get_inputs()]
             self._session.run(None, {name: probe[name] for name in self._inputs})

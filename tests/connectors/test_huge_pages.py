@@ -29,11 +29,13 @@ def system_has_huge_pages() -> bool:
     return (major, minor) >= (6, 1)
 
 
-def test_what_the_block_allocated_is_collapsed_with_its_contents_unchanged() -> None:
+@pytest.mark.parametrize("background", [False, True])
+def test_what_the_block_allocated_is_collapsed_with_its_contents_unchanged(background: bool) -> None:
     huge_before = anon_huge_bytes()
-    with on_huge_pages() as moved:
+    with on_huge_pages(background=background) as moved:
         weights = bytearray(os.urandom(16 * HUGE))  # 32 MiB through malloc, as a runtime's weights (numpy's
         expected = bytes(weights)  # own large arrays ask for huge pages themselves)
+    assert moved.done.wait(timeout=60)
     assert weights == expected
     if system_has_huge_pages():
         assert moved.bytes >= 14 * HUGE  # all but the unaligned ends, at least
