@@ -317,7 +317,7 @@ def export_fused(model: Any, args: tuple[Any, ...], inputs: list[str], dest: Pat
     against 10.0 after 50 ms idle (2 cores, the two alternating in one process). The fusions match the
     graph of ``torch.onnx.export``'s TorchScript exporter with eager attention, not the dynamo exporter's;
     when that exporter is gone from torch, or attention did not fuse, this says so in the log and returns
-    False (the plain graph is then as fast)."""
+    False (the caller writes the plain graph: right, only slower)."""
     import torch
     from onnxruntime.transformers.optimizer import optimize_model
 

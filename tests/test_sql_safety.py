@@ -31,3 +31,27 @@ def test_every_allowlist_entry_still_matches_code() -> None:
     root = Path(__file__).resolve().parent.parent
     for (file, snippet), why in SQL_ALLOWED.items():
         assert why and snippet in (root / file).read_text(encoding="utf-8"), (file, snippet)
+
+
+PLAIN_CONNECT_ALLOWED = {
+    "evolve/backup/postgres.py": "PostgreSQL only: the SQLite begin hook never runs",
+    "evolve/backup/database.py": "a plain engine of its own on a backup file, without connectors.db's hook",
+    "connectors/db.py": "server_read_only: PostgreSQL only",
+    "evolve/ledger.py": "a docstring example",
+    "connectors/pglock.py": "a PostgreSQL advisory lock on an AUTOCOMMIT connection",
+}
+
+
+def test_reads_go_through_for_reads_not_a_plain_connect() -> None:
+    """``engine.connect()`` autobegins IMMEDIATE on SQLite (connectors.db's begin hook): a read that way takes
+    the write lock and queues behind every writer. Reads say ``for_reads(engine).connect()``."""
+    root = Path(__file__).resolve().parents[1]
+    plain = [
+        f"{path.relative_to(root)}:{n}"
+        for package in ("apps", "connectors", "evolve", "memory", "optimizers")
+        for path in sorted((root / package).rglob("*.py"))
+        if path.relative_to(root).as_posix() not in PLAIN_CONNECT_ALLOWED
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "engine.connect()" in line and "for_reads(" not in line and "self._conn = " not in line
+    ]
+    assert plain == [], "read through connectors.db.for_reads(engine).connect(), or allowlist with why"

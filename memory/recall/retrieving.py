@@ -64,8 +64,9 @@ def read_outside(
     """``selected_items`` outside any transaction: from the item cache, and those it lacks in one autocommit
     statement on the kept connection (a transaction's begin and commit were about half of what a recall of
     uncached memories spent on SQL; all cached, no statement at all). Safe where the caller planned on mirrors
-    at the generation committed now: a memory's texts never change, its Q and visits come from the mirror. None where there is no such connection, the read failed, or a selected memory is gone
-    (removed by another process since): the caller reads in a transaction and plans again there."""
+    at the generation committed now: a memory's texts never change, its Q and visits come from the mirror.
+    None where there is no such connection, the read failed, or a selected memory is gone (removed by another
+    process since): the caller reads in a transaction and plans again there."""
     conn = db.outside_transaction()
     if conn is None:
         return None
@@ -168,8 +169,8 @@ def retrieve(
     planned again, with the Q-values read in it, only if another process wrote (or they were not kept). A recall
     planned on mirrors no process has written past (one autocommit read of the generation,
     ``Database.generation_now``) runs no transaction at all: its memories come from the item cache and one
-    autocommit read (``read_outside``), and its log row waits for the group commit like any other. An audit (``as_of``) plans on a copy read from SQL of the memories valid
-    then, never from the item cache.
+    autocommit read (``read_outside``), and its log row waits for the group commit like any other. An audit
+    (``as_of``) plans on a copy read from SQL of the memories valid then, never from the item cache.
     """
     cfg = check_retrieval(recall_config if recall_config is not None else config.retrieval)
     queries = check_texts(queries, "queries", single="use retrieve")

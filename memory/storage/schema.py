@@ -322,7 +322,7 @@ def _check_readable(engine: Engine, error: DBAPIError) -> None:
             f"read-only: the database {url!r} cannot be written and holds no memory store to read "
             f"({redact(getattr(e, 'orig', e))}). Open it writable once to create the tables, or check the path"
         ) from error
-    with engine.connect() as conn:
+    with for_reads(engine).connect() as conn:
         missing = {c.name for c in memory_items.c} - {c["name"] for c in inspect(conn).get_columns("memory_items")}
     if missing:
         raise StoreError(
